@@ -1,0 +1,26 @@
+use std::time::Duration;
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("session not found")]
+    SessionNotFound,
+    #[error("session id already exists")]
+    Conflict,
+    #[error("stream already has its final event")]
+    StreamFinished,
+    #[error("event cursor is no longer retained")]
+    CursorGone,
+    #[error("state store did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("state store unavailable")]
+    Unavailable(#[source] ::redis::RedisError),
+    #[error("state store returned an unexpected reply: {0}")]
+    Protocol(&'static str),
+}
+
+impl From<::redis::RedisError> for StateError {
+    fn from(e: ::redis::RedisError) -> Self {
+        Self::Unavailable(e)
+    }
+}

@@ -1,0 +1,176 @@
+//! mcpfleet-state owns everything a session leaves behind between two HTTP requests: the session record, the
+//! per-session event log used to resume SSE streams, the in-flight leases, and the routing of messages between
+//! replicas (responses to server→client requests, cancellations, notifications and the termination broadcast).
+//!
+//! Two implementations sit behind the [`Store`] trait: [`RedisStore`], the production one that lets any replica
+//! answer any request, and [`MemoryStore`], the embedded default for a single process. One contract suite
+//! (`tests/contract.rs`) runs against both.
+//!
+//! This crate must not depend on axum, HTTP types, auth or tools. It stores opaque strings; the transport decides
+//! what they mean.
+
+mod error;
+mod memory;
+mod redis;
+mod types;
+
+pub use error::StateError;
+pub use memory::MemoryStore;
+pub use redis::{RedisConfig, RedisStore};
+pub use types::{
+    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo, SessionKey,
+    StreamState, UserKey,
+};
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// Result type of every store call.
+pub type Result<T, E = StateError> = std::result::Result<T, E>;
+
+/// The stream number of a session's standalone (GET) stream. POST streams are numbered from 1.
+pub const STANDALONE_STREAM: u64 = 0;
+
+/// Session records: creation, the per-request touch that also checks ownership, and termination.
+#[async_trait]
+pub trait SessionStore: Send + Sync + std::fmt::Debug {
+    /// Creates a session owned by `key.user` with an idle TTL.
+    ///
+    /// # Errors
+    /// [`StateError::Conflict`] if the id is taken, or a store failure.
+    async fn create_session(&self, key: &SessionKey, session: &NewSession) -> Result<()>;
+
+    /// Checks that the session exists for this user and extends its idle TTL (and its event log's).
+    /// `None` means unknown, ended, expired or owned by another user: the caller cannot tell which.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>>;
+
+    /// Sets the session's minimum log level (`logging/setLevel`). Returns false if the session is gone.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn set_log_level(&self, key: &SessionKey, level: &str) -> Result<bool>;
+
+    /// Ends the session for the whole fleet: removes its record, log and leases and rings [`Ring::Closed`].
+    /// Returns false if there was no such session for this user.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn delete_session(&self, key: &SessionKey) -> Result<bool>;
+}
+
+/// The per-session event log behind resumable SSE streams.
+#[async_trait]
+pub trait EventStore: Send + Sync + std::fmt::Debug {
+    /// Opens a stream and commits its priming event. A POST stream gets the next stream number and a lease that
+    /// its replica must renew; the standalone stream is number 0, and opening it takes it over from any earlier holder.
+    ///
+    /// # Errors
+    /// [`StateError::SessionNotFound`] or a store failure.
+    async fn open_stream(&self, key: &SessionKey, open: &OpenStream) -> Result<(u64, EventId)>;
+
+    /// Commits one event to a stream and rings the session's doorbell. The id is valid only once this returns.
+    ///
+    /// # Errors
+    /// [`StateError::SessionNotFound`], [`StateError::StreamFinished`] if the stream already has its final event,
+    /// or a store failure.
+    async fn append(&self, key: &SessionKey, stream: u64, data: &str, opts: &AppendOptions) -> Result<EventId>;
+
+    /// Renews a stream's lease. Returns false if the stream is finished, the session is gone, or (for the
+    /// standalone stream) another holder took it over.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool>;
+
+    /// Reads up to `limit` entries of the session log after `cursor`, keeping only those of `stream`. Returns the
+    /// events and the last id scanned, which is the cursor for the next read.
+    ///
+    /// # Errors
+    /// [`StateError::CursorGone`] if `cursor` is no longer retained (trimmed, expired, or never was an event of
+    /// `stream` when `check_stream` is set), [`StateError::SessionNotFound`], or a store failure.
+    async fn read_after(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        cursor: &EventId,
+        check_stream: bool,
+        limit: usize,
+    ) -> Result<(Vec<Event>, EventId)>;
+
+    /// Whether a POST stream is finished, still held by a live lease, or abandoned (its lease expired without a
+    /// final event, because its replica died).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn stream_state(&self, key: &SessionKey, stream: u64) -> Result<StreamState>;
+
+    /// Commits `data` as the final event of an abandoned stream. Does nothing and returns `None` if the stream
+    /// finished or its lease is alive again; exactly one caller wins.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn abandon_stream(&self, key: &SessionKey, stream: u64, data: &str) -> Result<Option<EventId>>;
+}
+
+/// A subscription to one session's doorbell. Created subscribed: a ring published after
+/// [`Router::subscribe`] returns is never missed, except across a store reconnect, which yields [`Ring::Lagged`].
+#[async_trait]
+pub trait Subscription: Send + std::fmt::Debug {
+    /// The next ring, or `None` once the store shuts down.
+    async fn recv(&mut self) -> Option<Ring>;
+}
+
+/// Message routing between replicas.
+#[async_trait]
+pub trait Router: Send + Sync + std::fmt::Debug {
+    /// Subscribes to the session's doorbell.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn subscribe(&self, key: &SessionKey) -> Result<Box<dyn Subscription>>;
+
+    /// Stores a client's response to a pending server→client request and wakes the waiting replica.
+    /// Returns false if no such request is pending in this session.
+    ///
+    /// # Errors
+    /// [`StateError::SessionNotFound`] or a store failure.
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool>;
+
+    /// Takes a delivered response, once.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>>;
+
+    /// Stops waiting for a server→client request (timeout or cancellation): a later response is refused.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()>;
+
+    /// Records a client's cancellation of one of its requests and rings it to whichever replica runs it.
+    /// Returns false if the session is gone.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool>;
+
+    /// Whether a cancellation was recorded for this request (read after subscribing, to close the race).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool>;
+
+    /// Answers whether the store is reachable within its deadline.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// Everything the transport needs from shared state.
+pub trait Store: SessionStore + EventStore + Router {}
+impl<T: SessionStore + EventStore + Router> Store for T {}

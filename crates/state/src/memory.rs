@@ -1,0 +1,327 @@
+//! The embedded default for one process: the same contract as Redis, with maps and broadcast channels.
+//! It is single-replica only: two processes never see each other's sessions.
+
+use crate::types::{AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState};
+use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
+use async_trait::async_trait;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// The in-memory store. Cheap to clone; clones share state.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+    max_events: Option<usize>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sessions: HashMap<SessionKey, Session>,
+    handoffs: HashMap<(SessionKey, String), (Option<String>, Instant)>,
+    doorbells: HashMap<SessionKey, broadcast::Sender<Ring>>,
+    last_id: (u64, u64),
+}
+
+#[derive(Debug)]
+struct Session {
+    info: SessionInfo,
+    ttl: Duration,
+    expires: Instant,
+    streams: u64,
+    holder: Option<String>,
+    request_ids: HashMap<u64, String>,
+    pending: HashSet<String>,
+    leases: HashMap<u64, Instant>,
+    events: VecDeque<Event>,
+}
+
+const HANDOFF_TTL: Duration = Duration::from_secs(60);
+
+impl MemoryStore {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store that keeps at most `max_events` events per session, like Redis' `MAXLEN`.
+    #[must_use]
+    pub fn with_max_events(max_events: usize) -> Self {
+        Self { inner: Arc::default(), max_events: Some(max_events) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    fn live(&mut self, key: &SessionKey) -> Option<&mut Session> {
+        let now = Instant::now();
+        if self.sessions.get(key).is_some_and(|s| s.expires <= now) {
+            self.sessions.remove(key);
+        }
+        self.sessions.get_mut(key)
+    }
+
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        self.sessions.retain(|_, s| s.expires > now);
+        self.handoffs.retain(|_, (_, exp)| *exp > now);
+        self.doorbells.retain(|_, tx| tx.receiver_count() > 0);
+    }
+
+    fn next_id(&mut self, stream: u64) -> EventId {
+        let now = u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(0);
+        let (ms, seq) = if now > self.last_id.0 { (now, 0) } else { (self.last_id.0, self.last_id.1 + 1) };
+        self.last_id = (ms, seq);
+        EventId { stream, ms, seq }
+    }
+
+    fn ring(&self, key: &SessionKey, ring: Ring) {
+        if let Some(tx) = self.doorbells.get(key) {
+            let _ = tx.send(ring);
+        }
+    }
+
+    fn push(&mut self, key: &SessionKey, max: Option<usize>, stream: u64, data: &str, is_final: bool) -> EventId {
+        let id = self.next_id(stream);
+        if let Some(s) = self.sessions.get_mut(key) {
+            s.events.push_back(Event { id, data: data.to_owned(), is_final });
+            if let Some(max) = max {
+                while s.events.len() > max {
+                    s.events.pop_front();
+                }
+            }
+        }
+        self.ring(key, Ring::Event(stream));
+        id
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
+        let mut g = self.lock();
+        g.sweep();
+        if g.sessions.contains_key(key) {
+            return Err(StateError::Conflict);
+        }
+        g.sessions.insert(
+            key.clone(),
+            Session {
+                info: SessionInfo {
+                    protocol_version: s.protocol_version.clone(),
+                    client_capabilities: s.client_capabilities.clone(),
+                    log_level: None,
+                },
+                ttl: s.idle_ttl,
+                expires: Instant::now() + s.idle_ttl,
+                streams: 0,
+                holder: None,
+                request_ids: HashMap::new(),
+                pending: HashSet::new(),
+                leases: HashMap::new(),
+                events: VecDeque::new(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
+        let mut g = self.lock();
+        Ok(g.live(key).map(|s| {
+            s.expires = Instant::now() + s.ttl;
+            s.info.clone()
+        }))
+    }
+
+    async fn set_log_level(&self, key: &SessionKey, level: &str) -> Result<bool> {
+        let mut g = self.lock();
+        Ok(g.live(key).map(|s| s.info.log_level = Some(level.to_owned())).is_some())
+    }
+
+    async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
+        let mut g = self.lock();
+        let existed = g.live(key).is_some();
+        if existed {
+            g.sessions.remove(key);
+            g.ring(key, Ring::Closed);
+        }
+        Ok(existed)
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn open_stream(&self, key: &SessionKey, open: &OpenStream) -> Result<(u64, EventId)> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        let (k, lease) = match open {
+            OpenStream::Post { request_id, lease, .. } => {
+                s.streams += 1;
+                s.request_ids.insert(s.streams, request_id.clone());
+                (s.streams, *lease)
+            }
+            OpenStream::Standalone { token, lease } => {
+                s.holder = Some(token.0.clone());
+                (0, *lease)
+            }
+        };
+        s.leases.insert(k, Instant::now() + lease);
+        let id = g.push(key, self.max_events, k, "", false);
+        if let OpenStream::Standalone { token, .. } = open {
+            g.ring(key, Ring::Takeover(token.0.clone()));
+        }
+        Ok((k, id))
+    }
+
+    async fn append(&self, key: &SessionKey, stream: u64, data: &str, opts: &AppendOptions) -> Result<EventId> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        if stream != 0 && !s.leases.contains_key(&stream) {
+            return Err(StateError::StreamFinished);
+        }
+        if opts.is_final {
+            s.leases.remove(&stream);
+            s.request_ids.remove(&stream);
+        } else if let (Some(l), true) = (opts.lease, stream != 0) {
+            s.leases.insert(stream, Instant::now() + l);
+        }
+        if let Some(p) = &opts.pending_request {
+            s.pending.insert(p.clone());
+        }
+        Ok(g.push(key, self.max_events, stream, data, opts.is_final))
+    }
+
+    async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
+        let mut g = self.lock();
+        let Some(s) = g.live(key) else { return Ok(false) };
+        if stream == 0 && s.holder.as_deref() != Some(token.0.as_str()) {
+            return Ok(false);
+        }
+        match s.leases.get_mut(&stream) {
+            Some(exp) => {
+                *exp = Instant::now() + ttl;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn read_after(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        cursor: &EventId,
+        check_stream: bool,
+        limit: usize,
+    ) -> Result<(Vec<Event>, EventId)> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        let pos = |e: &Event| (e.id.ms, e.id.seq);
+        let at = s.events.iter().position(|e| pos(e) == (cursor.ms, cursor.seq)).ok_or(StateError::CursorGone)?;
+        if check_stream && s.events[at].id.stream != stream {
+            return Err(StateError::CursorGone);
+        }
+        let mut last = *cursor;
+        let mut out = Vec::new();
+        for e in s.events.iter().skip(at + 1).take(limit.max(1)) {
+            last = EventId { stream, ..e.id };
+            if e.id.stream == stream {
+                out.push(e.clone());
+            }
+        }
+        Ok((out, last))
+    }
+
+    async fn stream_state(&self, key: &SessionKey, stream: u64) -> Result<StreamState> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        Ok(match s.leases.get(&stream) {
+            None => StreamState::Finished,
+            Some(exp) if *exp > Instant::now() => StreamState::Running,
+            Some(_) => StreamState::Abandoned { request_id: s.request_ids.get(&stream).cloned().unwrap_or_default() },
+        })
+    }
+
+    async fn abandon_stream(&self, key: &SessionKey, stream: u64, data: &str) -> Result<Option<EventId>> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        match s.leases.get(&stream) {
+            Some(exp) if *exp <= Instant::now() => {
+                s.leases.remove(&stream);
+                s.request_ids.remove(&stream);
+                Ok(Some(g.push(key, self.max_events, stream, data, true)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct MemorySubscription(broadcast::Receiver<Ring>);
+
+#[async_trait]
+impl Subscription for MemorySubscription {
+    async fn recv(&mut self) -> Option<Ring> {
+        match self.0.recv().await {
+            Ok(r) => Some(r),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Ring::Lagged),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+#[async_trait]
+impl Router for MemoryStore {
+    async fn subscribe(&self, key: &SessionKey) -> Result<Box<dyn Subscription>> {
+        let mut g = self.lock();
+        let tx = g.doorbells.entry(key.clone()).or_insert_with(|| broadcast::channel(256).0);
+        Ok(Box::new(MemorySubscription(tx.subscribe())))
+    }
+
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool> {
+        let mut g = self.lock();
+        let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        if !s.pending.remove(request_id) {
+            return Ok(false);
+        }
+        g.handoffs.insert((key.clone(), format!("r:{request_id}")), (Some(message.to_owned()), Instant::now() + HANDOFF_TTL));
+        g.ring(key, Ring::Response(request_id.to_owned()));
+        Ok(true)
+    }
+
+    async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {
+        let mut g = self.lock();
+        Ok(g.handoffs.remove(&(key.clone(), format!("r:{request_id}"))).and_then(|(m, exp)| m.filter(|_| exp > Instant::now())))
+    }
+
+    async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()> {
+        let mut g = self.lock();
+        if let Some(s) = g.live(key) {
+            s.pending.remove(request_id);
+        }
+        Ok(())
+    }
+
+    async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
+        let mut g = self.lock();
+        if g.live(key).is_none() {
+            return Ok(false);
+        }
+        g.handoffs.insert((key.clone(), format!("c:{request_id}")), (None, Instant::now() + HANDOFF_TTL));
+        g.ring(key, Ring::Cancel(request_id.to_owned()));
+        Ok(true)
+    }
+
+    async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
+        let g = self.lock();
+        Ok(g.handoffs.get(&(key.clone(), format!("c:{request_id}"))).is_some_and(|(_, exp)| *exp > Instant::now()))
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}

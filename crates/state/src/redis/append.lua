@@ -1,0 +1,24 @@
+-- Commits one event, then rings the doorbell.
+-- KEYS: session, events, leases, doorbell ; ARGV: stream, data, final ('1'|'0'), maxlen, pending_request, lease_ms
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then return {0} end
+local k = ARGV[1]
+if k ~= '0' and not redis.call('ZSCORE', KEYS[3], k) then return {2} end
+local id
+if ARGV[3] == '1' then
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', k, 'd', ARGV[2], 'f', '1')
+  redis.call('ZREM', KEYS[3], k)
+  redis.call('HDEL', KEYS[1], 'rq:' .. k)
+else
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 's', k, 'd', ARGV[2])
+  if k ~= '0' and ARGV[6] ~= '' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[6]), k)
+  end
+end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'pq:' .. ARGV[5], k) end
+redis.call('PEXPIRE', KEYS[2], pttl)
+redis.call('PEXPIRE', KEYS[3], pttl)
+redis.call('PUBLISH', KEYS[4], 'e:' .. k)
+return {1, id}

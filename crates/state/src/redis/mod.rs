@@ -1,0 +1,440 @@
+//! The production store: all session state in Redis, so that any replica answers any request.
+//!
+//! Key layout, one hash tag per user so that one script touches all of a user's keys, also on Redis Cluster
+//! (`<p>` is the configured prefix, `mcp:` by default):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `<p>{u:<user>}:s:<sid>` | hash | the session: `ttl`, `pv`, `caps`, `info`, `created`, `n` (streams opened), `lvl`, `g` (standalone holder), `rq:<k>` (request id of POST stream k), `pq:<id>` (pending server→client request) |
+//! | `<p>{u:<user>}:ev:<sid>` | stream | every committed SSE event of the session; fields `s` (stream), `d` (data), `f` (final) |
+//! | `<p>{u:<user>}:ls:<sid>` | zset | open streams, scored by lease expiry (ms, from the Redis clock) |
+//! | `<p>{u:<user>}:rsp:<sid>:<id>` | string | a client's response to a server→client request, for 60 s |
+//! | `<p>{u:<user>}:cx:<sid>:<id>` | string | a cancellation marker, for 60 s |
+//! | `<p>{u:<user>}:db:<sid>` | channel | the session's doorbell |
+//!
+//! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
+//! connection ([`redis::aio::ConnectionManager`]); replays and admin calls use the deadpool pool; doorbell
+//! subscriptions use a dedicated RESP3 connection owned by one task.
+
+mod subscriber;
+
+use crate::types::{AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState};
+use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use subscriber::Subscriber;
+
+/// How to reach Redis and how to use it.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Prepended to every key and channel, so that several deployments (or test suites) can share one Redis.
+    pub prefix: String,
+    /// The deadline of every Redis call.
+    pub timeout: Duration,
+    /// Approximate cap on each session's event log (`XADD MAXLEN ~`).
+    pub max_events: usize,
+    /// How long a delivered response or a cancellation marker waits to be picked up.
+    pub handoff_ttl: Duration,
+    /// Size of the pool used for replays and admin calls.
+    pub pool_size: usize,
+}
+
+impl RedisConfig {
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "mcp:".to_owned(),
+            timeout: Duration::from_secs(2),
+            max_events: 1000,
+            handoff_ttl: Duration::from_secs(60),
+            pool_size: 16,
+        }
+    }
+}
+
+struct Scripts {
+    create: Script,
+    touch: Script,
+    open: Script,
+    append: Script,
+    renew: Script,
+    state: Script,
+    abandon: Script,
+    replay: Script,
+    delete: Script,
+    deliver: Script,
+    cancel: Script,
+    set_level: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            create: Script::new(include_str!("create.lua")),
+            touch: Script::new(include_str!("touch.lua")),
+            open: Script::new(include_str!("open.lua")),
+            append: Script::new(include_str!("append.lua")),
+            renew: Script::new(include_str!("renew.lua")),
+            state: Script::new(include_str!("state.lua")),
+            abandon: Script::new(include_str!("abandon.lua")),
+            replay: Script::new(include_str!("replay.lua")),
+            delete: Script::new(include_str!("delete.lua")),
+            deliver: Script::new(include_str!("deliver.lua")),
+            cancel: Script::new(include_str!("cancel.lua")),
+            set_level: Script::new(include_str!("set_level.lua")),
+        }
+    }
+}
+
+/// The Redis store. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: RedisConfig,
+    conn: ConnectionManager,
+    pool: deadpool_redis::Pool,
+    subscriber: Subscriber,
+    scripts: Scripts,
+}
+
+impl std::fmt::Debug for RedisStore {
+    // The URL may hold a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("prefix", &self.inner.cfg.prefix).finish_non_exhaustive()
+    }
+}
+
+struct Keys {
+    session: String,
+    events: String,
+    leases: String,
+    doorbell: String,
+    base: String,
+}
+
+impl RedisStore {
+    /// Connects the command connection, the pool and the subscriber.
+    ///
+    /// # Errors
+    /// A bad URL, or Redis not answering within the configured timeout.
+    pub async fn connect(cfg: RedisConfig) -> Result<Self> {
+        let client = redis::Client::open(cfg.url.as_str())?;
+        let mgr_cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(cfg.timeout))
+            .set_response_timeout(Some(cfg.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(mgr_cfg)).await??;
+        let mut pool_cfg = deadpool_redis::Config::from_url(cfg.url.as_str());
+        let mut pc = deadpool_redis::PoolConfig::new(cfg.pool_size);
+        pc.timeouts.wait = Some(cfg.timeout);
+        pc.timeouts.create = Some(cfg.timeout);
+        pc.timeouts.recycle = Some(cfg.timeout);
+        pool_cfg.pool = Some(pc);
+        let pool = pool_cfg
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .map_err(|_| StateError::Protocol("invalid redis pool configuration"))?;
+        let subscriber = Subscriber::connect(&cfg).await?;
+        Ok(Self { inner: Arc::new(Inner { cfg, conn, pool, subscriber, scripts: Scripts::new() }) })
+    }
+
+    fn keys(&self, key: &SessionKey) -> Keys {
+        let base = format!("{}{{u:{}}}", self.inner.cfg.prefix, key.user.as_str());
+        let sid = key.id.as_str();
+        Keys {
+            session: format!("{base}:s:{sid}"),
+            events: format!("{base}:ev:{sid}"),
+            leases: format!("{base}:ls:{sid}"),
+            doorbell: format!("{base}:db:{sid}"),
+            base,
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.cfg.timeout
+    }
+
+    async fn run(&self, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
+        let mut conn = self.inner.conn.clone();
+        with_deadline(self.timeout(), inv.invoke_async(&mut conn)).await?.map_err(StateError::from)
+    }
+
+    async fn run_pooled(&self, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
+        let t = self.timeout();
+        let mut conn = with_deadline(t, self.inner.pool.get()).await?.map_err(|e| match e {
+            deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
+            _ => StateError::Timeout(t),
+        })?;
+        with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        with_deadline(self.timeout(), cmd.query_async(&mut conn)).await?.map_err(StateError::from)
+    }
+
+    fn maxlen(&self) -> usize {
+        self.inner.cfg.max_events
+    }
+}
+
+async fn with_deadline<F: std::future::Future>(t: Duration, f: F) -> Result<F::Output> {
+    tokio::time::timeout(t, f).await.map_err(|_| StateError::Timeout(t))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).ok_or(StateError::Protocol("expected an integer")),
+        _ => Err(StateError::Protocol("expected an integer")),
+    }
+}
+
+fn string(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| StateError::Protocol("expected utf-8")),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        _ => Err(StateError::Protocol("expected a string")),
+    }
+}
+
+fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        _ => Err(StateError::Protocol("expected an array")),
+    }
+}
+
+/// Splits a script's `{status, ...}` reply.
+fn status(v: Value) -> Result<(i64, Vec<Value>)> {
+    let mut a = array(v)?;
+    if a.is_empty() {
+        return Err(StateError::Protocol("empty reply"));
+    }
+    let rest = a.split_off(1);
+    Ok((int(&a[0])?, rest))
+}
+
+fn event_id(stream: u64, v: &Value) -> Result<EventId> {
+    EventId::from_position(stream, &string(v)?).ok_or(StateError::Protocol("bad stream id"))
+}
+
+#[async_trait]
+impl SessionStore for RedisStore {
+    async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.create.key(&k.session);
+        inv.arg(ms(s.idle_ttl)).arg(&s.protocol_version).arg(&s.client_capabilities).arg(&s.client_info);
+        match int(&self.run(inv).await?)? {
+            1 => Ok(()),
+            _ => Err(StateError::Conflict),
+        }
+    }
+
+    async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.touch.key(&k.session);
+        inv.key(&k.events).key(&k.leases);
+        let v = self.run(inv).await?;
+        if v == Value::Nil {
+            return Ok(None);
+        }
+        let a = array(v)?;
+        let [pv, caps, lvl] = a.as_slice() else { return Err(StateError::Protocol("bad touch reply")) };
+        let lvl = string(lvl)?;
+        Ok(Some(SessionInfo {
+            protocol_version: string(pv)?,
+            client_capabilities: string(caps)?,
+            log_level: (!lvl.is_empty()).then_some(lvl),
+        }))
+    }
+
+    async fn set_log_level(&self, key: &SessionKey, level: &str) -> Result<bool> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.set_level.key(&k.session);
+        inv.arg(level);
+        Ok(int(&self.run(inv).await?)? == 1)
+    }
+
+    async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.delete.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.doorbell);
+        Ok(int(&self.run_pooled(inv).await?)? == 1)
+    }
+}
+
+#[async_trait]
+impl EventStore for RedisStore {
+    async fn open_stream(&self, key: &SessionKey, open: &OpenStream) -> Result<(u64, EventId)> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.open.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.doorbell);
+        match open {
+            OpenStream::Post { request_id, token, lease } => {
+                inv.arg("post").arg(ms(*lease)).arg(&token.0).arg(self.maxlen()).arg(request_id);
+            }
+            OpenStream::Standalone { token, lease } => {
+                inv.arg("get").arg(ms(*lease)).arg(&token.0).arg(self.maxlen()).arg("");
+            }
+        }
+        let (code, rest) = status(self.run(inv).await?)?;
+        match (code, rest.as_slice()) {
+            (1, [n, id]) => {
+                let n = u64::try_from(int(n)?).map_err(|_| StateError::Protocol("bad stream number"))?;
+                Ok((n, event_id(n, id)?))
+            }
+            (0, _) => Err(StateError::SessionNotFound),
+            _ => Err(StateError::Protocol("bad open reply")),
+        }
+    }
+
+    async fn append(&self, key: &SessionKey, stream: u64, data: &str, opts: &AppendOptions) -> Result<EventId> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.append.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.doorbell);
+        inv.arg(stream)
+            .arg(data)
+            .arg(if opts.is_final { "1" } else { "0" })
+            .arg(self.maxlen())
+            .arg(opts.pending_request.as_deref().unwrap_or(""))
+            .arg(opts.lease.map(|d| ms(d).to_string()).unwrap_or_default());
+        let (code, rest) = status(self.run(inv).await?)?;
+        match (code, rest.as_slice()) {
+            (1, [id]) => event_id(stream, id),
+            (0, _) => Err(StateError::SessionNotFound),
+            (2, _) => Err(StateError::StreamFinished),
+            _ => Err(StateError::Protocol("bad append reply")),
+        }
+    }
+
+    async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.renew.key(&k.session);
+        inv.key(&k.leases).arg(stream).arg(ms(ttl)).arg(&token.0);
+        Ok(int(&self.run(inv).await?)? == 1)
+    }
+
+    async fn read_after(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        cursor: &EventId,
+        check_stream: bool,
+        limit: usize,
+    ) -> Result<(Vec<Event>, EventId)> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.replay.key(&k.session);
+        inv.key(&k.events).arg(cursor.position()).arg(stream).arg(if check_stream { "1" } else { "0" }).arg(limit.max(1));
+        let (code, rest) = status(self.run_pooled(inv).await?)?;
+        match code {
+            1 => {
+                let mut it = rest.iter();
+                let last = it.next().ok_or(StateError::Protocol("bad replay reply"))?;
+                let last = event_id(stream, last)?;
+                let mut out = Vec::new();
+                while let (Some(id), Some(d), Some(f)) = (it.next(), it.next(), it.next()) {
+                    out.push(Event { id: event_id(stream, id)?, data: string(d)?, is_final: string(f)? == "1" });
+                }
+                Ok((out, last))
+            }
+            0 => Err(StateError::SessionNotFound),
+            3 => Err(StateError::CursorGone),
+            _ => Err(StateError::Protocol("bad replay reply")),
+        }
+    }
+
+    async fn stream_state(&self, key: &SessionKey, stream: u64) -> Result<StreamState> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.state.key(&k.session);
+        inv.key(&k.leases).arg(stream);
+        let (code, rest) = status(self.run(inv).await?)?;
+        match (code, rest.as_slice()) {
+            (0, _) => Err(StateError::SessionNotFound),
+            (1, _) => Ok(StreamState::Finished),
+            (2, _) => Ok(StreamState::Running),
+            (3, [rq]) => Ok(StreamState::Abandoned { request_id: string(rq)? }),
+            _ => Err(StateError::Protocol("bad state reply")),
+        }
+    }
+
+    async fn abandon_stream(&self, key: &SessionKey, stream: u64, data: &str) -> Result<Option<EventId>> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.abandon.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.doorbell).arg(stream).arg(data).arg(self.maxlen());
+        let (code, rest) = status(self.run(inv).await?)?;
+        match (code, rest.as_slice()) {
+            (1, [id]) => Ok(Some(event_id(stream, id)?)),
+            (0, _) => Err(StateError::SessionNotFound),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[async_trait]
+impl Router for RedisStore {
+    async fn subscribe(&self, key: &SessionKey) -> Result<Box<dyn Subscription>> {
+        let k = self.keys(key);
+        Ok(Box::new(self.inner.subscriber.subscribe(k.doorbell).await?))
+    }
+
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.deliver.key(&k.session);
+        inv.key(format!("{}:rsp:{}:{request_id}", k.base, key.id.as_str()))
+            .key(&k.doorbell)
+            .arg(request_id)
+            .arg(message)
+            .arg(ms(self.inner.cfg.handoff_ttl));
+        match int(&self.run(inv).await?)? {
+            1 => Ok(true),
+            0 => Err(StateError::SessionNotFound),
+            _ => Ok(false),
+        }
+    }
+
+    async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {
+        let k = self.keys(key);
+        self.query(redis::cmd("GETDEL").arg(format!("{}:rsp:{}:{request_id}", k.base, key.id.as_str()))).await
+    }
+
+    async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()> {
+        let k = self.keys(key);
+        self.query::<i64>(redis::cmd("HDEL").arg(&k.session).arg(format!("pq:{request_id}"))).await?;
+        Ok(())
+    }
+
+    async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.cancel.key(&k.session);
+        inv.key(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))
+            .key(&k.doorbell)
+            .arg(request_id)
+            .arg(ms(self.inner.cfg.handoff_ttl));
+        Ok(int(&self.run(inv).await?)? == 1)
+    }
+
+    async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
+        let k = self.keys(key);
+        let n: i64 = self.query(redis::cmd("EXISTS").arg(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))).await?;
+        Ok(n == 1)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let _: String = self.query(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+}

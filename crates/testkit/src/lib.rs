@@ -1,0 +1,21 @@
+//! mcpfleet-testkit: what the test suites stand on. An ephemeral `redis-server` per suite, a fleet of replicas
+//! (real `mcpfleet` processes) on `127.0.0.1:0`, and a round-robin proxy that sends each HTTP request, SSE GETs
+//! included, to the next replica in turn.
+//!
+//! A dev-dependency only: it must never be linked into the server.
+
+mod redis;
+
+pub use redis::RedisServer;
+
+/// Waits until `f` returns true, polling every 20 ms, or panics after `secs` seconds.
+///
+/// # Panics
+/// When the deadline passes.
+pub async fn eventually<F: FnMut() -> Fut, Fut: std::future::Future<Output = bool>>(secs: u64, what: &str, mut f: F) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

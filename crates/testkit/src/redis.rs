@@ -1,0 +1,113 @@
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` of its own, on a free loopback port in a temp dir, stopped on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+impl RedisServer {
+    /// Starts one and waits until it answers `PING`.
+    ///
+    /// # Panics
+    /// If `redis-server` is not installed or does not come up within 10 s.
+    #[must_use]
+    pub fn start() -> Self {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let port = free_port();
+            let child = Command::new(redis_server_bin())
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "local"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server (is it installed? .ci/run installs it)");
+            let mut me = Self { child, port, _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if me.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
+                    return me;
+                }
+                if me.child.try_wait().ok().flatten().is_some() {
+                    break; // lost the port to someone else: try another
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not start");
+    }
+
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Runs one command through `redis-cli` and returns its raw output.
+    #[must_use]
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("redis-cli").args(["-p", &self.port.to_string(), "--no-raw"]).args(args).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs one command through `redis-cli --raw`.
+    #[must_use]
+    pub fn raw(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").args(["-p", &self.port.to_string(), "--raw"]).args(args).output().expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// All keys, sorted.
+    #[must_use]
+    pub fn keys(&self) -> Vec<String> {
+        let mut k: Vec<String> = self.raw(&["KEYS", "*"]).lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+        k.sort();
+        k
+    }
+
+    /// `INFO commandstats` as (command, calls) pairs.
+    #[must_use]
+    pub fn command_stats(&self) -> Vec<(String, u64)> {
+        self.raw(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|l| {
+                let l = l.strip_prefix("cmdstat_")?;
+                let (name, rest) = l.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// Pauses the process (SIGSTOP) or resumes it (SIGCONT), for outage tests.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill").args([sig, &self.child.id().to_string()]).status();
+    }
+}
+
+fn redis_server_bin() -> PathBuf {
+    PathBuf::from("redis-server")
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
