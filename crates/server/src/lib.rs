@@ -1,1 +1,124 @@
-//! placeholder
+//! mcpfleet, the server: config → telemetry → state → [`AppState`] → [`serve`]. The binary is a thin wrapper
+//! around [`run`]. This crate wires the others together and owns nothing else.
+
+pub mod config;
+
+pub use mcpfleet_transport::{AppState, serve};
+
+use config::{Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, Parsed};
+use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, Store};
+use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
+use mcpfleet_transport::NoAuth;
+use std::ffi::OsString;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Builds the shared state from a parsed config: connects to Redis when configured.
+///
+/// # Errors
+/// Redis unreachable at start.
+pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::StateError> {
+    let store: Arc<dyn Store> = match &cfg.redis {
+        Some(r) => {
+            let rc = RedisConfig {
+                prefix: r.prefix.clone(),
+                timeout: r.timeout,
+                max_events: r.max_events,
+                ..RedisConfig::new(r.url.clone())
+            };
+            let store = RedisStore::connect(rc).await?;
+            store.ping().await?;
+            tracing::info!(prefix = %r.prefix, "using the Redis store: replicas share sessions");
+            Arc::new(store)
+        }
+        None => {
+            tracing::warn!("no --redis-url: using the in-memory store, which is single-replica only");
+            Arc::new(MemoryStore::new())
+        }
+    };
+    let catalog: Arc<dyn Catalog> = match cfg.fixtures {
+        Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
+        None => Arc::new(EmptyCatalog),
+    };
+    Ok(AppState { store, catalog, auth: Arc::new(NoAuth::default()), config: Arc::new(cfg.transport.clone()), shutdown: CancellationToken::new() })
+}
+
+fn init_tracing(cfg: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cfg.dev {
+        builder.pretty().init();
+    } else {
+        builder.json().flatten_event(true).init();
+    }
+}
+
+async fn shutdown_signal(token: CancellationToken) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received");
+    token.cancel();
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
+    let cfg = match config::parse(args) {
+        Ok(Parsed::Serve(c)) => c,
+        Ok(Parsed::Info(text)) => {
+            print!("{text}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("mcpfleet: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcpfleet: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        init_tracing(&cfg);
+        let state = match build_state(&cfg).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot reach the state store");
+                eprintln!("mcpfleet: cannot reach Redis: {e}");
+                return EXIT_UNAVAILABLE;
+            }
+        };
+        let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("mcpfleet: cannot listen on {}: {e}", cfg.listen);
+                return EXIT_CONFIG;
+            }
+        };
+        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(listen = %addr, "serving MCP on /mcp");
+        // Tests and supervisors read the bound address from this line.
+        println!("listening on {addr}");
+        let shutdown = CancellationToken::new();
+        tokio::spawn(shutdown_signal(shutdown.clone()));
+        match serve(listener, state, shutdown).await {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::error!(error = %e, "server failed");
+                1
+            }
+        }
+    })
+}

@@ -1,1 +1,137 @@
-//! placeholder
+//! mcpfleet-tools owns what the server offers: tools, resources, prompts and completions, behind the [`Catalog`]
+//! trait, and the conformance fixtures (`--fixtures conformance`).
+//!
+//! A tool sees the world only through [`ToolContext`]: progress, logging, server→client requests and
+//! notifications to its session. The transport implements that context over the state crate, so a tool runs the
+//! same on any replica. This crate must not depend on axum, HTTP, Redis or the transport.
+
+pub mod conformance;
+mod empty;
+
+pub use empty::EmptyCatalog;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A JSON object, as tools receive their arguments.
+pub type JsonObject = Map<String, Value>;
+
+/// Why a catalog call failed. The transport maps each kind to a JSON-RPC error; messages are safe to show.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    #[error("unknown prompt: {0}")]
+    UnknownPrompt(String),
+    #[error("resource not found: {0}")]
+    ResourceNotFound(String),
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    #[error("the client does not support {0}")]
+    ClientUnsupported(&'static str),
+    #[error("server→client request failed: {0}")]
+    Client(#[from] ContextError),
+    #[error("tool failed")]
+    Internal(String),
+}
+
+/// Why a context operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ContextError {
+    #[error("the request was cancelled")]
+    Cancelled,
+    #[error("the client did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the client answered with error {code}: {message}")]
+    ClientError { code: i64, message: String },
+    #[error("the session is gone")]
+    SessionGone,
+    #[error("session state unavailable")]
+    Unavailable,
+}
+
+/// MCP log levels, lowest first.
+pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// What a running tool call can do besides returning its result.
+#[async_trait]
+pub trait ToolContext: Send + Sync {
+    /// Sends `notifications/progress` for this call, if the caller asked for progress (a `progressToken`).
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ContextError>;
+
+    /// Sends `notifications/message` on this call's stream, if `level` is at or above the session's level.
+    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError>;
+
+    /// Sends a server→client request (`sampling/createMessage`, `elicitation/create`, `roots/list`) on this
+    /// call's stream and waits for the client's result, whichever replica the client answers through.
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError>;
+
+    /// Sends a notification to the session's standalone (GET) stream, wherever it is held.
+    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ContextError>;
+
+    /// Closes the client's connection to this call's stream (after a `retry:` hint) without ending the stream;
+    /// the client resumes with `Last-Event-ID`.
+    async fn close_connection(&self, retry: Duration) -> Result<(), ContextError>;
+
+    /// The client's declared capabilities.
+    fn client_capabilities(&self) -> &Value;
+
+    /// Fires when the client cancels this call or its session ends.
+    fn cancelled(&self) -> CancellationToken;
+}
+
+/// Everything the server offers to a session.
+#[async_trait]
+pub trait Catalog: Send + Sync + std::fmt::Debug {
+    /// The `capabilities` of the initialize result.
+    fn capabilities(&self) -> Value;
+
+    /// Optional `instructions` for the initialize result.
+    fn instructions(&self) -> Option<String> {
+        None
+    }
+
+    /// The tool definitions, in a deterministic order.
+    fn tools(&self) -> Vec<Value>;
+
+    /// Runs one tool.
+    ///
+    /// # Errors
+    /// [`ToolError::UnknownTool`] and [`ToolError::InvalidParams`] are protocol errors; the others become an
+    /// `isError` result.
+    async fn call_tool(&self, name: &str, args: JsonObject, cx: &dyn ToolContext) -> Result<Value, ToolError>;
+
+    fn resources(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    fn resource_templates(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// # Errors
+    /// [`ToolError::ResourceNotFound`].
+    async fn read_resource(&self, uri: &str) -> Result<Value, ToolError> {
+        Err(ToolError::ResourceNotFound(uri.to_owned()))
+    }
+
+    fn prompts(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// # Errors
+    /// [`ToolError::UnknownPrompt`] or [`ToolError::InvalidParams`].
+    async fn get_prompt(&self, name: &str, _args: &JsonObject) -> Result<Value, ToolError> {
+        Err(ToolError::UnknownPrompt(name.to_owned()))
+    }
+
+    /// `completion/complete`: `reference` is `params.ref`, `argument` is `params.argument`.
+    ///
+    /// # Errors
+    /// [`ToolError::InvalidParams`].
+    async fn complete(&self, _reference: &Value, _argument: &Value) -> Result<Value, ToolError> {
+        Ok(serde_json::json!({ "completion": { "values": [], "hasMore": false } }))
+    }
+}

@@ -1,1 +1,114 @@
-//! placeholder
+//! mcpfleet-transport owns the Streamable HTTP endpoint of the 2025 protocol generation (2025-03-26, 2025-06-18,
+//! 2025-11-25): POST/GET/DELETE on `/mcp`, SSE framing and resumption, the JSON-RPC envelope, protocol-version
+//! rules, Origin/Host checks, and the mapping of every error to an HTTP status and JSON-RPC code.
+//!
+//! It keeps no per-session state: a session lives in the state crate's [`Store`], so any replica serves any
+//! message of any session. A replica holds only its open streams and in-flight calls.
+//!
+//! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
+
+mod auth;
+mod error;
+mod exchange;
+mod http_api;
+mod mcp;
+mod origin;
+mod sse;
+mod tail;
+
+pub use auth::{Authenticator, NoAuth, Principal};
+pub use error::{TransportError, code};
+pub use origin::HostPattern;
+
+use axum::Router;
+use axum::routing::get;
+use mcpfleet_state::Store;
+use mcpfleet_tools::Catalog;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Protocol versions of the session-based generation, oldest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// How the endpoint behaves. Built once by the server's config module.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// Allowed `Origin` values (`scheme://host[:port]`, or `scheme://host:*` for any port). A request without
+    /// `Origin` is allowed; one with an Origin not listed gets 403. An empty list allows no Origin at all.
+    pub allowed_origins: Vec<HostPattern>,
+    /// Allowed `Host` values (`host[:port]`, or `host:*`). Empty allows none.
+    pub allowed_hosts: Vec<HostPattern>,
+    pub max_body_bytes: usize,
+    pub session_idle_ttl: Duration,
+    /// How long a replica's claim on a running call lasts without renewal; a resumer reports the call as lost
+    /// this long after its replica died.
+    pub lease_ttl: Duration,
+    pub keep_alive: Duration,
+    /// The `retry:` hint sent before the server closes a stream's connection.
+    pub retry: Duration,
+    /// A call that has produced nothing after this long switches to SSE, so that it gets keep-alives and can be
+    /// resumed.
+    pub sse_after: Duration,
+    /// A call running longer than this subscribes to its session's doorbell, to hear cancellations.
+    pub cancel_watch_after: Duration,
+    /// How long a server→client request waits for the client's answer.
+    pub client_request_timeout: Duration,
+    pub server_name: String,
+    pub server_version: String,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            allowed_origins: HostPattern::loopback_origins(),
+            allowed_hosts: HostPattern::loopback_hosts(),
+            max_body_bytes: 1024 * 1024,
+            session_idle_ttl: Duration::from_secs(30 * 60),
+            lease_ttl: Duration::from_secs(6),
+            keep_alive: Duration::from_secs(15),
+            retry: Duration::from_millis(1000),
+            sse_after: Duration::from_secs(5),
+            cancel_watch_after: Duration::from_millis(50),
+            client_request_timeout: Duration::from_secs(60),
+            server_name: "mcpfleet".to_owned(),
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+/// Everything a request handler needs. A cheap clone of `Arc`s.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub catalog: Arc<dyn Catalog>,
+    pub auth: Arc<dyn Authenticator>,
+    pub config: Arc<TransportConfig>,
+    /// Fires on shutdown: every open stream ends with a `retry:` hint.
+    pub shutdown: CancellationToken,
+}
+
+/// The axum router serving `/mcp`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mcp", get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other))
+        .with_state(state)
+}
+
+/// Serves `/mcp` on `listener` until `shutdown` fires, with TCP_NODELAY on every connection.
+///
+/// # Errors
+/// An I/O error of the listener.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    let app = router(AppState { shutdown: shutdown.clone(), ..state });
+    axum::serve(listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "set_nodelay failed");
+        }
+    }), app)
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+}
+
+use axum::serve::ListenerExt as _;

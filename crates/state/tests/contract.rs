@@ -1,0 +1,791 @@
+//! The behavioural contract of [`Store`]. Every check runs twice: against [`MemoryStore`] and against
+//! [`RedisStore`] on a redis-server of its own, so the embedded store and the production one cannot drift apart.
+//! The Redis runs also look inside Redis where the contract promises something about it (nothing is left behind
+//! once a session ends, the event log is really trimmed).
+//!
+//! Each check is an `async fn(Kind)`; `contract!` turns it into a module with a `memory` and a `redis` test, so a
+//! failure reads `streams_replay_by_stream::redis`. Every wait for a ring has a deadline: a broken store fails,
+//! it never hangs.
+
+use mcpfleet_state::{
+    AppendOptions, Event, EventId, LeaseToken, MemoryStore, NewSession, OpenStream, RedisConfig, RedisStore, Ring,
+    STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, StateError, Store, StreamState, Subscription, UserKey,
+};
+use mcpfleet_testkit::RedisServer;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How long a ring may take to arrive.
+const RING_WAIT: Duration = Duration::from_secs(5);
+/// How long we listen to conclude that no ring is coming.
+const QUIET: Duration = Duration::from_millis(300);
+/// An idle TTL no check outlives.
+const LONG: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Harness
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Memory,
+    Redis,
+}
+
+/// One check's store. Fields drop in order: the store goes before its redis-server.
+struct Harness {
+    store: Arc<dyn Store>,
+    backend: Backend,
+}
+
+enum Backend {
+    Memory(MemoryStore),
+    Redis { server: RedisServer, cfg: RedisConfig },
+}
+
+fn next() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Harness {
+    async fn new(kind: Kind) -> Self {
+        Self::with_max_events(kind, None).await
+    }
+
+    async fn with_max_events(kind: Kind, max_events: Option<usize>) -> Self {
+        match kind {
+            Kind::Memory => {
+                let m = max_events.map_or_else(MemoryStore::new, MemoryStore::with_max_events);
+                Self { store: Arc::new(m.clone()), backend: Backend::Memory(m) }
+            }
+            Kind::Redis => {
+                let server = RedisServer::start();
+                let mut cfg = RedisConfig { prefix: format!("contract{}:", next()), ..RedisConfig::new(server.url()) };
+                if let Some(n) = max_events {
+                    cfg.max_events = n;
+                }
+                let store = RedisStore::connect(cfg.clone()).await.expect("connect to redis");
+                Self { store: Arc::new(store), backend: Backend::Redis { server, cfg } }
+            }
+        }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    /// A second handle on the same state: another replica on the same Redis and prefix, or a clone of the memory
+    /// store (clones share state).
+    async fn replica(&self) -> Arc<dyn Store> {
+        match &self.backend {
+            Backend::Memory(m) => Arc::new(m.clone()),
+            Backend::Redis { cfg, .. } => Arc::new(RedisStore::connect(cfg.clone()).await.expect("connect replica")),
+        }
+    }
+
+    fn redis(&self) -> Option<&RedisServer> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { server, .. } => Some(server),
+        }
+    }
+
+    /// The Redis keys under this harness's prefix; `None` for the memory store.
+    fn redis_keys(&self) -> Option<Vec<String>> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { server, cfg } => {
+                Some(server.keys().into_iter().filter(|k| k.starts_with(&cfg.prefix)).collect())
+            }
+        }
+    }
+
+    /// The Redis key of a session's event log.
+    fn redis_events_key(&self, key: &SessionKey) -> Option<String> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { cfg, .. } => {
+                Some(format!("{}{{u:{}}}:ev:{}", cfg.prefix, key.user.as_str(), key.id.as_str()))
+            }
+        }
+    }
+}
+
+/// Generates a `memory` and a `redis` test for each check.
+macro_rules! contract {
+    ($($check:ident),* $(,)?) => {$(
+        mod $check {
+            #[tokio::test]
+            async fn memory() {
+                super::$check(super::Kind::Memory).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                super::$check(super::Kind::Redis).await;
+            }
+        }
+    )*};
+}
+
+contract!(
+    sessions_create_touch_and_ownership,
+    sessions_idle_ttl,
+    sessions_delete,
+    streams_replay_by_stream,
+    streams_final_event_and_errors,
+    cursors_gone,
+    cursors_gone_after_trim,
+    leases_expire_and_abandon,
+    leases_renew_and_append_extend,
+    leases_standalone_takeover,
+    routing_responses,
+    routing_cancellation,
+    routing_doorbells_are_per_session,
+    routing_shared_subscriptions,
+    replicas_share_state,
+);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Helpers
+
+fn user(name: &str) -> UserKey {
+    UserKey::new(name).expect("valid user key")
+}
+
+fn session_id() -> SessionId {
+    SessionId::parse(&format!("sess-{:016}", next())).expect("valid session id")
+}
+
+fn key_for(name: &str) -> SessionKey {
+    SessionKey { user: user(name), id: session_id() }
+}
+
+fn new_session(idle_ttl: Duration) -> NewSession {
+    NewSession {
+        protocol_version: "2025-06-18".to_owned(),
+        client_capabilities: r#"{"roots":{"listChanged":true}}"#.to_owned(),
+        client_info: r#"{"name":"contract","version":"1"}"#.to_owned(),
+        idle_ttl,
+    }
+}
+
+/// A fresh session of alice's.
+async fn session(store: &dyn Store, idle_ttl: Duration) -> SessionKey {
+    let key = key_for("alice");
+    store.create_session(&key, &new_session(idle_ttl)).await.expect("create session");
+    key
+}
+
+fn token(t: &str) -> LeaseToken {
+    LeaseToken(t.to_owned())
+}
+
+fn post(request_id: &str, lease: Duration) -> OpenStream {
+    OpenStream::Post { request_id: request_id.to_owned(), token: token(&format!("tok-{request_id}")), lease }
+}
+
+async fn open_post(store: &dyn Store, key: &SessionKey, request_id: &str, lease: Duration) -> (u64, EventId) {
+    store.open_stream(key, &post(request_id, lease)).await.expect("open post stream")
+}
+
+async fn append(store: &dyn Store, key: &SessionKey, stream: u64, data: &str) -> EventId {
+    store.append(key, stream, data, &AppendOptions::default()).await.expect("append")
+}
+
+async fn append_final(store: &dyn Store, key: &SessionKey, stream: u64, data: &str) -> EventId {
+    store.append(key, stream, data, &AppendOptions { is_final: true, ..AppendOptions::default() }).await.expect("append final")
+}
+
+/// The log position of an event, which orders events across streams (`EventId`'s `Ord` compares the stream first).
+fn pos(id: &EventId) -> (u64, u64) {
+    (id.ms, id.seq)
+}
+
+/// Everything of `stream` after `cursor`, in pages of `page`, following the returned cursor.
+async fn read_all(store: &dyn Store, key: &SessionKey, stream: u64, cursor: &EventId, page: usize) -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut cursor = *cursor;
+    let mut check = true;
+    for _ in 0..10_000 {
+        let (events, last) = store.read_after(key, stream, &cursor, check, page).await.expect("read_after");
+        if last == cursor {
+            assert!(events.is_empty(), "events without progress: {events:?}");
+            return out;
+        }
+        assert_eq!(last.stream, stream, "the returned cursor names the stream that was read");
+        assert!(pos(&last) > pos(&cursor), "cursor went backwards: {cursor} -> {last}");
+        out.extend(events);
+        cursor = last;
+        // A page may end on another stream's entry: only the first cursor is an event of this stream.
+        check = false;
+    }
+    panic!("read_all did not terminate");
+}
+
+/// Waits for `want`, skipping other rings (the stores may ring more than the contract requires).
+async fn wait_for(sub: &mut Box<dyn Subscription>, want: &Ring) {
+    let deadline = tokio::time::Instant::now() + RING_WAIT;
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, sub.recv()).await {
+            Ok(Some(r)) if &r == want => return,
+            Ok(Some(r)) => seen.push(r),
+            Ok(None) => panic!("subscription ended while waiting for {want:?}; saw {seen:?}"),
+            Err(_) => panic!("no {want:?} within {RING_WAIT:?}; saw {seen:?}"),
+        }
+    }
+}
+
+/// Asserts that nothing rings for a while.
+async fn assert_quiet(sub: &mut Box<dyn Subscription>, what: &str) {
+    if let Ok(r) = tokio::time::timeout(QUIET, sub.recv()).await {
+        panic!("{what}: expected no ring, got {r:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sessions
+
+async fn sessions_create_touch_and_ownership(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    s.ping().await.expect("ping");
+
+    let key = session(s, LONG).await;
+    let expected = SessionInfo {
+        protocol_version: "2025-06-18".to_owned(),
+        client_capabilities: r#"{"roots":{"listChanged":true}}"#.to_owned(),
+        log_level: None,
+    };
+    assert_eq!(s.touch_session(&key).await.expect("touch"), Some(expected.clone()));
+
+    assert!(s.set_log_level(&key, "debug").await.expect("set level"));
+    let info = s.touch_session(&key).await.expect("touch");
+    assert_eq!(info, Some(SessionInfo { log_level: Some("debug".to_owned()), ..expected.clone() }));
+    assert!(s.set_log_level(&key, "error").await.expect("set level"));
+    assert_eq!(s.touch_session(&key).await.expect("touch").and_then(|i| i.log_level).as_deref(), Some("error"));
+
+    // Unknown ids and other users' keys name nothing.
+    let unknown = SessionKey { user: key.user.clone(), id: session_id() };
+    assert_eq!(s.touch_session(&unknown).await.expect("touch unknown"), None);
+    assert!(!s.set_log_level(&unknown, "debug").await.expect("set level unknown"));
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert_eq!(s.touch_session(&bob).await.expect("touch as bob"), None);
+    assert!(!s.set_log_level(&bob, "debug").await.expect("set level as bob"));
+    assert!(matches!(s.open_stream(&bob, &post("1", LONG)).await, Err(StateError::SessionNotFound)));
+
+    // Creating an existing session again is refused and changes nothing.
+    let again = NewSession { protocol_version: "2024-11-05".to_owned(), ..new_session(LONG) };
+    let r = s.create_session(&key, &again).await;
+    assert!(matches!(r, Err(StateError::Conflict)), "second create: {r:?}");
+    let info = s.touch_session(&key).await.expect("touch").expect("still there");
+    assert_eq!(info.protocol_version, "2025-06-18");
+    assert_eq!(info.log_level.as_deref(), Some("error"));
+}
+
+async fn sessions_idle_ttl(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let ttl = Duration::from_millis(400);
+    let key = session(s, ttl).await;
+    let (k, priming) = open_post(s, &key, "1", LONG).await;
+    let (g, _) = s.open_stream(&key, &OpenStream::Standalone { token: token("g"), lease: LONG }).await.expect("open get");
+    assert_eq!(g, STANDALONE_STREAM);
+    let a = append(s, &key, k, "kept alive").await;
+
+    // Touching every 100 ms keeps the session, its log and its leases alive well past the TTL.
+    for i in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(s.touch_session(&key).await.expect("touch").is_some(), "session expired despite touch {i}");
+    }
+    let (events, _) = s.read_after(&key, k, &priming, true, 100).await.expect("log outlives its first TTL");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![a]);
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Running);
+    if let Some(keys) = h.redis_keys() {
+        assert_eq!(keys.len(), 3, "session, log and leases: {keys:?}");
+    }
+
+    // Without touches it is gone after the TTL, with everything it owned.
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    assert_eq!(s.touch_session(&key).await.expect("touch expired"), None);
+    assert!(matches!(s.open_stream(&key, &post("2", LONG)).await, Err(StateError::SessionNotFound)));
+    assert!(matches!(s.append(&key, k, "x", &AppendOptions::default()).await, Err(StateError::SessionNotFound)));
+    assert!(matches!(s.read_after(&key, k, &priming, true, 10).await, Err(StateError::SessionNotFound)));
+    assert!(!s.renew_lease(&key, k, &token("tok-1"), LONG).await.expect("renew expired"));
+    if let Some(keys) = h.redis_keys() {
+        assert_eq!(keys, Vec::<String>::new(), "keys left after expiry");
+    }
+
+    // The id can be used again once expired.
+    s.create_session(&key, &new_session(LONG)).await.expect("create after expiry");
+    let (k2, _) = open_post(s, &key, "1", LONG).await;
+    assert_eq!(k2, 1, "a new session numbers its streams from 1");
+}
+
+async fn sessions_delete(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, _) = open_post(s, &key, "1", LONG).await;
+    append(s, &key, k, "one").await;
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert!(!s.delete_session(&bob).await.expect("delete as bob"));
+    assert!(s.touch_session(&key).await.expect("touch").is_some(), "bob's delete must not end alice's session");
+
+    assert!(s.delete_session(&key).await.expect("delete"));
+    wait_for(&mut sub, &Ring::Closed).await;
+    assert!(!s.delete_session(&key).await.expect("delete twice"));
+    assert_eq!(s.touch_session(&key).await.expect("touch deleted"), None);
+    assert!(matches!(s.open_stream(&key, &post("2", LONG)).await, Err(StateError::SessionNotFound)));
+    assert!(matches!(s.append(&key, k, "x", &AppendOptions::default()).await, Err(StateError::SessionNotFound)));
+    assert!(!s.cancel_request(&key, "1").await.expect("cancel in deleted session"));
+    if let Some(keys) = h.redis_keys() {
+        assert_eq!(keys, Vec::<String>::new(), "keys left after delete");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Streams and replay
+
+async fn streams_replay_by_stream(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+
+    let (k1, p1) = open_post(s, &key, "1", LONG).await;
+    let (k2, p2) = open_post(s, &key, "2", LONG).await;
+    let (k3, p3) = open_post(s, &key, "3", LONG).await;
+    assert_eq!((k1, k2, k3), (1, 2, 3), "POST streams are numbered from 1");
+    assert_eq!((p1.stream, p2.stream, p3.stream), (1, 2, 3), "priming ids name their stream");
+
+    // Interleave two streams; the third stays silent.
+    let a1 = append(s, &key, 1, "a1").await;
+    let b1 = append(s, &key, 2, "b1").await;
+    let a2 = append(s, &key, 1, "a2").await;
+    let b2 = append_final(s, &key, 2, "b2").await;
+    let a3 = append_final(s, &key, 1, "a3").await;
+    let order = [p1, p2, p3, a1, b1, a2, b2, a3];
+    assert!(order.windows(2).all(|w| pos(&w[0]) < pos(&w[1])), "ids must increase in commit order: {order:?}");
+    assert_eq!([a1, a2, a3].map(|i| i.stream), [1, 1, 1]);
+    assert_eq!([b1, b2].map(|i| i.stream), [2, 2]);
+
+    let ev = |id: EventId, data: &str, is_final: bool| Event { id, data: data.to_owned(), is_final };
+    let want1 = vec![ev(a1, "a1", false), ev(a2, "a2", false), ev(a3, "a3", true)];
+    let want2 = vec![ev(b1, "b1", false), ev(b2, "b2", true)];
+
+    let (events, last) = s.read_after(&key, 1, &p1, true, 100).await.expect("read stream 1");
+    assert_eq!(events, want1);
+    assert_eq!(last, a3, "the cursor is the last entry scanned");
+    let (events, last) = s.read_after(&key, 2, &p2, true, 100).await.expect("read stream 2");
+    assert_eq!(events, want2);
+    assert_eq!((last.stream, pos(&last)), (2, pos(&a3)), "the cursor is the last entry scanned, labelled with stream 2");
+    let (events, last) = s.read_after(&key, 3, &p3, true, 100).await.expect("read stream 3");
+    assert_eq!(events, vec![], "stream 3 must not see other streams' events");
+    assert_eq!(pos(&last), pos(&a3));
+
+    // Resuming from the middle, and paging through the log one entry at a time.
+    let (events, _) = s.read_after(&key, 1, &a1, true, 100).await.expect("resume stream 1");
+    assert_eq!(events, want1[1..].to_vec());
+    let (events, last) = s.read_after(&key, 1, &a3, true, 100).await.expect("read at the end");
+    assert_eq!((events, last), (vec![], a3));
+    for page in [1, 2, 3] {
+        assert_eq!(read_all(s, &key, 1, &p1, page).await, want1, "stream 1 in pages of {page}");
+        assert_eq!(read_all(s, &key, 2, &p2, page).await, want2, "stream 2 in pages of {page}");
+    }
+    // A page of one entry that is another stream's: no events, but the cursor moves on.
+    let (events, last) = s.read_after(&key, 1, &p1, true, 1).await.expect("one-entry page");
+    assert_eq!((events, last.stream, pos(&last)), (vec![], 1, pos(&p2)));
+}
+
+async fn streams_final_event_and_errors(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, p) = open_post(s, &key, "1", LONG).await;
+    let (other, _) = open_post(s, &key, "2", LONG).await;
+
+    let last = append_final(s, &key, k, "result").await;
+    assert_eq!(last.stream, k);
+    for _ in 0..2 {
+        let r = s.append(&key, k, "late", &AppendOptions::default()).await;
+        assert!(matches!(r, Err(StateError::StreamFinished)), "append after final: {r:?}");
+        let r = s.append(&key, k, "late", &AppendOptions { is_final: true, ..AppendOptions::default() }).await;
+        assert!(matches!(r, Err(StateError::StreamFinished)), "second final: {r:?}");
+    }
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Finished);
+    let (events, _) = s.read_after(&key, k, &p, true, 100).await.expect("read");
+    assert_eq!(events, vec![Event { id: last, data: "result".to_owned(), is_final: true }], "late appends left no trace");
+
+    // The other stream is unaffected; a stream that was never opened cannot be written.
+    append(s, &key, other, "still open").await;
+    let r = s.append(&key, 99, "x", &AppendOptions::default()).await;
+    assert!(matches!(r, Err(StateError::StreamFinished)), "append to an unopened stream: {r:?}");
+    assert_eq!(s.stream_state(&key, 99).await.expect("state of unopened"), StreamState::Finished);
+
+    let unknown = key_for("alice");
+    let r = s.append(&unknown, 1, "x", &AppendOptions::default()).await;
+    assert!(matches!(r, Err(StateError::SessionNotFound)), "append to an unknown session: {r:?}");
+    let r = s.stream_state(&unknown, 1).await;
+    assert!(matches!(r, Err(StateError::SessionNotFound)), "state in an unknown session: {r:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Cursors
+
+async fn cursors_gone(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k1, p1) = open_post(s, &key, "1", LONG).await;
+    let (k2, p2) = open_post(s, &key, "2", LONG).await;
+    let a = append(s, &key, k1, "a").await;
+    let b = append(s, &key, k2, "b").await;
+
+    // Another stream's cursor: refused when checked, a plain position otherwise.
+    for (stream, cursor) in [(k1, p2), (k1, b), (k2, p1), (k2, a)] {
+        let r = s.read_after(&key, stream, &cursor, true, 10).await;
+        assert!(matches!(r, Err(StateError::CursorGone)), "stream {stream} from {cursor}: {r:?}");
+    }
+    let (events, _) = s.read_after(&key, k1, &p2, false, 10).await.expect("unchecked cursor");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![a]);
+
+    // Cursors that never were events.
+    let fabricated = [
+        EventId { stream: k1, ms: 1, seq: 0 },
+        EventId { stream: k1, ms: 0, seq: 0 },
+        EventId { stream: k1, ms: p1.ms, seq: p1.seq + 1000 },
+        EventId { stream: k1, ms: u64::MAX / 2, seq: 0 },
+    ];
+    for cursor in fabricated {
+        for check in [true, false] {
+            let r = s.read_after(&key, k1, &cursor, check, 10).await;
+            assert!(matches!(r, Err(StateError::CursorGone)), "fabricated {cursor} (check {check}): {r:?}");
+        }
+    }
+
+    // Another user's session, and an unknown one.
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert!(matches!(s.read_after(&bob, k1, &p1, true, 10).await, Err(StateError::SessionNotFound)));
+    assert!(matches!(s.read_after(&key_for("alice"), k1, &p1, true, 10).await, Err(StateError::SessionNotFound)));
+}
+
+async fn cursors_gone_after_trim(kind: Kind) {
+    const MAX: usize = 5;
+    // Redis trims `MAXLEN ~` only by whole macro nodes (100 entries by default), so write well past that.
+    const WRITES: usize = 300;
+    let h = Harness::with_max_events(kind, Some(MAX)).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, priming) = open_post(s, &key, "1", LONG).await;
+    let mut ids = Vec::new();
+    for i in 0..WRITES {
+        ids.push(append(s, &key, k, &format!("e{i}")).await);
+    }
+
+    let r = s.read_after(&key, k, &priming, true, 10).await;
+    assert!(matches!(r, Err(StateError::CursorGone)), "priming cursor after trim: {r:?}");
+    let r = s.read_after(&key, k, &ids[0], true, 10).await;
+    assert!(matches!(r, Err(StateError::CursorGone)), "first event after trim: {r:?}");
+
+    // The newest events are retained and still resume.
+    let (events, last) = s.read_after(&key, k, &ids[WRITES - 2], true, 10).await.expect("recent cursor");
+    assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), vec![format!("e{}", WRITES - 1)]);
+    assert_eq!(last, ids[WRITES - 1]);
+
+    if let (Some(server), Some(events_key)) = (h.redis(), h.redis_events_key(&key)) {
+        let len: usize = server.raw(&["XLEN", &events_key]).trim().parse().expect("XLEN");
+        assert!(len < WRITES, "MAXLEN ~ {MAX} never trimmed: {len} entries");
+        // Trimming to exactly MAX (as XTRIM without `~` does) loses everything older than the last MAX.
+        let trimmed: usize = server.raw(&["XTRIM", &events_key, "MAXLEN", &MAX.to_string()]).trim().parse().expect("XTRIM");
+        assert_eq!(trimmed, len - MAX);
+    }
+    // Exactly MAX events are kept by the memory store, and by Redis once trimmed exactly.
+    let oldest_kept = WRITES - MAX;
+    let r = s.read_after(&key, k, &ids[oldest_kept - 1], true, 10).await;
+    assert!(matches!(r, Err(StateError::CursorGone)), "just outside the window: {r:?}");
+    let (events, _) = s.read_after(&key, k, &ids[oldest_kept], true, 100).await.expect("oldest kept");
+    assert_eq!(events.len(), MAX - 1);
+
+    // Deleting the whole log (expiry or operator) also makes every cursor gone while the session lives.
+    if let (Some(server), Some(events_key)) = (h.redis(), h.redis_events_key(&key)) {
+        assert_eq!(server.raw(&["DEL", &events_key]).trim(), "1");
+        let r = s.read_after(&key, k, &ids[WRITES - 1], true, 10).await;
+        assert!(matches!(r, Err(StateError::CursorGone)), "log deleted: {r:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Leases
+
+async fn leases_expire_and_abandon(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let request_id = r#""req-7""#;
+    let lease = Duration::from_millis(300);
+    let (k, priming) = open_post(s, &key, request_id, lease).await;
+    let (alive, _) = open_post(s, &key, "8", LONG).await;
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Running);
+    append(s, &key, k, "progress").await;
+
+    // A running stream cannot be abandoned.
+    assert_eq!(s.abandon_stream(&key, k, "nope").await.expect("abandon running"), None);
+    assert_eq!(s.abandon_stream(&key, alive, "nope").await.expect("abandon running"), None);
+
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Abandoned { request_id: request_id.to_owned() });
+    assert_eq!(s.stream_state(&key, alive).await.expect("state"), StreamState::Running);
+
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+    let id = s.abandon_stream(&key, k, "replica died").await.expect("abandon").expect("the first abandon wins");
+    assert_eq!(id.stream, k);
+    wait_for(&mut sub, &Ring::Event(k)).await;
+    assert_eq!(s.abandon_stream(&key, k, "again").await.expect("abandon twice"), None);
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Finished);
+
+    let (events, _) = s.read_after(&key, k, &priming, true, 100).await.expect("read");
+    let tail: Vec<_> = events.iter().map(|e| (e.data.as_str(), e.is_final)).collect();
+    assert_eq!(tail, vec![("progress", false), ("replica died", true)]);
+    assert_eq!(events.last().map(|e| e.id), Some(id));
+    assert!(matches!(s.append(&key, k, "late", &AppendOptions::default()).await, Err(StateError::StreamFinished)));
+    assert!(!s.renew_lease(&key, k, &token(&format!("tok-{request_id}")), LONG).await.expect("renew abandoned"));
+    assert_eq!(s.stream_state(&key, alive).await.expect("state"), StreamState::Running);
+}
+
+async fn leases_renew_and_append_extend(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let lease = Duration::from_millis(300);
+
+    // renew_lease keeps a stream running past its first lease.
+    let (k, _) = open_post(s, &key, "1", lease).await;
+    for i in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(s.renew_lease(&key, k, &token("tok-1"), lease).await.expect("renew"), "renewal {i} refused");
+    }
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Running);
+    assert_eq!(s.abandon_stream(&key, k, "x").await.expect("abandon renewed"), None);
+
+    // So does an append that asks for it.
+    let (k2, _) = open_post(s, &key, "2", lease).await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let opts = AppendOptions { lease: Some(lease), ..AppendOptions::default() };
+        s.append(&key, k2, "tick", &opts).await.expect("append with lease");
+    }
+    assert_eq!(s.stream_state(&key, k2).await.expect("state"), StreamState::Running);
+
+    // Once final, there is nothing to renew.
+    append_final(s, &key, k, "done").await;
+    assert!(!s.renew_lease(&key, k, &token("tok-1"), lease).await.expect("renew finished"));
+    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Finished);
+    assert!(!s.renew_lease(&key, 99, &token("tok-99"), lease).await.expect("renew unopened"));
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert!(!s.renew_lease(&bob, k2, &token("tok-2"), lease).await.expect("renew as bob"));
+}
+
+async fn leases_standalone_takeover(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+
+    let (k, primed) = s.open_stream(&key, &OpenStream::Standalone { token: token("first"), lease: LONG }).await.expect("open get");
+    assert_eq!((k, primed.stream), (STANDALONE_STREAM, STANDALONE_STREAM));
+    wait_for(&mut sub, &Ring::Takeover("first".to_owned())).await;
+    assert!(s.renew_lease(&key, k, &token("first"), LONG).await.expect("renew"));
+    assert!(!s.renew_lease(&key, k, &token("stranger"), LONG).await.expect("renew with a wrong token"));
+
+    // POST streams still count from 1 around the standalone stream.
+    let (post_k, _) = open_post(s, &key, "1", LONG).await;
+    assert_eq!(post_k, 1);
+
+    let (k2, primed2) = s.open_stream(&key, &OpenStream::Standalone { token: token("second"), lease: LONG }).await.expect("reopen get");
+    assert_eq!((k2, primed2.stream), (STANDALONE_STREAM, STANDALONE_STREAM));
+    assert!(pos(&primed2) > pos(&primed));
+    wait_for(&mut sub, &Ring::Takeover("second".to_owned())).await;
+    assert!(!s.renew_lease(&key, k, &token("first"), LONG).await.expect("renew by the old holder"));
+    assert!(s.renew_lease(&key, k, &token("second"), LONG).await.expect("renew by the new holder"));
+
+    // The standalone stream takes events (it never finishes by itself) and rings them.
+    let e = append(s, &key, STANDALONE_STREAM, "notification").await;
+    assert_eq!(e.stream, STANDALONE_STREAM);
+    wait_for(&mut sub, &Ring::Event(STANDALONE_STREAM)).await;
+    let (events, _) = s.read_after(&key, STANDALONE_STREAM, &primed2, true, 10).await.expect("read get stream");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![e]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Routing
+
+async fn routing_responses(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, _) = open_post(s, &key, "1", LONG).await;
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+
+    let pending = |id: &str| AppendOptions { pending_request: Some(id.to_owned()), ..AppendOptions::default() };
+    s.append(&key, k, r#"{"method":"sampling/createMessage","id":"s-1"}"#, &pending("s-1")).await.expect("append request");
+    wait_for(&mut sub, &Ring::Event(k)).await;
+
+    let msg = r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;
+    assert!(s.deliver_response(&key, "s-1", msg).await.expect("deliver"));
+    wait_for(&mut sub, &Ring::Response("s-1".to_owned())).await;
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert_eq!(s.take_response(&bob, "s-1").await.expect("take as bob"), None, "bob cannot take alice's response");
+    assert_eq!(s.take_response(&key, "s-1").await.expect("take"), Some(msg.to_owned()));
+    assert_eq!(s.take_response(&key, "s-1").await.expect("take twice"), None);
+
+    // Only a pending request can be answered, and only once.
+    assert!(!s.deliver_response(&key, "s-1", msg).await.expect("deliver twice"));
+    assert!(!s.deliver_response(&key, "never", msg).await.expect("deliver unknown"));
+    assert_eq!(s.take_response(&key, "never").await.expect("take unknown"), None);
+
+    // A forgotten request refuses its late response.
+    s.append(&key, k, "request 2", &pending("s-2")).await.expect("append request");
+    s.forget_pending(&key, "s-2").await.expect("forget");
+    assert!(!s.deliver_response(&key, "s-2", msg).await.expect("deliver forgotten"));
+    assert_eq!(s.take_response(&key, "s-2").await.expect("take forgotten"), None);
+
+    // Other users and unknown sessions.
+    s.append(&key, k, "request 3", &pending("s-3")).await.expect("append request");
+    let r = s.deliver_response(&bob, "s-3", msg).await;
+    assert!(matches!(r, Err(StateError::SessionNotFound)), "deliver as bob: {r:?}");
+    let r = s.deliver_response(&key_for("alice"), "s-3", msg).await;
+    assert!(matches!(r, Err(StateError::SessionNotFound)), "deliver to an unknown session: {r:?}");
+    assert!(s.deliver_response(&key, "s-3", "three").await.expect("deliver s-3"), "s-3 is still pending");
+    wait_for(&mut sub, &Ring::Response("s-3".to_owned())).await;
+    assert_eq!(s.take_response(&key, "s-3").await.expect("take s-3").as_deref(), Some("three"));
+    s.forget_pending(&key_for("carol"), "x").await.expect("forget in an unknown session");
+}
+
+async fn routing_cancellation(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+
+    assert!(!s.is_cancelled(&key, "7").await.expect("is_cancelled before"));
+    assert!(s.cancel_request(&key, "7").await.expect("cancel"));
+    wait_for(&mut sub, &Ring::Cancel("7".to_owned())).await;
+    assert!(s.is_cancelled(&key, "7").await.expect("is_cancelled"));
+    assert!(!s.is_cancelled(&key, "8").await.expect("is_cancelled other id"));
+    let bob = SessionKey { user: user("bob"), id: key.id.clone() };
+    assert!(!s.is_cancelled(&bob, "7").await.expect("is_cancelled as bob"));
+    assert!(!s.cancel_request(&bob, "7").await.expect("cancel as bob"));
+    assert!(!s.cancel_request(&key_for("alice"), "7").await.expect("cancel in an unknown session"));
+
+    // JSON ids keep their quotes and colons.
+    assert!(s.cancel_request(&key, r#""a:b""#).await.expect("cancel string id"));
+    wait_for(&mut sub, &Ring::Cancel(r#""a:b""#.to_owned())).await;
+    assert!(s.is_cancelled(&key, r#""a:b""#).await.expect("is_cancelled string id"));
+}
+
+async fn routing_doorbells_are_per_session(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let x = session(s, LONG).await;
+    let y = session(s, LONG).await;
+    let bob_x = SessionKey { user: user("bob"), id: x.id.clone() };
+    s.create_session(&bob_x, &new_session(LONG)).await.expect("bob's session with the same id");
+    let mut sub_x = s.subscribe(&x).await.expect("subscribe x");
+    let mut sub_y = s.subscribe(&y).await.expect("subscribe y");
+    let mut sub_bob = s.subscribe(&bob_x).await.expect("subscribe bob");
+
+    let (kx, _) = open_post(s, &x, "1", LONG).await;
+    append(s, &x, kx, "for x").await;
+    wait_for(&mut sub_x, &Ring::Event(kx)).await;
+    assert!(s.cancel_request(&x, "9").await.expect("cancel"));
+    wait_for(&mut sub_x, &Ring::Cancel("9".to_owned())).await;
+    assert_quiet(&mut sub_y, "another session of the same user").await;
+    assert_quiet(&mut sub_bob, "another user's session with the same id").await;
+
+    let (ky, _) = open_post(s, &y, "1", LONG).await;
+    append(s, &y, ky, "for y").await;
+    wait_for(&mut sub_y, &Ring::Event(ky)).await;
+    assert!(s.delete_session(&bob_x).await.expect("delete bob's"));
+    wait_for(&mut sub_bob, &Ring::Closed).await;
+    assert_quiet(&mut sub_x, "rings of y and of bob").await;
+    assert!(s.touch_session(&x).await.expect("touch").is_some(), "deleting bob's session left alice's");
+}
+
+async fn routing_shared_subscriptions(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, _) = open_post(s, &key, "1", LONG).await;
+
+    // Two local subscribers of one session both hear every ring.
+    let mut first = s.subscribe(&key).await.expect("subscribe");
+    let mut second = s.subscribe(&key).await.expect("subscribe again");
+    append(s, &key, k, "both").await;
+    wait_for(&mut first, &Ring::Event(k)).await;
+    wait_for(&mut second, &Ring::Event(k)).await;
+
+    // Dropping one leaves the other subscribed.
+    drop(first);
+    assert!(s.cancel_request(&key, "1").await.expect("cancel"));
+    wait_for(&mut second, &Ring::Cancel("1".to_owned())).await;
+
+    // Dropping the last and subscribing again at once never loses the new subscription.
+    for i in 0..5 {
+        drop(second);
+        second = s.subscribe(&key).await.expect("resubscribe");
+        let id = format!("again-{i}");
+        assert!(s.cancel_request(&key, &id).await.expect("cancel"));
+        wait_for(&mut second, &Ring::Cancel(id)).await;
+    }
+}
+
+async fn replicas_share_state(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let a = h.store();
+    let b = h.replica().await;
+    let b = &*b;
+
+    let key = key_for("alice");
+    b.create_session(&key, &new_session(LONG)).await.expect("create on b");
+    assert!(a.touch_session(&key).await.expect("touch on a").is_some(), "a sees the session b created");
+    assert!(matches!(a.create_session(&key, &new_session(LONG)).await, Err(StateError::Conflict)));
+    let mut sub = a.subscribe(&key).await.expect("subscribe on a");
+
+    // Events committed on b ring on a, and a replays them.
+    let (k, priming) = open_post(b, &key, "1", LONG).await;
+    let pending = AppendOptions { pending_request: Some("s-1".to_owned()), ..AppendOptions::default() };
+    let e = b.append(&key, k, "request", &pending).await.expect("append on b");
+    wait_for(&mut sub, &Ring::Event(k)).await;
+    let (events, _) = a.read_after(&key, k, &priming, true, 10).await.expect("replay on a");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![e]);
+
+    // A response delivered through b wakes a, which takes it.
+    assert!(b.deliver_response(&key, "s-1", "answer").await.expect("deliver on b"));
+    wait_for(&mut sub, &Ring::Response("s-1".to_owned())).await;
+    assert_eq!(a.take_response(&key, "s-1").await.expect("take on a").as_deref(), Some("answer"));
+    assert_eq!(b.take_response(&key, "s-1").await.expect("take on b"), None);
+
+    // A cancellation recorded on b rings on a.
+    assert!(b.cancel_request(&key, "9").await.expect("cancel on b"));
+    wait_for(&mut sub, &Ring::Cancel("9".to_owned())).await;
+    assert!(a.is_cancelled(&key, "9").await.expect("is_cancelled on a"));
+
+    // A takeover on b rings on a and fences a's holder.
+    a.open_stream(&key, &OpenStream::Standalone { token: token("on-a"), lease: LONG }).await.expect("get on a");
+    b.open_stream(&key, &OpenStream::Standalone { token: token("on-b"), lease: LONG }).await.expect("get on b");
+    wait_for(&mut sub, &Ring::Takeover("on-b".to_owned())).await;
+    assert!(!a.renew_lease(&key, STANDALONE_STREAM, &token("on-a"), LONG).await.expect("renew on a"));
+
+    // Ending the session on b closes a's subscription.
+    assert!(b.delete_session(&key).await.expect("delete on b"));
+    wait_for(&mut sub, &Ring::Closed).await;
+    assert_eq!(a.touch_session(&key).await.expect("touch on a"), None);
+    if let Some(keys) = h.redis_keys() {
+        let left: Vec<_> = keys.iter().filter(|k| !k.contains(":rsp:") && !k.contains(":cx:")).collect();
+        assert!(left.is_empty(), "keys left after delete: {left:?}");
+    }
+}

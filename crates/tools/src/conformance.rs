@@ -1,0 +1,261 @@
+//! The fixtures the MCP conformance suite (`@modelcontextprotocol/conformance` 0.1.16) expects, implemented for
+//! real: server→client requests go through the session's routing, logs and progress through its stream. Only
+//! registered with `--fixtures conformance`, never by default.
+
+use crate::{Catalog, JsonObject, ToolContext, ToolError};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The conformance catalog.
+#[derive(Debug, Default)]
+pub struct ConformanceCatalog;
+
+fn closed(properties: Value, required: &[&str]) -> Value {
+    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
+}
+
+fn tool(name: &str, description: &str, schema: Value) -> Value {
+    json!({ "name": name, "description": description, "inputSchema": schema })
+}
+
+fn text(t: impl Into<String>) -> Value {
+    json!({ "type": "text", "text": t.into() })
+}
+
+fn ok(content: Vec<Value>) -> Result<Value, ToolError> {
+    Ok(json!({ "content": content }))
+}
+
+fn string_arg<'a>(args: &'a JsonObject, name: &str) -> Result<&'a str, ToolError> {
+    args.get(name).and_then(Value::as_str).ok_or_else(|| ToolError::InvalidParams(format!("arguments.{name} must be a string")))
+}
+
+fn no_args(name: &str, description: &str) -> Value {
+    tool(name, description, closed(json!({}), &[]))
+}
+
+fn require_capability(cx: &dyn ToolContext, cap: &'static str) -> Result<(), ToolError> {
+    if cx.client_capabilities().get(cap).is_some() { Ok(()) } else { Err(ToolError::ClientUnsupported(cap)) }
+}
+
+async fn elicit(cx: &dyn ToolContext, message: &str, schema: Value) -> Result<Value, ToolError> {
+    require_capability(cx, "elicitation")?;
+    let params = json!({ "mode": "form", "message": message, "requestedSchema": schema });
+    Ok(cx.request("elicitation/create", params, CLIENT_TIMEOUT).await?)
+}
+
+fn bounded_string(max: u64) -> Value {
+    json!({ "type": "string", "maxLength": max })
+}
+
+#[async_trait]
+impl Catalog for ConformanceCatalog {
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": { "listChanged": false },
+            "resources": { "subscribe": true, "listChanged": false },
+            "prompts": { "listChanged": false },
+            "logging": {},
+            "completions": {},
+        })
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Some("mcpfleet conformance fixtures".to_owned())
+    }
+
+    fn tools(&self) -> Vec<Value> {
+        vec![
+            no_args("test_simple_text", "Returns a simple text response"),
+            no_args("test_image_content", "Returns an image"),
+            no_args("test_audio_content", "Returns audio"),
+            no_args("test_embedded_resource", "Returns an embedded resource"),
+            no_args("test_multiple_content_types", "Returns text, an image and a resource"),
+            no_args("test_tool_with_logging", "Sends three log messages while it runs"),
+            no_args("test_tool_with_progress", "Reports progress three times while it runs"),
+            no_args("test_error_handling", "Always fails, as a tool error"),
+            tool("test_sampling", "Asks the client's model to complete a prompt", closed(json!({ "prompt": bounded_string(4096) }), &["prompt"])),
+            tool("test_elicitation", "Asks the user for their details", closed(json!({ "message": bounded_string(1024) }), &["message"])),
+            no_args("test_elicitation_sep1034_defaults", "Elicits a form whose fields have defaults (SEP-1034)"),
+            no_args("test_elicitation_sep1330_enums", "Elicits a form with every enum style (SEP-1330)"),
+            json!({
+                "name": "json_schema_2020_12_tool",
+                "description": "Tool with JSON Schema 2020-12 features",
+                "inputSchema": {
+                    "$schema": "https://json-schema.org/draft/2020-12/schema",
+                    "type": "object",
+                    "$defs": { "address": { "type": "object", "properties": {
+                        "street": bounded_string(256), "city": bounded_string(256) }, "additionalProperties": false } },
+                    "properties": { "name": bounded_string(256), "address": { "$ref": "#/$defs/address" } },
+                    "additionalProperties": false,
+                }
+            }),
+            no_args("test_reconnection", "Closes its SSE connection mid-call; the client resumes with Last-Event-ID"),
+        ]
+    }
+
+    async fn call_tool(&self, name: &str, args: JsonObject, cx: &dyn ToolContext) -> Result<Value, ToolError> {
+        match name {
+            "test_simple_text" => ok(vec![text("This is a simple text response for testing.")]),
+            "test_image_content" => ok(vec![json!({ "type": "image", "data": PNG, "mimeType": "image/png" })]),
+            "test_audio_content" => ok(vec![json!({ "type": "audio", "data": WAV, "mimeType": "audio/wav" })]),
+            "test_embedded_resource" => ok(vec![json!({ "type": "resource", "resource": {
+                "uri": "test://embedded-resource", "mimeType": "text/plain", "text": "This is an embedded resource content." } })]),
+            "test_multiple_content_types" => ok(vec![
+                text("Multiple content types test:"),
+                json!({ "type": "image", "data": PNG, "mimeType": "image/png" }),
+                json!({ "type": "resource", "resource": {
+                    "uri": "test://mixed-content-resource", "mimeType": "application/json", "text": "{\"test\":\"data\",\"value\":123}" } }),
+            ]),
+            "test_tool_with_logging" => {
+                for (i, m) in ["Tool execution started", "Tool processing data", "Tool execution completed"].iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    cx.log("info", Some("test_tool_with_logging"), json!(m)).await?;
+                }
+                ok(vec![text("Logging test completed")])
+            }
+            "test_tool_with_progress" => {
+                for (i, p) in [0.0, 50.0, 100.0].iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    cx.progress(*p, Some(100.0), Some(&format!("Completed step {}", i + 1))).await?;
+                }
+                ok(vec![text("Progress test completed")])
+            }
+            "test_error_handling" => Ok(json!({ "content": [text("This tool intentionally returns an error for testing")], "isError": true })),
+            "test_sampling" => {
+                let prompt = string_arg(&args, "prompt")?;
+                require_capability(cx, "sampling")?;
+                let params = json!({ "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }], "maxTokens": 100 });
+                let r = cx.request("sampling/createMessage", params, CLIENT_TIMEOUT).await?;
+                let reply = r.get("content").and_then(|c| c.get("text")).and_then(Value::as_str).unwrap_or("");
+                ok(vec![text(format!("LLM response: {reply}"))])
+            }
+            "test_elicitation" => {
+                let message = string_arg(&args, "message")?;
+                let schema = json!({ "type": "object", "properties": {
+                    "username": { "type": "string", "description": "User's response" },
+                    "email": { "type": "string", "description": "User's email address" } }, "required": ["username", "email"] });
+                let r = elicit(cx, message, schema).await?;
+                ok(vec![text(format!("User response: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+            }
+            "test_elicitation_sep1034_defaults" => {
+                let schema = json!({ "type": "object", "properties": {
+                    "name": { "type": "string", "description": "User name", "default": "John Doe" },
+                    "age": { "type": "integer", "description": "User age", "default": 30 },
+                    "score": { "type": "number", "description": "User score", "default": 95.5 },
+                    "status": { "type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active" },
+                    "verified": { "type": "boolean", "description": "Verification status", "default": true } }, "required": [] });
+                let r = elicit(cx, "Please review and update the form fields with defaults", schema).await?;
+                ok(vec![text(format!("Elicitation completed: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+            }
+            "test_elicitation_sep1330_enums" => {
+                let schema = json!({ "type": "object", "properties": {
+                    "untitledSingle": { "type": "string", "description": "Select one option", "enum": ["option1", "option2", "option3"] },
+                    "titledSingle": { "type": "string", "description": "Select one titled option", "oneOf": [
+                        { "const": "value1", "title": "First Option" }, { "const": "value2", "title": "Second Option" }, { "const": "value3", "title": "Third Option" }] },
+                    "legacyEnum": { "type": "string", "description": "Select one (legacy)", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"] },
+                    "untitledMulti": { "type": "array", "description": "Select multiple options", "minItems": 1, "maxItems": 3, "items": { "type": "string", "enum": ["option1", "option2", "option3"] } },
+                    "titledMulti": { "type": "array", "description": "Select multiple titled options", "minItems": 1, "maxItems": 3, "items": { "anyOf": [
+                        { "const": "value1", "title": "First Choice" }, { "const": "value2", "title": "Second Choice" }, { "const": "value3", "title": "Third Choice" }] } } }, "required": [] });
+                let r = elicit(cx, "Please select options from the enum fields", schema).await?;
+                ok(vec![text(format!("Elicitation completed: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+            }
+            "json_schema_2020_12_tool" => ok(vec![text(format!("Received: {}", Value::Object(args)))]),
+            "test_reconnection" => {
+                cx.close_connection(Duration::from_millis(500)).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                ok(vec![text("Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.")])
+            }
+            other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
+        }
+    }
+
+    fn resources(&self) -> Vec<Value> {
+        vec![
+            json!({ "uri": "test://static-text", "name": "Static text resource", "description": "A static text resource", "mimeType": "text/plain" }),
+            json!({ "uri": "test://static-binary", "name": "Static binary resource", "description": "A static PNG image", "mimeType": "image/png" }),
+            json!({ "uri": "test://watched-resource", "name": "Watched resource", "description": "A resource that can be subscribed to", "mimeType": "text/plain" }),
+        ]
+    }
+
+    fn resource_templates(&self) -> Vec<Value> {
+        vec![json!({ "uriTemplate": "test://template/{id}/data", "name": "Template resource", "description": "Data for one id", "mimeType": "application/json" })]
+    }
+
+    async fn read_resource(&self, uri: &str) -> Result<Value, ToolError> {
+        let one = |c: Value| Ok(json!({ "contents": [c] }));
+        match uri {
+            "test://static-text" => one(json!({ "uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource." })),
+            "test://static-binary" => one(json!({ "uri": uri, "mimeType": "image/png", "blob": PNG })),
+            "test://watched-resource" => one(json!({ "uri": uri, "mimeType": "text/plain", "text": "Watched resource content" })),
+            _ => {
+                if let Some(id) = uri.strip_prefix("test://template/").and_then(|r| r.strip_suffix("/data"))
+                    && !id.is_empty()
+                    && id.len() <= 64
+                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    let body = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") });
+                    return one(json!({ "uri": uri, "mimeType": "application/json", "text": body.to_string() }));
+                }
+                Err(ToolError::ResourceNotFound(uri.chars().take(256).collect()))
+            }
+        }
+    }
+
+    fn prompts(&self) -> Vec<Value> {
+        vec![
+            json!({ "name": "test_simple_prompt", "description": "A simple prompt without arguments" }),
+            json!({ "name": "test_prompt_with_arguments", "description": "A prompt with two arguments", "arguments": [
+                { "name": "arg1", "description": "First argument", "required": true },
+                { "name": "arg2", "description": "Second argument", "required": true }] }),
+            json!({ "name": "test_prompt_with_embedded_resource", "description": "A prompt that embeds a resource", "arguments": [
+                { "name": "resourceUri", "description": "URI of the resource to embed", "required": true }] }),
+            json!({ "name": "test_prompt_with_image", "description": "A prompt with an image" }),
+        ]
+    }
+
+    async fn get_prompt(&self, name: &str, args: &JsonObject) -> Result<Value, ToolError> {
+        let user = |content: Value| json!({ "role": "user", "content": content });
+        let messages = match name {
+            "test_simple_prompt" => vec![user(text("This is a simple prompt for testing."))],
+            "test_prompt_with_arguments" => {
+                let (a1, a2) = (string_arg(args, "arg1")?, string_arg(args, "arg2")?);
+                vec![user(text(format!("Prompt with arguments: arg1='{a1}', arg2='{a2}'")))]
+            }
+            "test_prompt_with_embedded_resource" => {
+                let uri = string_arg(args, "resourceUri")?;
+                vec![
+                    user(json!({ "type": "resource", "resource": { "uri": uri, "mimeType": "text/plain", "text": "Embedded resource content for testing." } })),
+                    user(text("Please process the embedded resource above.")),
+                ]
+            }
+            "test_prompt_with_image" => vec![
+                user(json!({ "type": "image", "data": PNG, "mimeType": "image/png" })),
+                user(text("Please analyze the image above.")),
+            ],
+            other => return Err(ToolError::UnknownPrompt(other.chars().take(128).collect())),
+        };
+        Ok(json!({ "messages": messages }))
+    }
+
+    async fn complete(&self, reference: &Value, argument: &Value) -> Result<Value, ToolError> {
+        let prefix = argument.get("value").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> = match (reference.get("name").and_then(Value::as_str), argument.get("name").and_then(Value::as_str)) {
+            (Some("test_prompt_with_arguments"), Some("arg1" | "arg2")) => {
+                ["paris", "park", "party", "test", "testing"].into_iter().filter(|v| v.starts_with(prefix)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Ok(json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } }))
+    }
+}
+

@@ -1,0 +1,390 @@
+//! One `tools/call` in flight. The call runs in a task of its own, detached from the HTTP connection, so a client
+//! that disconnects does not stop it. It answers with plain JSON when it produces nothing before its result; its
+//! first intermediate message (or `sse_after` of silence) switches it to SSE. From then on every message is
+//! committed to the session's event log before it is written to the connection, the replica renews a lease on
+//! the stream, and any replica can resume it.
+
+use crate::AppState;
+use crate::sse::Frame;
+use async_trait::async_trait;
+use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionKey, StateError, Subscription};
+use mcpfleet_tools::{ContextError, JsonObject, LOG_LEVELS, ToolContext};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Frames a slow client may fall behind before its connection is dropped (it can resume).
+const LIVE_BUFFER: usize = 256;
+
+/// How the HTTP handler answers.
+pub(crate) enum Outcome {
+    Json(Value),
+    Sse(mpsc::Receiver<Frame>),
+}
+
+enum Mode {
+    Pending(Option<oneshot::Sender<Outcome>>),
+    Streaming { stream: u64, token: LeaseToken, live: Option<mpsc::Sender<Frame>> },
+    Done,
+}
+
+pub(crate) struct Exchange {
+    app: AppState,
+    key: SessionKey,
+    request_id: Value,
+    progress_token: Option<Value>,
+    client_capabilities: Value,
+    min_log_level: usize,
+    cancel: CancellationToken,
+    mode: Mutex<Mode>,
+    next_request: AtomicU64,
+}
+
+pub(crate) fn random_token() -> String {
+    use base64::Engine as _;
+    let bytes: [u8; 24] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl Exchange {
+    /// Starts the call and returns how the HTTP handler should answer.
+    pub(crate) fn start(
+        app: AppState,
+        key: SessionKey,
+        request_id: Value,
+        params: &JsonObject,
+        client_capabilities: Value,
+        log_level: Option<&str>,
+        name: String,
+        args: JsonObject,
+    ) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
+        let min_log_level = log_level.and_then(|l| LOG_LEVELS.iter().position(|x| *x == l)).unwrap_or(0);
+        let ex = Arc::new(Self {
+            app,
+            key,
+            request_id,
+            progress_token,
+            client_capabilities,
+            min_log_level,
+            cancel: CancellationToken::new(),
+            mode: Mutex::new(Mode::Pending(Some(tx))),
+            next_request: AtomicU64::new(1),
+        });
+        tokio::spawn(ex.drive(name, args));
+        rx
+    }
+
+    fn response(&self, result: Result<Value, (i64, String)>) -> Value {
+        match result {
+            Ok(r) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": r }),
+            Err((code, message)) => json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code, "message": message } }),
+        }
+    }
+
+    async fn drive(self: Arc<Self>, name: String, args: JsonObject) {
+        let cfg = self.app.config.clone();
+        let me = self.clone();
+        let call = async move { crate::mcp::call_tool(&me.app, &name, args, &*me).await };
+        tokio::pin!(call);
+        let sse_after = tokio::time::sleep(cfg.sse_after);
+        tokio::pin!(sse_after);
+        let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
+        tokio::pin!(watch_after);
+        let mut renew = tokio::time::interval(cfg.lease_ttl / 3);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut upgraded = false;
+        let mut sub: Option<Box<dyn Subscription>> = None;
+        let my_id = self.request_id.to_string();
+        loop {
+            tokio::select! {
+                result = &mut call => {
+                    let msg = self.response(result);
+                    self.finish(msg).await;
+                    return;
+                }
+                () = self.cancel.cancelled() => {
+                    self.finish_cancelled().await;
+                    return;
+                }
+                () = &mut sse_after, if !upgraded => {
+                    upgraded = true;
+                    if let Err(e) = self.ensure_streaming().await {
+                        tracing::debug!(error = %e, "could not switch a slow call to SSE");
+                    }
+                }
+                () = &mut watch_after, if sub.is_none() => {
+                    match self.app.store.subscribe(&self.key).await {
+                        Ok(s) => {
+                            sub = Some(s);
+                            if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
+                                self.cancel.cancel();
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot watch for cancellation");
+                            watch_after.as_mut().reset(tokio::time::Instant::now() + cfg.lease_ttl);
+                        }
+                    }
+                }
+                ring = recv(&mut sub) => match ring {
+                    Some(Ring::Cancel(id)) if id == my_id => self.cancel.cancel(),
+                    Some(Ring::Closed) | None => self.session_gone().await,
+                    Some(Ring::Lagged) => {
+                        if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
+                            self.cancel.cancel();
+                        }
+                    }
+                    Some(_) => {}
+                },
+                _ = renew.tick() => {
+                    if let Some((stream, token)) = self.lease().await {
+                        match self.app.store.renew_lease(&self.key, stream, &token, cfg.lease_ttl).await {
+                            Ok(true) => {}
+                            Ok(false) => self.session_gone().await,
+                            Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn lease(&self) -> Option<(u64, LeaseToken)> {
+        match &*self.mode.lock().await {
+            Mode::Streaming { stream, token, .. } => Some((*stream, token.clone())),
+            _ => None,
+        }
+    }
+
+    /// The session ended (DELETE on any replica) or the stream was taken from us: stop the call, write nothing.
+    async fn session_gone(&self) {
+        let mut m = self.mode.lock().await;
+        *m = Mode::Done;
+        drop(m);
+        self.cancel.cancel();
+    }
+
+    /// Switches to SSE if still pending: opens the stream (committing its priming event) and hands the
+    /// connection's receiver to the HTTP handler.
+    async fn ensure_streaming(&self) -> Result<(), ContextError> {
+        let mut m = self.mode.lock().await;
+        self.ensure_streaming_locked(&mut m).await
+    }
+
+    async fn ensure_streaming_locked(&self, m: &mut Mode) -> Result<(), ContextError> {
+        let Mode::Pending(tx) = m else {
+            return match m {
+                Mode::Done => Err(ContextError::SessionGone),
+                _ => Ok(()),
+            };
+        };
+        let token = LeaseToken(random_token());
+        let open = OpenStream::Post { request_id: self.request_id.to_string(), token: token.clone(), lease: self.app.config.lease_ttl };
+        let (stream, priming) = self.app.store.open_stream(&self.key, &open).await.map_err(context_error)?;
+        let (live_tx, live_rx) = mpsc::channel(LIVE_BUFFER);
+        let _ = live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry });
+        let live = match tx.take().map(|tx| tx.send(Outcome::Sse(live_rx))) {
+            Some(Ok(())) => Some(live_tx),
+            _ => None,
+        };
+        *m = Mode::Streaming { stream, token, live };
+        Ok(())
+    }
+
+    /// Commits one message to the stream (switching to SSE first if needed) and writes it to the connection.
+    async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<u64, ContextError> {
+        let mut m = self.mode.lock().await;
+        self.ensure_streaming_locked(&mut m).await?;
+        let Mode::Streaming { stream, live, .. } = &mut *m else { return Err(ContextError::SessionGone) };
+        let data = msg.to_string();
+        let frame = match self.app.store.append(&self.key, *stream, &data, &opts).await {
+            Ok(id) => Frame::Event { id, data },
+            Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ContextError::SessionGone),
+            Err(e) => {
+                tracing::warn!(error = %e, "event not committed; sending it without an id");
+                Frame::Unsequenced { data }
+            }
+        };
+        let stream = *stream;
+        if let Some(tx) = live
+            && tx.try_send(frame).is_err()
+        {
+            // Gone or too slow: the client resumes from the log.
+            *live = None;
+        }
+        Ok(stream)
+    }
+
+    async fn finish(&self, msg: Value) {
+        let mut m = self.mode.lock().await;
+        match std::mem::replace(&mut *m, Mode::Done) {
+            Mode::Pending(tx) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(Outcome::Json(msg));
+                }
+            }
+            Mode::Streaming { stream, live, .. } => {
+                let data = msg.to_string();
+                let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
+                let frame = match self.app.store.append(&self.key, stream, &data, &opts).await {
+                    Ok(id) => Some(Frame::Event { id, data }),
+                    Err(StateError::SessionNotFound | StateError::StreamFinished) => None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "final response not committed; sending it without an id");
+                        Some(Frame::Unsequenced { data })
+                    }
+                };
+                if let (Some(tx), Some(f)) = (live, frame) {
+                    let _ = tx.send(f).await;
+                }
+            }
+            Mode::Done => {}
+        }
+    }
+
+    /// The client cancelled: stop, and send no response. A JSON call answers with an error its client ignores;
+    /// an SSE stream ends with an empty final event, so resumers stop too.
+    async fn finish_cancelled(&self) {
+        let mut m = self.mode.lock().await;
+        match std::mem::replace(&mut *m, Mode::Done) {
+            Mode::Pending(Some(tx)) => {
+                let _ = tx.send(Outcome::Json(self.response(Err((crate::code::SERVER_ERROR, "request cancelled".to_owned())))));
+            }
+            Mode::Streaming { stream, .. } => {
+                let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
+                if let Err(e) = self.app.store.append(&self.key, stream, "", &opts).await {
+                    tracing::debug!(error = %e, "could not close a cancelled stream");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn recv(sub: &mut Option<Box<dyn Subscription>>) -> Option<Ring> {
+    match sub {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn context_error(e: StateError) -> ContextError {
+    match e {
+        StateError::SessionNotFound | StateError::StreamFinished => ContextError::SessionGone,
+        _ => ContextError::Unavailable,
+    }
+}
+
+#[async_trait]
+impl ToolContext for Exchange {
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ContextError> {
+        let Some(token) = &self.progress_token else { return Ok(()) };
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(t) = total {
+            params["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            params["message"] = json!(m);
+        }
+        self.emit(&json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }), AppendOptions::default())
+            .await
+            .map(|_| ())
+    }
+
+    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError> {
+        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        if rank < self.min_log_level {
+            return Ok(());
+        }
+        let mut params = json!({ "level": level, "data": data });
+        if let Some(l) = logger {
+            params["logger"] = json!(l);
+        }
+        self.emit(&json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": params }), AppendOptions::default())
+            .await
+            .map(|_| ())
+    }
+
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError> {
+        self.ensure_streaming().await?;
+        let Some((stream, _)) = self.lease().await else { return Err(ContextError::SessionGone) };
+        let id = format!("mcpfleet-{stream}-{}", self.next_request.fetch_add(1, Ordering::Relaxed));
+        // Subscribe before the request can reach the client, so its answer cannot slip past.
+        let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
+        let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        self.emit(&msg, AppendOptions { pending_request: Some(id.clone()), ..AppendOptions::default() }).await?;
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut poll = tokio::time::interval(Duration::from_secs(2));
+        poll.tick().await;
+        let failure = loop {
+            let check = tokio::select! {
+                ring = sub.recv() => match ring {
+                    Some(Ring::Response(r)) => r == id,
+                    Some(Ring::Lagged) => true,
+                    Some(Ring::Closed) | None => break ContextError::SessionGone,
+                    Some(_) => false,
+                },
+                _ = poll.tick() => true,
+                () = &mut deadline => break ContextError::Timeout(timeout),
+                () = self.cancel.cancelled() => break ContextError::Cancelled,
+            };
+            if check && let Some(answer) = self.app.store.take_response(&self.key, &id).await.map_err(context_error)? {
+                return parse_answer(&answer);
+            }
+        };
+        let _ = self.app.store.forget_pending(&self.key, &id).await;
+        if !matches!(failure, ContextError::SessionGone) {
+            let reason = if matches!(failure, ContextError::Timeout(_)) { "timed out" } else { "cancelled" };
+            let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": reason } });
+            let _ = self.emit(&note, AppendOptions::default()).await;
+        }
+        Err(failure)
+    }
+
+    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ContextError> {
+        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        self.app
+            .store
+            .append(&self.key, mcpfleet_state::STANDALONE_STREAM, &msg, &AppendOptions::default())
+            .await
+            .map(|_| ())
+            .map_err(context_error)
+    }
+
+    async fn close_connection(&self, retry: Duration) -> Result<(), ContextError> {
+        let mut m = self.mode.lock().await;
+        self.ensure_streaming_locked(&mut m).await?;
+        if let Mode::Streaming { live, .. } = &mut *m
+            && let Some(tx) = live.take()
+        {
+            let _ = tx.send(Frame::Retry(retry)).await;
+        }
+        Ok(())
+    }
+
+    fn client_capabilities(&self) -> &Value {
+        &self.client_capabilities
+    }
+
+    fn cancelled(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+fn parse_answer(answer: &str) -> Result<Value, ContextError> {
+    let v: Value = serde_json::from_str(answer).map_err(|_| ContextError::ClientError { code: -32700, message: "unparsable response".into() })?;
+    if let Some(r) = v.get("result") {
+        return Ok(r.clone());
+    }
+    let e = v.get("error");
+    Err(ContextError::ClientError {
+        code: e.and_then(|e| e.get("code")).and_then(Value::as_i64).unwrap_or(-32603),
+        message: e.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
+    })
+}

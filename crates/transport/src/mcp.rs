@@ -1,0 +1,98 @@
+//! MCP method dispatch for one session-bound request. Everything but `tools/call` answers with plain JSON;
+//! `tools/call` runs through an [`Exchange`](crate::exchange::Exchange).
+
+use crate::AppState;
+use crate::code;
+use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
+use serde_json::{Value, json};
+
+/// A JSON-RPC error for a request whose id we know.
+pub(crate) type RpcResult = Result<Value, (i64, String)>;
+
+fn invalid(msg: impl Into<String>) -> (i64, String) {
+    (code::INVALID_PARAMS, msg.into())
+}
+
+pub(crate) fn str_param<'a>(params: &'a JsonObject, name: &str) -> Result<&'a str, (i64, String)> {
+    params.get(name).and_then(Value::as_str).ok_or_else(|| invalid(format!("params.{name} must be a string")))
+}
+
+fn tool_error(e: ToolError) -> (i64, String) {
+    match e {
+        ToolError::UnknownTool(_) | ToolError::UnknownPrompt(_) | ToolError::InvalidParams(_) => (code::INVALID_PARAMS, e.to_string()),
+        ToolError::ResourceNotFound(_) => (code::RESOURCE_NOT_FOUND, e.to_string()),
+        other => {
+            tracing::warn!(error = %other, "catalog call failed");
+            (code::INTERNAL_ERROR, "internal error".to_owned())
+        }
+    }
+}
+
+/// Answers a request that needs no stream.
+pub(crate) async fn plain(app: &AppState, key: &mcpfleet_state::SessionKey, method: &str, params: &JsonObject) -> RpcResult {
+    let c = &app.catalog;
+    match method {
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({ "tools": c.tools() })),
+        "resources/list" => Ok(json!({ "resources": c.resources() })),
+        "resources/templates/list" => Ok(json!({ "resourceTemplates": c.resource_templates() })),
+        "resources/read" => c.read_resource(str_param(params, "uri")?).await.map_err(tool_error),
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = str_param(params, "uri")?;
+            c.read_resource(uri).await.map_err(tool_error)?;
+            Ok(json!({}))
+        }
+        "prompts/list" => Ok(json!({ "prompts": c.prompts() })),
+        "prompts/get" => {
+            let empty = JsonObject::new();
+            let args = match params.get("arguments") {
+                None => &empty,
+                Some(Value::Object(a)) => a,
+                Some(_) => return Err(invalid("params.arguments must be an object")),
+            };
+            c.get_prompt(str_param(params, "name")?, args).await.map_err(tool_error)
+        }
+        "completion/complete" => {
+            let (Some(r), Some(a)) = (params.get("ref"), params.get("argument")) else {
+                return Err(invalid("params.ref and params.argument are required"));
+            };
+            c.complete(r, a).await.map_err(tool_error)
+        }
+        "logging/setLevel" => {
+            let level = str_param(params, "level")?;
+            if !LOG_LEVELS.contains(&level) {
+                return Err(invalid(format!("params.level must be one of {}", LOG_LEVELS.join(", "))));
+            }
+            match app.store.set_log_level(key, level).await {
+                Ok(_) => Ok(json!({})),
+                Err(e) => {
+                    tracing::warn!(error = %e, "set_log_level failed");
+                    Err((code::UNAVAILABLE, "service temporarily unavailable".to_owned()))
+                }
+            }
+        }
+        _ => Err((code::METHOD_NOT_FOUND, format!("method not found: {}", truncate(method, 64)))),
+    }
+}
+
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// Runs a tool. Unknown tools are protocol errors; tool failures become `isError` results with no internals.
+pub(crate) async fn call_tool(app: &AppState, name: &str, args: JsonObject, cx: &dyn ToolContext) -> RpcResult {
+    match app.catalog.call_tool(name, args, cx).await {
+        Ok(v) => Ok(v),
+        Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => Err((code::INVALID_PARAMS, e.to_string())),
+        Err(e) => {
+            let trace = crate::exchange::random_token();
+            let trace = truncate(&trace, 16);
+            tracing::warn!(tool.name = name, trace_id = %trace, error = %e, "tool call failed");
+            let text = match &e {
+                ToolError::Internal(_) => format!("The tool failed. Trace id: {trace}."),
+                other => format!("{other}. Trace id: {trace}."),
+            };
+            Ok(json!({ "content": [{ "type": "text", "text": text }], "isError": true }))
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! GET streams: the standalone stream of a session, and the resumption of any stream of a session by
+//! `Last-Event-ID`, on whichever replica the GET lands. A resumer replays the log after the cursor for that one
+//! stream, then follows it live through the session's doorbell until its final event. If the replica running
+//! the call dies, its lease runs out and the resumer answers the request with [`code::REQUEST_LOST`].
+
+use crate::error::TransportError;
+use crate::exchange::random_token;
+use crate::sse::Frame;
+use crate::{AppState, code};
+use mcpfleet_state::{Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const BATCH: usize = 256;
+const BUFFER: usize = 256;
+
+struct Tail {
+    app: AppState,
+    key: SessionKey,
+    stream: u64,
+    cursor: EventId,
+    holder: Option<LeaseToken>,
+    sub: Box<dyn Subscription>,
+    tx: mpsc::Sender<Frame>,
+}
+
+enum Step {
+    More,
+    Done,
+}
+
+/// Opens a GET stream: fresh (the standalone stream) or resuming from `cursor`. Errors that the client can act
+/// on (session gone, cursor gone) are returned before any byte of the stream is written.
+pub(crate) async fn open(app: &AppState, key: SessionKey, cursor: Option<EventId>) -> Result<mpsc::Receiver<Frame>, TransportError> {
+    // Subscribe first, read second: nothing committed in between can be missed.
+    let sub = app.store.subscribe(&key).await?;
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let stream = cursor.map_or(STANDALONE_STREAM, |c| c.stream);
+    let holder = (stream == STANDALONE_STREAM).then(|| LeaseToken(random_token()));
+    let mut start = cursor;
+    if let Some(token) = &holder {
+        // Taking the standalone stream over ends any earlier holder's connection: each message goes to one stream.
+        let open = OpenStream::Standalone { token: token.clone(), lease: app.config.lease_ttl };
+        let (_, priming) = app.store.open_stream(&key, &open).await?;
+        if cursor.is_none() {
+            let _ = tx.try_send(Frame::Priming { id: priming, retry: app.config.retry });
+            start = Some(priming);
+        }
+    }
+    let Some(start) = start else { return Err(TransportError::BadCursor) };
+    let mut tail = Tail { app: app.clone(), key, stream, cursor: start, holder, sub, tx };
+    if cursor.is_some() {
+        // Validate the cursor now, so that a stale one gets an HTTP error instead of an empty stream.
+        let (events, last) = tail.app.store.read_after(&tail.key, stream, &start, true, BATCH).await?;
+        tail.cursor = last;
+        if let Step::Done = tail.deliver(events).await {
+            return Ok(rx);
+        }
+    }
+    tokio::spawn(tail.run());
+    Ok(rx)
+}
+
+impl Tail {
+    /// Writes replayed or live events; `Done` once the stream's final event went out or the client left.
+    async fn deliver(&mut self, events: Vec<Event>) -> Step {
+        for e in events {
+            if !e.data.is_empty() && self.tx.send(Frame::Event { id: e.id, data: e.data }).await.is_err() {
+                return Step::Done;
+            }
+            if e.is_final {
+                return Step::Done;
+            }
+        }
+        Step::More
+    }
+
+    async fn drain(&mut self) -> Result<Step, StateError> {
+        loop {
+            let (events, last) = self.app.store.read_after(&self.key, self.stream, &self.cursor, false, BATCH).await?;
+            let moved = last != self.cursor;
+            self.cursor = last;
+            if let Step::Done = self.deliver(events).await {
+                return Ok(Step::Done);
+            }
+            if !moved {
+                return Ok(Step::More);
+            }
+        }
+    }
+
+    async fn run(mut self) {
+        let poll_every = self.app.config.lease_ttl / 2;
+        let mut poll = tokio::time::interval(poll_every);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Anything committed between the first read and the subscription going live is in the log.
+        let mut step = self.drain().await;
+        loop {
+            match step {
+                Ok(Step::Done) => return,
+                Ok(Step::More) => {}
+                Err(StateError::SessionNotFound) => return,
+                Err(StateError::CursorGone) => {
+                    // Events were trimmed under us: say so and end, the client restarts.
+                    let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "stream read failed; retrying"),
+            }
+            step = tokio::select! {
+                () = self.tx.closed() => return,
+                ring = self.sub.recv() => match ring {
+                    Some(Ring::Event(k)) if k == self.stream => self.drain().await,
+                    Some(Ring::Lagged) => self.drain().await,
+                    Some(Ring::Closed) | None => return,
+                    Some(Ring::Takeover(t)) if self.holder.as_ref().is_some_and(|h| h.0 != t) => {
+                        let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
+                        return;
+                    }
+                    Some(_) => Ok(Step::More),
+                },
+                _ = poll.tick() => self.check_owner().await,
+            };
+        }
+    }
+
+    /// Periodic check: the standalone holder renews its claim; a POST-stream resumer checks that the call's
+    /// replica is alive and answers the request itself if it is not.
+    async fn check_owner(&mut self) -> Result<Step, StateError> {
+        let store = &self.app.store;
+        if let Some(token) = &self.holder {
+            return if store.renew_lease(&self.key, self.stream, token, self.app.config.lease_ttl).await? {
+                Ok(Step::More)
+            } else {
+                let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
+                Ok(Step::Done)
+            };
+        }
+        match store.stream_state(&self.key, self.stream).await? {
+            StreamState::Running => Ok(Step::More),
+            StreamState::Finished => self.drain().await,
+            StreamState::Abandoned { request_id } => {
+                let id: Value = serde_json::from_str(&request_id).unwrap_or(Value::Null);
+                let msg = json!({ "jsonrpc": "2.0", "id": id, "error": {
+                    "code": code::REQUEST_LOST,
+                    "message": "the server handling this request stopped before it answered; send the request again",
+                }});
+                store.abandon_stream(&self.key, self.stream, &msg.to_string()).await?;
+                self.drain().await
+            }
+        }
+    }
+}
