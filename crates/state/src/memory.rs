@@ -165,7 +165,7 @@ impl EventStore for MemoryStore {
                 (s.streams, *lease)
             }
             OpenStream::Standalone { token, lease } => {
-                
+                s.holder = Some(token.0.clone());
                 (0, *lease)
             }
         };

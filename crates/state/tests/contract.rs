@@ -7,6 +7,8 @@
 //! failure reads `streams_replay_by_stream::redis`. Every wait for a ring has a deadline: a broken store fails,
 //! it never hangs.
 
+#![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
+
 use mcpfleet_state::{
     AppendOptions, Event, EventId, LeaseToken, MemoryStore, NewSession, OpenStream, RedisConfig, RedisStore, Ring,
     STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, StateError, Store, StreamState, Subscription, UserKey,
@@ -195,7 +197,10 @@ async fn append(store: &dyn Store, key: &SessionKey, stream: u64, data: &str) ->
 }
 
 async fn append_final(store: &dyn Store, key: &SessionKey, stream: u64, data: &str) -> EventId {
-    store.append(key, stream, data, &AppendOptions { is_final: true, ..AppendOptions::default() }).await.expect("append final")
+    store
+        .append(key, stream, data, &AppendOptions { is_final: true, ..AppendOptions::default() })
+        .await
+        .expect("append final")
 }
 
 /// The log position of an event, which orders events across streams (`EventId`'s `Ord` compares the stream first).
@@ -291,7 +296,8 @@ async fn sessions_idle_ttl(kind: Kind) {
     let ttl = Duration::from_millis(400);
     let key = session(s, ttl).await;
     let (k, priming) = open_post(s, &key, "1", LONG).await;
-    let (g, _) = s.open_stream(&key, &OpenStream::Standalone { token: token("g"), lease: LONG }).await.expect("open get");
+    let (g, _) =
+        s.open_stream(&key, &OpenStream::Standalone { token: token("g"), lease: LONG }).await.expect("open get");
     assert_eq!(g, STANDALONE_STREAM);
     let a = append(s, &key, k, "kept alive").await;
 
@@ -382,7 +388,11 @@ async fn streams_replay_by_stream(kind: Kind) {
     assert_eq!(last, a3, "the cursor is the last entry scanned");
     let (events, last) = s.read_after(&key, 2, &p2, true, 100).await.expect("read stream 2");
     assert_eq!(events, want2);
-    assert_eq!((last.stream, pos(&last)), (2, pos(&a3)), "the cursor is the last entry scanned, labelled with stream 2");
+    assert_eq!(
+        (last.stream, pos(&last)),
+        (2, pos(&a3)),
+        "the cursor is the last entry scanned, labelled with stream 2"
+    );
     let (events, last) = s.read_after(&key, 3, &p3, true, 100).await.expect("read stream 3");
     assert_eq!(events, vec![], "stream 3 must not see other streams' events");
     assert_eq!(pos(&last), pos(&a3));
@@ -418,7 +428,11 @@ async fn streams_final_event_and_errors(kind: Kind) {
     }
     assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Finished);
     let (events, _) = s.read_after(&key, k, &p, true, 100).await.expect("read");
-    assert_eq!(events, vec![Event { id: last, data: "result".to_owned(), is_final: true }], "late appends left no trace");
+    assert_eq!(
+        events,
+        vec![Event { id: last, data: "result".to_owned(), is_final: true }],
+        "late appends left no trace"
+    );
 
     // The other stream is unaffected; a stream that was never opened cannot be written.
     append(s, &key, other, "still open").await;
@@ -500,7 +514,8 @@ async fn cursors_gone_after_trim(kind: Kind) {
         let len: usize = server.raw(&["XLEN", &events_key]).trim().parse().expect("XLEN");
         assert!(len < WRITES, "MAXLEN ~ {MAX} never trimmed: {len} entries");
         // Trimming to exactly MAX (as XTRIM without `~` does) loses everything older than the last MAX.
-        let trimmed: usize = server.raw(&["XTRIM", &events_key, "MAXLEN", &MAX.to_string()]).trim().parse().expect("XTRIM");
+        let trimmed: usize =
+            server.raw(&["XTRIM", &events_key, "MAXLEN", &MAX.to_string()]).trim().parse().expect("XTRIM");
         assert_eq!(trimmed, len - MAX);
     }
     // Exactly MAX events are kept by the memory store, and by Redis once trimmed exactly.
@@ -537,7 +552,10 @@ async fn leases_expire_and_abandon(kind: Kind) {
     assert_eq!(s.abandon_stream(&key, alive, "nope").await.expect("abandon running"), None);
 
     tokio::time::sleep(lease + Duration::from_millis(300)).await;
-    assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Abandoned { request_id: request_id.to_owned() });
+    assert_eq!(
+        s.stream_state(&key, k).await.expect("state"),
+        StreamState::Abandoned { request_id: request_id.to_owned() }
+    );
     assert_eq!(s.stream_state(&key, alive).await.expect("state"), StreamState::Running);
 
     let mut sub = s.subscribe(&key).await.expect("subscribe");
@@ -595,7 +613,8 @@ async fn leases_standalone_takeover(kind: Kind) {
     let key = session(s, LONG).await;
     let mut sub = s.subscribe(&key).await.expect("subscribe");
 
-    let (k, primed) = s.open_stream(&key, &OpenStream::Standalone { token: token("first"), lease: LONG }).await.expect("open get");
+    let (k, primed) =
+        s.open_stream(&key, &OpenStream::Standalone { token: token("first"), lease: LONG }).await.expect("open get");
     assert_eq!((k, primed.stream), (STANDALONE_STREAM, STANDALONE_STREAM));
     wait_for(&mut sub, &Ring::Takeover("first".to_owned())).await;
     assert!(s.renew_lease(&key, k, &token("first"), LONG).await.expect("renew"));
@@ -605,7 +624,8 @@ async fn leases_standalone_takeover(kind: Kind) {
     let (post_k, _) = open_post(s, &key, "1", LONG).await;
     assert_eq!(post_k, 1);
 
-    let (k2, primed2) = s.open_stream(&key, &OpenStream::Standalone { token: token("second"), lease: LONG }).await.expect("reopen get");
+    let (k2, primed2) =
+        s.open_stream(&key, &OpenStream::Standalone { token: token("second"), lease: LONG }).await.expect("reopen get");
     assert_eq!((k2, primed2.stream), (STANDALONE_STREAM, STANDALONE_STREAM));
     assert!(pos(&primed2) > pos(&primed));
     wait_for(&mut sub, &Ring::Takeover("second".to_owned())).await;
@@ -631,7 +651,9 @@ async fn routing_responses(kind: Kind) {
     let mut sub = s.subscribe(&key).await.expect("subscribe");
 
     let pending = |id: &str| AppendOptions { pending_request: Some(id.to_owned()), ..AppendOptions::default() };
-    s.append(&key, k, r#"{"method":"sampling/createMessage","id":"s-1"}"#, &pending("s-1")).await.expect("append request");
+    s.append(&key, k, r#"{"method":"sampling/createMessage","id":"s-1"}"#, &pending("s-1"))
+        .await
+        .expect("append request");
     wait_for(&mut sub, &Ring::Event(k)).await;
 
     let msg = r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;

@@ -4,8 +4,12 @@
 //!
 //! A dev-dependency only: it must never be linked into the server.
 
+mod fleet;
+mod proxy;
 mod redis;
 
+pub use fleet::{Fleet, FleetBuilder, HeaderAuth, Replica, TEST_USER_HEADER, server_bin};
+pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
 
 /// Waits until `f` returns true, polling every 20 ms, or panics after `secs` seconds.

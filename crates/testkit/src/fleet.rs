@@ -1,0 +1,192 @@
+use async_trait::async_trait;
+use mcpfleet_state::UserKey;
+use mcpfleet_transport::{Authenticator, Principal, TransportError};
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The header through which tests name their principal, until the auth crate verifies real tokens.
+pub const TEST_USER_HEADER: &str = "x-test-user";
+
+/// Test-only authenticator: the principal is whatever `x-test-user` says. Never linked into the server.
+#[derive(Debug, Default)]
+pub struct HeaderAuth;
+
+#[async_trait]
+impl Authenticator for HeaderAuth {
+    async fn authenticate(&self, parts: &http::request::Parts) -> Result<Principal, TransportError> {
+        let user = parts.headers.get(TEST_USER_HEADER).and_then(|v| v.to_str().ok()).and_then(UserKey::new);
+        user.map(|user| Principal { user }).ok_or(TransportError::Unauthorized {
+            status: http::StatusCode::UNAUTHORIZED,
+            challenge: None,
+            message: "missing x-test-user",
+        })
+    }
+}
+
+/// One replica: a real `mcpfleet` process, or the library serving in this process (for injected principals).
+#[derive(Debug)]
+pub enum Replica {
+    Process { child: Child, addr: String },
+    InProcess { addr: String, stop: CancellationToken },
+}
+
+impl Replica {
+    #[must_use]
+    pub fn base(&self) -> String {
+        match self {
+            Self::Process { addr, .. } | Self::InProcess { addr, .. } => format!("http://{addr}"),
+        }
+    }
+
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("{}/mcp", self.base())
+    }
+
+    /// SIGKILL for a process replica; an abrupt stop of the listener for an in-process one.
+    pub fn kill(&mut self) {
+        match self {
+            Self::Process { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Self::InProcess { stop, .. } => stop.cancel(),
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `mcpfleet` binary built next to the running test.
+///
+/// # Panics
+/// If it has not been built (`cargo test --workspace` builds it).
+#[must_use]
+pub fn server_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("mcpfleet");
+    assert!(bin.exists(), "{} is missing: run `cargo build -p mcpfleet` (cargo test --workspace does)", bin.display());
+    bin
+}
+
+/// Builds a fleet of replicas sharing one Redis.
+#[derive(Debug, Clone)]
+pub struct FleetBuilder {
+    replicas: usize,
+    redis_url: Option<String>,
+    args: Vec<String>,
+    header_auth: bool,
+}
+
+/// A running fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    pub replicas: Vec<Replica>,
+}
+
+impl Fleet {
+    #[must_use]
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder { replicas: 1, redis_url: None, args: Vec::new(), header_auth: false }
+    }
+
+    #[must_use]
+    pub fn urls(&self) -> Vec<String> {
+        self.replicas.iter().map(Replica::url).collect()
+    }
+
+    #[must_use]
+    pub fn bases(&self) -> Vec<String> {
+        self.replicas.iter().map(Replica::base).collect()
+    }
+}
+
+impl FleetBuilder {
+    #[must_use]
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
+        self
+    }
+
+    #[must_use]
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
+    }
+
+    /// Extra `mcpfleet serve` arguments.
+    #[must_use]
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    /// Serve in this process with [`HeaderAuth`], so that tests can act as several principals.
+    #[must_use]
+    pub fn header_auth(mut self) -> Self {
+        self.header_auth = true;
+        self
+    }
+
+    fn serve_args(&self) -> Vec<String> {
+        let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), "127.0.0.1:0".to_owned()];
+        a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
+        if let Some(u) = &self.redis_url {
+            a.extend(["--redis-url".to_owned(), u.clone()]);
+        }
+        a.extend(self.args.iter().cloned());
+        a
+    }
+
+    /// Starts every replica and waits until each listens.
+    ///
+    /// # Panics
+    /// If a replica does not start.
+    pub async fn start(self) -> Fleet {
+        let mut replicas = Vec::new();
+        for _ in 0..self.replicas {
+            replicas.push(if self.header_auth { self.start_in_process().await } else { self.start_process() });
+        }
+        Fleet { replicas }
+    }
+
+    fn start_process(&self) -> Replica {
+        let args = self.serve_args();
+        let mut child = Command::new(server_bin())
+            .args(&args[1..])
+            .env("MCPFLEET_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn mcpfleet");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read listen line");
+        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
+        Replica::Process { child, addr }
+    }
+
+    async fn start_in_process(&self) -> Replica {
+        let mcpfleet::config::Parsed::Serve(cfg) = mcpfleet::config::parse(self.serve_args().into_iter().map(Into::into)).expect("config") else {
+            panic!("not a serve command");
+        };
+        let mut state = mcpfleet::build_state(&cfg).await.expect("state");
+        state.auth = Arc::new(HeaderAuth);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let _ = mcpfleet::serve(listener, state, s).await;
+        });
+        Replica::InProcess { addr, stop }
+    }
+}

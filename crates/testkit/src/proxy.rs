@@ -1,0 +1,85 @@
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use futures::TryStreamExt as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio_util::sync::CancellationToken;
+
+/// A plain round-robin HTTP proxy: each request, SSE GETs included, goes to the next target in turn. No
+/// stickiness of any kind, like the load balancers mcpfleet runs behind.
+#[derive(Debug)]
+pub struct RoundRobinProxy {
+    addr: std::net::SocketAddr,
+    stop: CancellationToken,
+}
+
+#[derive(Clone)]
+struct ProxyState {
+    targets: Arc<Vec<String>>,
+    next: Arc<AtomicUsize>,
+    client: reqwest::Client,
+}
+
+const HOP_BY_HOP: [&str; 7] = ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "content-length", "proxy-connection"];
+
+async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
+    let i = st.next.fetch_add(1, Ordering::Relaxed) % st.targets.len();
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = format!("{}{}", st.targets[i], path);
+    let Ok(body) = axum::body::to_bytes(body, 64 * 1024 * 1024).await else {
+        return Response::builder().status(502).body(Body::empty()).unwrap_or_default();
+    };
+    let mut rb = st.client.request(parts.method.clone(), url).body(body);
+    for (k, v) in &parts.headers {
+        if !HOP_BY_HOP.contains(&k.as_str()) {
+            rb = rb.header(k, v);
+        }
+    }
+    match rb.send().await {
+        Ok(resp) => {
+            let mut out = Response::builder().status(resp.status());
+            for (k, v) in resp.headers() {
+                if !HOP_BY_HOP.contains(&k.as_str()) {
+                    out = out.header(k, v);
+                }
+            }
+            let stream = resp.bytes_stream().map_err(std::io::Error::other);
+            out.body(Body::from_stream(stream)).unwrap_or_default()
+        }
+        Err(_) => Response::builder().status(502).body(Body::empty()).unwrap_or_default(),
+    }
+}
+
+impl RoundRobinProxy {
+    /// Starts a proxy on `127.0.0.1:0` in front of `targets` (base URLs such as `http://127.0.0.1:1234`).
+    ///
+    /// # Panics
+    /// If it cannot bind.
+    pub async fn start(targets: Vec<String>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        let st = ProxyState { targets: Arc::new(targets), next: Arc::default(), client };
+        let app = axum::Router::new().fallback(forward).with_state(st);
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(s.cancelled_owned()).await;
+        });
+        Self { addr, stop }
+    }
+
+    /// The proxy's MCP endpoint.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for RoundRobinProxy {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,58 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance` 0.1.16, `--suite all`) against two
+//! setups: one replica on the in-memory store, and three replicas sharing one Redis behind a round-robin proxy.
+//! `tests/run-all.sh` installs Node 22 and the suite into `.tools/` when they are missing.
+
+use mcpfleet_testkit::{Fleet, RedisServer, RoundRobinProxy};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn tools_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools")
+}
+
+/// Runs the suite against `url`; returns its summary lines, panicking if any check failed.
+fn run_suite(url: &str, label: &str) -> String {
+    let tools = tools_dir();
+    let node = tools.join("node_modules/.bin/node");
+    let cli = tools.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(node.exists() && cli.exists(), "conformance suite not installed in {}: run tests/run-all.sh", tools.display());
+    let out_dir = tempfile_dir(label);
+    let out = Command::new(&node)
+        .arg(&cli)
+        .args(["server", "--url", url, "--suite", "all", "-o"])
+        .arg(&out_dir)
+        .output()
+        .expect("run conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let summary: String = stdout.lines().skip_while(|l| !l.contains("=== SUMMARY ===")).collect::<Vec<_>>().join("\n");
+    println!("[{label}]\n{summary}");
+    assert!(out.status.success(), "conformance failed for {label}:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(summary.contains(", 0 failed") && summary.contains("Total:"), "no clean summary for {label}:\n{stdout}");
+    summary
+}
+
+fn tempfile_dir(label: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mcpfleet-conformance-{label}-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&d);
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_one_replica_in_memory() {
+    let fleet = Fleet::builder().replicas(1).start().await;
+    let url = fleet.urls()[0].clone();
+    let summary = tokio::task::spawn_blocking(move || run_suite(&url, "memory-1")).await.unwrap();
+    assert!(summary.contains("tools-call-sampling: 1 passed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_three_replicas_on_redis_behind_round_robin() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let proxy = RoundRobinProxy::start(fleet.bases()).await;
+    let url = proxy.url();
+    let summary = tokio::task::spawn_blocking(move || run_suite(&url, "redis-3")).await.unwrap();
+    assert!(summary.contains("tools-call-elicitation: 1 passed"));
+    assert!(summary.contains("server-sse-polling: 3 passed"));
+    drop(proxy);
+}
