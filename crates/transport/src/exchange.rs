@@ -88,9 +88,11 @@ impl Exchange {
 
     async fn drive(self: Arc<Self>, name: String, args: JsonObject) {
         let cfg = self.app.config.clone();
+        // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
+        // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
+        // a hung request, and cancellation aborts it.
         let me = self.clone();
-        let call = async move { crate::mcp::call_tool(&me.app, &name, args, &*me).await };
-        tokio::pin!(call);
+        let mut call = tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me).await });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
@@ -103,11 +105,16 @@ impl Exchange {
         loop {
             tokio::select! {
                 result = &mut call => {
+                    let result = result.unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "tool task failed");
+                        Err((crate::code::INTERNAL_ERROR, "internal error".to_owned()))
+                    });
                     let msg = self.response(result);
                     self.finish(msg).await;
                     return;
                 }
                 () = self.cancel.cancelled() => {
+                    call.abort();
                     self.finish_cancelled().await;
                     return;
                 }
