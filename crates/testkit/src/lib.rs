@@ -4,10 +4,12 @@
 //!
 //! A dev-dependency only: it must never be linked into the server.
 
+mod client;
 mod fleet;
 mod proxy;
 mod redis;
 
+pub use client::{McpClient, SseEvent, SseStream};
 pub use fleet::{Fleet, FleetBuilder, HeaderAuth, Replica, TEST_USER_HEADER, server_bin};
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;

@@ -96,6 +96,16 @@ impl Catalog for ConformanceCatalog {
                 }
             }),
             no_args("test_reconnection", "Closes its SSE connection mid-call; the client resumes with Last-Event-ID"),
+            tool(
+                "test_countdown",
+                "Reports progress `count` times, `interval_ms` apart, then answers (fleet resumption tests)",
+                closed(
+                    json!({ "count": { "type": "integer", "minimum": 1, "maximum": 1000 },
+                            "interval_ms": { "type": "integer", "minimum": 0, "maximum": 10000 } }),
+                    &["count", "interval_ms"],
+                ),
+            ),
+            no_args("test_update_watched_resource", "Changes test://watched-resource and notifies the session's stream"),
         ]
     }
 
@@ -174,6 +184,22 @@ impl Catalog for ConformanceCatalog {
                 cx.close_connection(Duration::from_millis(500)).await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 ok(vec![text("Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.")])
+            }
+            "test_countdown" => {
+                let int = |n: &str, max: u64| {
+                    args.get(n).and_then(Value::as_u64).filter(|v| *v <= max).ok_or_else(|| ToolError::InvalidParams(format!("arguments.{n} must be an integer <= {max}")))
+                };
+                let (count, interval) = (int("count", 1000)?, int("interval_ms", 10_000)?);
+                for i in 1..=count {
+                    tokio::time::sleep(Duration::from_millis(interval)).await;
+                    #[expect(clippy::cast_precision_loss, reason = "count is at most 1000")]
+                    cx.progress(i as f64, Some(count as f64), None).await?;
+                }
+                ok(vec![text(format!("counted to {count}"))])
+            }
+            "test_update_watched_resource" => {
+                cx.notify_session("notifications/resources/updated", json!({ "uri": "test://watched-resource" })).await?;
+                ok(vec![text("test://watched-resource updated")])
             }
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
         }

@@ -1,0 +1,202 @@
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// One SSE event as the client saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub data: String,
+    pub retry: Option<u64>,
+}
+
+impl SseEvent {
+    /// The data as JSON, if it is JSON.
+    #[must_use]
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_str(&self.data).ok()
+    }
+}
+
+/// A raw MCP client over HTTP, for tests that need to see statuses, headers and single SSE events.
+#[derive(Debug, Clone)]
+pub struct McpClient {
+    pub http: reqwest::Client,
+    pub user: Option<String>,
+    pub session: Option<String>,
+}
+
+/// An open SSE response, read event by event.
+pub struct SseStream {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl std::fmt::Debug for SseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SseStream").finish_non_exhaustive()
+    }
+}
+
+impl SseStream {
+    #[must_use]
+    pub fn new(resp: reqwest::Response) -> Self {
+        Self { body: resp.bytes_stream().boxed(), buf: String::new() }
+    }
+
+    /// The next event (keep-alive comments skipped), `None` when the server closed the stream, or an error
+    /// after `timeout`.
+    ///
+    /// # Errors
+    /// Timeout or a broken connection.
+    pub async fn next(&mut self, timeout: Duration) -> Result<Option<SseEvent>, String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..pos + 2).collect();
+                let mut ev = SseEvent { id: None, data: String::new(), retry: None };
+                let mut any = false;
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        ev.id = Some(v.trim().to_owned());
+                        any = true;
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        ev.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                        any = true;
+                    } else if let Some(v) = line.strip_prefix("retry:") {
+                        ev.retry = v.trim().parse().ok();
+                        any = true;
+                    }
+                }
+                if any {
+                    return Ok(Some(ev));
+                }
+                continue;
+            }
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return Err("timed out waiting for an SSE event".into()),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(format!("stream broke: {e}")),
+                Ok(Some(Ok(b))) => self.buf.push_str(&String::from_utf8_lossy(&b)),
+            }
+        }
+    }
+
+    /// Reads until the server closes the stream; returns every event.
+    ///
+    /// # Errors
+    /// Timeout or a broken connection.
+    pub async fn collect(&mut self, timeout: Duration) -> Result<Vec<SseEvent>, String> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next(timeout).await? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+}
+
+impl McpClient {
+    #[must_use]
+    pub fn new() -> Self {
+        Self { http: reqwest::Client::builder().no_proxy().build().expect("client"), user: None, session: None }
+    }
+
+    /// Acts as this principal (through the test authenticator).
+    #[must_use]
+    pub fn as_user(mut self, user: &str) -> Self {
+        self.user = Some(user.to_owned());
+        self
+    }
+
+    fn headers(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let mut rb = rb.header("mcp-protocol-version", "2025-11-25");
+        if let Some(u) = &self.user {
+            rb = rb.header(crate::TEST_USER_HEADER, u);
+        }
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s);
+        }
+        rb
+    }
+
+    /// POSTs one JSON-RPC message.
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn post(&self, url: &str, body: &Value) -> reqwest::Response {
+        self.headers(self.http.post(url))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    /// Initializes a session and sends `notifications/initialized`; keeps the session id.
+    ///
+    /// # Panics
+    /// If initialization fails.
+    pub async fn initialize(&mut self, url: &str) -> String {
+        let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": { "sampling": {}, "elicitation": {} },
+            "clientInfo": { "name": "mcpfleet-tests", "version": "1" } } });
+        let resp = self.post(url, &body).await;
+        assert_eq!(resp.status(), 200, "initialize failed");
+        let sid = resp.headers().get("mcp-session-id").expect("session id").to_str().expect("ascii").to_owned();
+        self.session = Some(sid.clone());
+        let r = self.post(url, &json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).await;
+        assert_eq!(r.status(), 202);
+        sid
+    }
+
+    /// A request; returns the JSON body of a JSON response.
+    ///
+    /// # Panics
+    /// If the response is not 200 JSON.
+    pub async fn request(&self, url: &str, id: i64, method: &str, params: Value) -> Value {
+        let resp = self.post(url, &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await;
+        assert_eq!(resp.status(), 200, "{method} failed");
+        resp.json().await.expect("json body")
+    }
+
+    /// Starts a tool call and returns its SSE stream (panics if it answered with JSON).
+    ///
+    /// # Panics
+    /// If the response is not an SSE stream.
+    pub async fn call_streaming(&self, url: &str, id: i64, tool: &str, args: Value) -> SseStream {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": tool, "arguments": args, "_meta": { "progressToken": id } } });
+        let resp = self.post(url, &body).await;
+        assert_eq!(resp.status(), 200);
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        assert!(ct.starts_with("text/event-stream"), "expected SSE, got {ct}");
+        SseStream::new(resp)
+    }
+
+    /// GET on the endpoint, optionally resuming from `last_event_id`.
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn get(&self, url: &str, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut rb = self.headers(self.http.get(url)).header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            rb = rb.header("last-event-id", id);
+        }
+        rb.send().await.expect("GET")
+    }
+
+    /// DELETE of the session.
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn delete(&self, url: &str) -> reqwest::Response {
+        self.headers(self.http.delete(url)).send().await.expect("DELETE")
+    }
+}
+
+impl Default for McpClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
