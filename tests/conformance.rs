@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn tools_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools")
 }
 
 /// Runs the suite against `url`; returns its summary lines, panicking if any check failed.

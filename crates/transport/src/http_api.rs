@@ -47,11 +47,16 @@ fn protocol_version(headers: &HeaderMap) -> Result<&'static str> {
 
 /// The session this request names, checked against the caller: unknown, ended and foreign sessions all look alike.
 async fn session(app: &AppState, headers: &HeaderMap, principal: &Principal) -> Result<(SessionKey, SessionInfo)> {
-    let raw = single(headers, SESSION_HEADER)?.ok_or(TransportError::MissingSession)?;
-    let id = SessionId::parse(raw).ok_or(TransportError::SessionNotFound)?;
-    let key = SessionKey { user: principal.user.clone(), id };
+    let key = session_key(headers, principal)?;
     let info = app.store.touch_session(&key).await?.ok_or(TransportError::SessionNotFound)?;
     Ok((key, info))
+}
+
+/// The key the request names, without a store call (a malformed id names nothing: 404).
+fn session_key(headers: &HeaderMap, principal: &Principal) -> Result<SessionKey> {
+    let raw = single(headers, SESSION_HEADER)?.ok_or(TransportError::MissingSession)?;
+    let id = SessionId::parse(raw).ok_or(TransportError::SessionNotFound)?;
+    Ok(SessionKey { user: principal.user.clone(), id })
 }
 
 fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
@@ -151,6 +156,13 @@ async fn post_inner(app: AppState, req: Request) -> Result<Response> {
         return initialize(&app, &principal, id, params).await;
     }
     protocol_version(headers)?;
+    if let Message::Response { id, raw } = message {
+        // Checked and delivered in one script, so a refused response writes nothing.
+        let key = session_key(headers, &principal)?;
+        let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
+        let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
+        return if app.store.deliver_response(&key, id, raw).await? { Ok(accepted()) } else { Err(TransportError::UnknownResponse) };
+    }
     let (key, info) = session(&app, headers, &principal).await?;
     match message {
         Message::Notification { method, params } => {
@@ -163,11 +175,7 @@ async fn post_inner(app: AppState, req: Request) -> Result<Response> {
             }
             Ok(accepted())
         }
-        Message::Response { id, raw } => {
-            let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
-            let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
-            if app.store.deliver_response(&key, id, raw).await? { Ok(accepted()) } else { Err(TransportError::UnknownResponse) }
-        }
+        Message::Response { .. } => Err(TransportError::UnknownResponse),
         Message::Request { id, method, params } if method == "tools/call" => {
             let name = match mcp::str_param(&params, "name") {
                 Ok(n) => n.to_owned(),

@@ -1,0 +1,339 @@
+//! End-to-end: real replicas (processes, or the library in-process where a test needs several principals), a
+//! real Redis of the suite's own, real HTTP. Every request of a session may land on a different replica.
+
+use mcpfleet_testkit::{Fleet, McpClient, RedisServer, SseEvent, eventually};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+fn data_messages(events: &[SseEvent]) -> Vec<Value> {
+    events.iter().filter(|e| !e.data.is_empty()).filter_map(SseEvent::json).collect()
+}
+
+fn progress_values(msgs: &[Value]) -> Vec<u64> {
+    msgs.iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| m["params"]["progress"].as_f64().unwrap() as u64)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_on_a_call_on_b_stream_on_c() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let [a, b, c] = [0, 1, 2].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+
+    let list = client.request(&b, 1, "tools/list", json!({})).await;
+    assert!(list["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "test_simple_text"));
+
+    // The standalone stream opens on C; a notification published by a call on A reaches it.
+    let resp = client.get(&c, None).await;
+    assert_eq!(resp.status(), 200);
+    let mut stream = mcpfleet_testkit::SseStream::new(resp);
+    let priming = stream.next(T).await.unwrap().unwrap();
+    assert!(priming.id.as_deref().unwrap().starts_with("0:"), "standalone stream is stream 0: {priming:?}");
+    assert_eq!(priming.data, "");
+    assert!(priming.retry.is_some());
+
+    let r = client.request(&a, 2, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated");
+    let note = stream.next(T).await.unwrap().unwrap();
+    let msg = note.json().unwrap();
+    assert_eq!(msg["method"], "notifications/resources/updated");
+    assert_eq!(msg["params"]["uri"], "test://watched-resource");
+    assert!(note.id.unwrap().starts_with("0:"));
+
+    // A tool call with intermediate messages on B streams its progress and its response.
+    let mut s = client.call_streaming(&b, 3, "test_countdown", json!({ "count": 3, "interval_ms": 10 })).await;
+    let events = s.collect(T).await.unwrap();
+    assert_eq!(events[0].data, "", "priming event first");
+    let msgs = data_messages(&events);
+    assert_eq!(progress_values(&msgs), vec![1, 2, 3]);
+    assert_eq!(msgs.last().unwrap()["id"], 3);
+    assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "counted to 3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_on_another_replica_gets_every_later_event_once_in_order() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+
+    let mut s = client.call_streaming(&a, 7, "test_countdown", json!({ "count": 12, "interval_ms": 60 })).await;
+    let mut seen = Vec::new();
+    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < 3 {
+        seen.push(s.next(T).await.unwrap().unwrap());
+    }
+    let cursor = seen.last().unwrap().id.clone().unwrap();
+    drop(s); // the client's connection is cut; replica A keeps running the call
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = client.get(&b, Some(&cursor)).await;
+    assert_eq!(resp.status(), 200);
+    let rest = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    let before = progress_values(&data_messages(&seen));
+    let after_msgs = data_messages(&rest);
+    let after = progress_values(&after_msgs);
+    assert_eq!(before, vec![1, 2, 3]);
+    assert_eq!(after, (4..=12).collect::<Vec<_>>(), "every later event exactly once, in order");
+    let last = after_msgs.last().unwrap();
+    assert_eq!(last["id"], 7);
+    assert_eq!(last["result"]["content"][0]["text"], "counted to 12");
+    let ids: Vec<_> = rest.iter().filter_map(|e| e.id.clone()).collect();
+    let mut dedup = ids.clone();
+    dedup.dedup();
+    assert_eq!(ids, dedup);
+    assert!(ids.iter().all(|i| i.split(':').next() == cursor.split(':').next()), "only that stream's events");
+
+    // A cursor that was never issued gets an explicit error, not an empty stream.
+    let stream_no = cursor.split(':').next().unwrap();
+    let bad = client.get(&b, Some(&format!("{stream_no}:1-0"))).await;
+    assert_eq!(bad.status(), 410);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32004);
+    assert_eq!(client.get(&b, Some("not-an-id")).await.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() {
+    let redis = RedisServer::start();
+    let fleet_a = Fleet::builder().replicas(1).redis(redis.url()).arg("--lease-ttl-ms").arg("600").start().await;
+    let fleet_b = Fleet::builder().replicas(1).redis(redis.url()).arg("--lease-ttl-ms").arg("600").start().await;
+    let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
+    let mut client = McpClient::new();
+    client.initialize(&b).await;
+    let mut bystander = McpClient::new();
+    bystander.initialize(&b).await;
+
+    let mut s = client.call_streaming(&a, 9, "test_countdown", json!({ "count": 200, "interval_ms": 20 })).await;
+    let mut seen = Vec::new();
+    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < 2 {
+        seen.push(s.next(T).await.unwrap().unwrap());
+    }
+    let cursor = seen.last().unwrap().id.clone().unwrap();
+    let mut fleet_a = fleet_a;
+    fleet_a.replicas[0].kill(); // SIGKILL
+    drop(s);
+
+    let started = Instant::now();
+    let resp = client.get(&b, Some(&cursor)).await;
+    assert_eq!(resp.status(), 200);
+    let rest = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    let elapsed = started.elapsed();
+    let msgs = data_messages(&rest);
+    let last = msgs.last().unwrap();
+    assert_eq!(last["id"], 9);
+    assert_eq!(last["error"]["code"], -32003, "lost request answered with a clear error: {last}");
+    assert!(elapsed < Duration::from_secs(5), "bounded time, took {elapsed:?}");
+    // Every event committed before the kill, after the cursor, arrived in order.
+    let progress = progress_values(&msgs);
+    let first_seen = progress_values(&data_messages(&seen));
+    let expected: Vec<u64> = (first_seen.last().unwrap() + 1..=first_seen.last().unwrap() + progress.len() as u64).collect();
+    assert_eq!(progress, expected);
+    let stream_no: u64 = cursor.split(':').next().unwrap().parse().unwrap();
+    let committed = redis.raw(&["XLEN", &redis.keys().into_iter().find(|k| k.contains(":ev:")).unwrap()]);
+    assert!(committed.trim().parse::<u64>().unwrap() >= progress.len() as u64 + 2, "replayed only committed events");
+    assert!(stream_no >= 1);
+
+    // The rest of the fleet is unaffected.
+    let r = bystander.request(&b, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["type"], "text");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_on_b_closes_a_stream_and_404s_everywhere() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let urls = fleet.urls();
+    let mut client = McpClient::new();
+    client.initialize(&urls[0]).await;
+    let mut get = mcpfleet_testkit::SseStream::new(client.get(&urls[0], None).await);
+    assert_eq!(get.next(T).await.unwrap().unwrap().data, "");
+    let mut call = client.call_streaming(&urls[2], 5, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
+    call.next(T).await.unwrap().unwrap();
+
+    let started = Instant::now();
+    assert_eq!(client.delete(&urls[1]).await.status(), 200);
+    assert_eq!(get.collect(T).await.unwrap().len(), 0, "A's GET stream ends");
+    call.collect(T).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "streams closed promptly");
+    for u in &urls {
+        let r = client.post(u, &json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" })).await;
+        assert_eq!(r.status(), 404);
+        assert_eq!(client.get(u, None).await.status(), 404);
+        assert_eq!(client.delete(u).await.status(), 404);
+    }
+    eventually(5, "all session keys gone", || async { redis.keys().iter().all(|k| k.contains(":rsp:") || k.contains(":cx:")) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_to_client_request_answered_via_b_and_cancellation_via_c() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let [a, b, c] = [0, 1, 2].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+
+    let mut s = client.call_streaming(&a, 11, "test_sampling", json!({ "prompt": "hello fleet" })).await;
+    let request = loop {
+        let e = s.next(T).await.unwrap().expect("stream open");
+        if let Some(m) = e.json()
+            && m["method"] == "sampling/createMessage"
+        {
+            break m;
+        }
+    };
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "hello fleet");
+    let reply = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
+        "role": "assistant", "content": { "type": "text", "text": "answer via B" }, "model": "m", "stopReason": "endTurn" } });
+    assert_eq!(client.post(&b, &reply).await.status(), 202);
+    let rest = data_messages(&s.collect(T).await.unwrap());
+    assert_eq!(rest.last().unwrap()["result"]["content"][0]["text"], "LLM response: answer via B");
+    // The same reply again has no pending request: refused.
+    assert_eq!(client.post(&c, &reply).await.status(), 400);
+
+    // A long call on A, cancelled through C: the stream ends without a response.
+    let mut s = client.call_streaming(&a, 12, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
+    s.next(T).await.unwrap().unwrap();
+    let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 12, "reason": "user" } });
+    let started = Instant::now();
+    assert_eq!(client.post(&c, &cancel).await.status(), 202);
+    let rest = data_messages(&s.collect(T).await.unwrap());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(rest.iter().all(|m| m.get("id").is_none()), "no response after cancellation: {rest:?}");
+    assert!(progress_values(&rest).len() < 100, "the call stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_principal_cannot_use_resume_or_delete_a_session_nor_tell_it_exists() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).header_auth().start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut alice = McpClient::new().as_user("alice");
+    alice.initialize(&a).await;
+    let mut s = alice.call_streaming(&a, 1, "test_countdown", json!({ "count": 2, "interval_ms": 10 })).await;
+    let events = s.collect(T).await.unwrap();
+    let cursor = events[0].id.clone().unwrap();
+
+    let mut bob = McpClient::new().as_user("bob");
+    bob.session = alice.session.clone();
+    let mut nobody = McpClient::new().as_user("bob");
+    nobody.session = Some("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".to_owned());
+    let keys_before = redis.keys();
+    for u in [&a, &b] {
+        let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+        let (r1, r2) = (bob.post(u, &list).await, nobody.post(u, &list).await);
+        assert_eq!((r1.status().as_u16(), r2.status().as_u16()), (404, 404));
+        assert_eq!(r1.text().await.unwrap(), r2.text().await.unwrap(), "indistinguishable from a session that never existed");
+        assert_eq!(bob.get(u, None).await.status(), 404);
+        assert_eq!(bob.get(u, Some(&cursor)).await.status(), 404);
+        assert_eq!(bob.delete(u).await.status(), 404);
+    }
+    assert_eq!(redis.keys(), keys_before, "refused requests wrote nothing");
+    let r = alice.request(&b, 2, "ping", json!({})).await;
+    assert_eq!(r["result"], json!({}));
+}
+
+fn write_counts(redis: &RedisServer) -> Vec<(String, u64)> {
+    let writes = ["hset", "xadd", "set", "del", "pexpire", "zadd", "hincrby", "publish", "expire", "hdel", "zrem"];
+    redis.command_stats().into_iter().filter(|(c, _)| writes.contains(&c.as_str())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_write_nothing_and_get_clear_errors() {
+    let redis = RedisServer::start();
+    // A small body limit, so that the 413 case fits in socket buffers and the client can read the answer.
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--max-body-bytes").arg("4096").start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    client.initialize(&url).await;
+    let keys = redis.keys();
+    let writes = write_counts(&redis);
+    let http = reqwest::Client::new();
+    let sid = client.session.clone().unwrap();
+    let post = |body: &'static str| {
+        http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream").header("mcp-session-id", &sid).body(body)
+    };
+    let cases: Vec<(reqwest::RequestBuilder, u16, Option<i64>)> = vec![
+        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("origin", "http://evil.example.com"), 403, Some(-32000)),
+        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("host", "evil.example.com"), 403, Some(-32000)),
+        (http.post(&url).header("content-type", "application/json").header("accept", "application/json").header("mcp-session-id", &sid)
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 406, Some(-32000)),
+        (http.post(&url).header("content-type", "text/plain").header("accept", "application/json, text/event-stream").header("mcp-session-id", &sid)
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 415, Some(-32000)),
+        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping""#), 400, Some(-32700)),
+        (post(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), 400, Some(-32600)),
+        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("mcp-protocol-version", "1999-01-01"), 400, Some(-32000)),
+        (http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 400, Some(-32000)),
+        (http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 404, Some(-32001)),
+        (post(r#"{"jsonrpc":"2.0","id":"never-sent","result":{}}"#), 400, Some(-32000)),
+        (http.put(&url), 405, Some(-32000)),
+    ];
+    for (i, (rb, status, code)) in cases.into_iter().enumerate() {
+        let resp = rb.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "case {i}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"].as_i64(), code, "case {i}: {body}");
+        assert!(!body["error"]["message"].as_str().unwrap().to_lowercase().contains("line "), "no parser text: {body}");
+    }
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(8 * 1024));
+    let resp = http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid).body(big).send().await.unwrap();
+    assert_eq!(resp.status(), 413);
+    assert_eq!(redis.keys(), keys, "no keys written");
+    assert_eq!(write_counts(&redis), writes, "no write commands ran");
+
+    // A missing Origin is allowed; a notification gets 202 with no body.
+    let r = client.post(&url, &json!({ "jsonrpc": "2.0", "method": "notifications/roots/list_changed" })).await;
+    assert_eq!(r.status(), 202);
+    assert!(r.bytes().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_count_returns_to_baseline_after_expiry_and_delete() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--session-idle-ttl-secs").arg("1").start().await;
+    let urls = fleet.urls();
+    assert!(redis.keys().is_empty());
+    let mut expiring = McpClient::new();
+    expiring.initialize(&urls[0]).await;
+    expiring.call_streaming(&urls[1], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 })).await.collect(T).await.unwrap();
+    let mut deleted = McpClient::new();
+    deleted.initialize(&urls[1]).await;
+    deleted.call_streaming(&urls[0], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 })).await.collect(T).await.unwrap();
+    assert!(redis.keys().len() >= 4, "sessions and logs exist: {:?}", redis.keys());
+    assert_eq!(deleted.delete(&urls[0]).await.status(), 200);
+    eventually(5, "keys back to baseline", || async { redis.keys().is_empty() }).await;
+    let r = expiring.post(&urls[0], &json!({ "jsonrpc": "2.0", "id": 2, "method": "ping" })).await;
+    assert_eq!(r.status(), 404, "expired session is gone");
+}
+
+/// The hot path: a `tools/call` on an existing session that answers with JSON. The budget is 2 round trips;
+/// it takes 1 (one EVALSHA of touch.lua, which runs HMGET + 3×PEXPIRE inside Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tools_call_costs_one_redis_round_trip() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    client.initialize(&url).await;
+    client.request(&url, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await; // warm the script cache
+    let before: std::collections::HashMap<_, _> = redis.command_stats().into_iter().collect();
+    let r = client.request(&url, 2, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["type"], "text");
+    let after: std::collections::HashMap<_, _> = redis.command_stats().into_iter().collect();
+    let mut delta: Vec<(String, u64)> = after.iter().filter_map(|(k, v)| {
+        let d = v - before.get(k).copied().unwrap_or(0);
+        (d > 0 && k != "info").then(|| (k.clone(), d))
+    }).collect();
+    delta.sort();
+    println!("commands for one tools/call: {delta:?}");
+    assert_eq!(delta, vec![("evalsha".to_owned(), 1), ("hmget".to_owned(), 1), ("pexpire".to_owned(), 3)]);
+}
