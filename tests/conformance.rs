@@ -2,6 +2,8 @@
 //! setups: one replica on the in-memory store, and three replicas sharing one Redis behind a round-robin proxy.
 //! `tests/run-all.sh` installs Node 22 and the suite into `.tools/` when they are missing.
 
+#![expect(clippy::expect_used, reason = "test helpers fail loudly")]
+
 use mcpfleet_testkit::{Fleet, RedisServer, RoundRobinProxy};
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,7 +17,11 @@ fn run_suite(url: &str, label: &str) -> String {
     let tools = tools_dir();
     let node = tools.join("node_modules/.bin/node");
     let cli = tools.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    assert!(node.exists() && cli.exists(), "conformance suite not installed in {}: run tests/run-all.sh", tools.display());
+    assert!(
+        node.exists() && cli.exists(),
+        "conformance suite not installed in {}: run tests/run-all.sh",
+        tools.display()
+    );
     let out_dir = tempfile_dir(label);
     let out = Command::new(&node)
         .arg(&cli)
@@ -26,7 +32,11 @@ fn run_suite(url: &str, label: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let summary: String = stdout.lines().skip_while(|l| !l.contains("=== SUMMARY ===")).collect::<Vec<_>>().join("\n");
     println!("[{label}]\n{summary}");
-    assert!(out.status.success(), "conformance failed for {label}:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "conformance failed for {label}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(summary.contains(", 0 failed") && summary.contains("Total:"), "no clean summary for {label}:\n{stdout}");
     summary
 }

@@ -14,7 +14,8 @@ fn data_messages(events: &[SseEvent]) -> Vec<Value> {
 fn progress_values(msgs: &[Value]) -> Vec<u64> {
     msgs.iter()
         .filter(|m| m["method"] == "notifications/progress")
-        .map(|m| m["params"]["progress"].as_f64().unwrap() as u64)
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .map(|f| f as u64)
         .collect()
 }
 
@@ -38,7 +39,8 @@ async fn initialize_on_a_call_on_b_stream_on_c() {
     assert_eq!(priming.data, "");
     assert!(priming.retry.is_some());
 
-    let r = client.request(&a, 2, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    let r =
+        client.request(&a, 2, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
     assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated");
     let note = stream.next(T).await.unwrap().unwrap();
     let msg = note.json().unwrap();
@@ -133,7 +135,8 @@ async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() 
     // Every event committed before the kill, after the cursor, arrived in order.
     let progress = progress_values(&msgs);
     let first_seen = progress_values(&data_messages(&seen));
-    let expected: Vec<u64> = (first_seen.last().unwrap() + 1..=first_seen.last().unwrap() + progress.len() as u64).collect();
+    let expected: Vec<u64> =
+        (first_seen.last().unwrap() + 1..=first_seen.last().unwrap() + progress.len() as u64).collect();
     assert_eq!(progress, expected);
     let stream_no: u64 = cursor.split(':').next().unwrap().parse().unwrap();
     let committed = redis.raw(&["XLEN", &redis.keys().into_iter().find(|k| k.contains(":ev:")).unwrap()]);
@@ -154,7 +157,8 @@ async fn delete_on_b_closes_a_stream_and_404s_everywhere() {
     client.initialize(&urls[0]).await;
     let mut get = mcpfleet_testkit::SseStream::new(client.get(&urls[0], None).await);
     assert_eq!(get.next(T).await.unwrap().unwrap().data, "");
-    let mut call = client.call_streaming(&urls[2], 5, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
+    let mut call =
+        client.call_streaming(&urls[2], 5, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
     call.next(T).await.unwrap().unwrap();
 
     let started = Instant::now();
@@ -168,7 +172,10 @@ async fn delete_on_b_closes_a_stream_and_404s_everywhere() {
         assert_eq!(client.get(u, None).await.status(), 404);
         assert_eq!(client.delete(u).await.status(), 404);
     }
-    eventually(5, "all session keys gone", || async { redis.keys().iter().all(|k| k.contains(":rsp:") || k.contains(":cx:")) }).await;
+    eventually(5, "all session keys gone", || async {
+        redis.keys().iter().all(|k| k.contains(":rsp:") || k.contains(":cx:"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +236,11 @@ async fn another_principal_cannot_use_resume_or_delete_a_session_nor_tell_it_exi
         let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
         let (r1, r2) = (bob.post(u, &list).await, nobody.post(u, &list).await);
         assert_eq!((r1.status().as_u16(), r2.status().as_u16()), (404, 404));
-        assert_eq!(r1.text().await.unwrap(), r2.text().await.unwrap(), "indistinguishable from a session that never existed");
+        assert_eq!(
+            r1.text().await.unwrap(),
+            r2.text().await.unwrap(),
+            "indistinguishable from a session that never existed"
+        );
         assert_eq!(bob.get(u, None).await.status(), 404);
         assert_eq!(bob.get(u, Some(&cursor)).await.status(), 404);
         assert_eq!(bob.delete(u).await.status(), 404);
@@ -257,22 +268,61 @@ async fn refused_requests_write_nothing_and_get_clear_errors() {
     let http = reqwest::Client::new();
     let sid = client.session.clone().unwrap();
     let post = |body: &'static str| {
-        http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream").header("mcp-session-id", &sid).body(body)
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(body)
     };
     let cases: Vec<(reqwest::RequestBuilder, u16, Option<i64>)> = vec![
-        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("origin", "http://evil.example.com"), 403, Some(-32000)),
+        (
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("origin", "http://evil.example.com"),
+            403,
+            Some(-32000),
+        ),
         (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("host", "evil.example.com"), 403, Some(-32000)),
-        (http.post(&url).header("content-type", "application/json").header("accept", "application/json").header("mcp-session-id", &sid)
-            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 406, Some(-32000)),
-        (http.post(&url).header("content-type", "text/plain").header("accept", "application/json, text/event-stream").header("mcp-session-id", &sid)
-            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 415, Some(-32000)),
+        (
+            http.post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json")
+                .header("mcp-session-id", &sid)
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            406,
+            Some(-32000),
+        ),
+        (
+            http.post(&url)
+                .header("content-type", "text/plain")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &sid)
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            415,
+            Some(-32000),
+        ),
         (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping""#), 400, Some(-32700)),
         (post(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), 400, Some(-32600)),
-        (post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("mcp-protocol-version", "1999-01-01"), 400, Some(-32000)),
-        (http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
-            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 400, Some(-32000)),
-        (http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), 404, Some(-32001)),
+        (
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("mcp-protocol-version", "1999-01-01"),
+            400,
+            Some(-32000),
+        ),
+        (
+            http.post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            400,
+            Some(-32000),
+        ),
+        (
+            http.post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            404,
+            Some(-32001),
+        ),
         (post(r#"{"jsonrpc":"2.0","id":"never-sent","result":{}}"#), 400, Some(-32000)),
         (http.put(&url), 405, Some(-32000)),
     ];
@@ -284,8 +334,15 @@ async fn refused_requests_write_nothing_and_get_clear_errors() {
         assert!(!body["error"]["message"].as_str().unwrap().to_lowercase().contains("line "), "no parser text: {body}");
     }
     let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(8 * 1024));
-    let resp = http.post(&url).header("content-type", "application/json").header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &sid).body(big).send().await.unwrap();
+    let resp = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(big)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 413);
     assert_eq!(redis.keys(), keys, "no keys written");
     assert_eq!(write_counts(&redis), writes, "no write commands ran");
@@ -304,10 +361,20 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
     assert!(redis.keys().is_empty());
     let mut expiring = McpClient::new();
     expiring.initialize(&urls[0]).await;
-    expiring.call_streaming(&urls[1], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 })).await.collect(T).await.unwrap();
+    expiring
+        .call_streaming(&urls[1], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 }))
+        .await
+        .collect(T)
+        .await
+        .unwrap();
     let mut deleted = McpClient::new();
     deleted.initialize(&urls[1]).await;
-    deleted.call_streaming(&urls[0], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 })).await.collect(T).await.unwrap();
+    deleted
+        .call_streaming(&urls[0], 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 }))
+        .await
+        .collect(T)
+        .await
+        .unwrap();
     assert!(redis.keys().len() >= 4, "sessions and logs exist: {:?}", redis.keys());
     assert_eq!(deleted.delete(&urls[0]).await.status(), 200);
     eventually(5, "keys back to baseline", || async { redis.keys().is_empty() }).await;
@@ -329,10 +396,13 @@ async fn one_tools_call_costs_one_redis_round_trip() {
     let r = client.request(&url, 2, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
     assert_eq!(r["result"]["content"][0]["type"], "text");
     let after: std::collections::HashMap<_, _> = redis.command_stats().into_iter().collect();
-    let mut delta: Vec<(String, u64)> = after.iter().filter_map(|(k, v)| {
-        let d = v - before.get(k).copied().unwrap_or(0);
-        (d > 0 && k != "info").then(|| (k.clone(), d))
-    }).collect();
+    let mut delta: Vec<(String, u64)> = after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0 && k != "info").then(|| (k.clone(), d))
+        })
+        .collect();
     delta.sort();
     println!("commands for one tools/call: {delta:?}");
     assert_eq!(delta, vec![("evalsha".to_owned(), 1), ("hmget".to_owned(), 1), ("pexpire".to_owned(), 3)]);

@@ -63,10 +63,20 @@ struct ServeArgs {
     auth: AuthMode,
     /// Allowed Origin values, comma-separated (scheme://host[:port], or scheme://host:* for any port). A request
     /// without Origin is allowed; any other Origin gets 403.
-    #[arg(long, env = "MCPFLEET_ALLOWED_ORIGINS", value_delimiter = ',', default_value = "http://localhost:*,http://127.0.0.1:*,http://[::1]:*")]
+    #[arg(
+        long,
+        env = "MCPFLEET_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        default_value = "http://localhost:*,http://127.0.0.1:*,http://[::1]:*"
+    )]
     allowed_origins: Vec<String>,
     /// Allowed Host header values, comma-separated (host[:port], or host:*). Others get 403.
-    #[arg(long, env = "MCPFLEET_ALLOWED_HOSTS", value_delimiter = ',', default_value = "localhost:*,127.0.0.1:*,[::1]:*")]
+    #[arg(
+        long,
+        env = "MCPFLEET_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost:*,127.0.0.1:*,[::1]:*"
+    )]
     allowed_hosts: Vec<String>,
     /// Register a fixture set. Never on by default.
     #[arg(long, env = "MCPFLEET_FIXTURES", value_enum)]
@@ -112,7 +122,10 @@ pub struct RedisSettings {
 
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings").field("url", &"<redacted>").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("RedisSettings")
+            .field("url", &"<redacted>")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -144,7 +157,10 @@ pub struct ConfigError(pub String);
 fn patterns(what: &str, raw: &[String]) -> Result<Vec<HostPattern>, ConfigError> {
     raw.iter()
         .filter(|s| !s.trim().is_empty())
-        .map(|s| HostPattern::parse(s).ok_or_else(|| ConfigError(format!("invalid {what} entry {s:?}: expected value or value:*"))))
+        .map(|s| {
+            HostPattern::parse(s)
+                .ok_or_else(|| ConfigError(format!("invalid {what} entry {s:?}: expected value or value:*")))
+        })
         .collect()
 }
 
@@ -155,11 +171,19 @@ fn patterns(what: &str, raw: &[String]) -> Result<Vec<HostPattern>, ConfigError>
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, ConfigError> {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp
+                    | clap::error::ErrorKind::DisplayVersion
+                    | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
             return Ok(Parsed::Info(e.to_string()));
         }
         Err(e) => {
-            let first = e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
+            let first =
+                e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
             return Err(ConfigError(first));
         }
     };
@@ -168,12 +192,14 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
         return Err(ConfigError(format!("--auth none refuses to listen on non-loopback address {}", a.listen)));
     }
     let redis = match a.redis_url {
-        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") => Some(RedisSettings {
-            url,
-            prefix: a.redis_prefix,
-            timeout: Duration::from_millis(a.redis_timeout_ms),
-            max_events: usize::try_from(a.max_events).unwrap_or(usize::MAX),
-        }),
+        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") => {
+            Some(RedisSettings {
+                url,
+                prefix: a.redis_prefix,
+                timeout: Duration::from_millis(a.redis_timeout_ms),
+                max_events: usize::try_from(a.max_events).unwrap_or(usize::MAX),
+            })
+        }
         Some(_) => return Err(ConfigError("--redis-url must start with redis://, rediss:// or unix://".to_owned())),
         None => None,
     };
@@ -193,5 +219,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
     if transport.allowed_hosts.is_empty() {
         return Err(ConfigError("--allowed-hosts is empty: no request could ever be served".to_owned()));
     }
-    Ok(Parsed::Serve(Box::new(Config { listen: a.listen, redis, auth: a.auth, fixtures: a.fixtures, transport, dev: a.dev, log: a.log })))
+    Ok(Parsed::Serve(Box::new(Config {
+        listen: a.listen,
+        redis,
+        auth: a.auth,
+        fixtures: a.fixtures,
+        transport,
+        dev: a.dev,
+        log: a.log,
+    })))
 }

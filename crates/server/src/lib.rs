@@ -40,11 +40,18 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
         Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
         None => Arc::new(EmptyCatalog),
     };
-    Ok(AppState { store, catalog, auth: Arc::new(NoAuth::default()), config: Arc::new(cfg.transport.clone()), shutdown: CancellationToken::new() })
+    Ok(AppState {
+        store,
+        catalog,
+        auth: Arc::new(NoAuth::default()),
+        config: Arc::new(cfg.transport.clone()),
+        shutdown: CancellationToken::new(),
+    })
 }
 
 fn init_tracing(cfg: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if cfg.dev {
         builder.pretty().init();

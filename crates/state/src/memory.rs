@@ -1,7 +1,9 @@
 //! The embedded default for one process: the same contract as Redis, with maps and broadcast channels.
 //! It is single-replica only: two processes never see each other's sessions.
 
-use crate::types::{AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState};
+use crate::types::{
+    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
+};
 use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -73,7 +75,8 @@ impl Inner {
     }
 
     fn next_id(&mut self, stream: u64) -> EventId {
-        let now = u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(0);
+        let now =
+            u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(0);
         let (ms, seq) = if now > self.last_id.0 { (now, 0) } else { (self.last_id.0, self.last_id.1 + 1) };
         self.last_id = (ms, seq);
         EventId { stream, ms, seq }
@@ -288,14 +291,17 @@ impl Router for MemoryStore {
         if !s.pending.remove(request_id) {
             return Ok(false);
         }
-        g.handoffs.insert((key.clone(), format!("r:{request_id}")), (Some(message.to_owned()), Instant::now() + HANDOFF_TTL));
+        g.handoffs
+            .insert((key.clone(), format!("r:{request_id}")), (Some(message.to_owned()), Instant::now() + HANDOFF_TTL));
         g.ring(key, Ring::Response(request_id.to_owned()));
         Ok(true)
     }
 
     async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {
         let mut g = self.lock();
-        Ok(g.handoffs.remove(&(key.clone(), format!("r:{request_id}"))).and_then(|(m, exp)| m.filter(|_| exp > Instant::now())))
+        Ok(g.handoffs
+            .remove(&(key.clone(), format!("r:{request_id}")))
+            .and_then(|(m, exp)| m.filter(|_| exp > Instant::now())))
     }
 
     async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()> {

@@ -170,12 +170,18 @@ impl FleetBuilder {
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).expect("read listen line");
-        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
         Replica::Process { child, addr }
     }
 
     async fn start_in_process(&self) -> Replica {
-        let mcpfleet::config::Parsed::Serve(cfg) = mcpfleet::config::parse(self.serve_args().into_iter().map(Into::into)).expect("config") else {
+        let mcpfleet::config::Parsed::Serve(cfg) =
+            mcpfleet::config::parse(self.serve_args().into_iter().map(Into::into)).expect("config")
+        else {
             panic!("not a serve command");
         };
         let mut state = mcpfleet::build_state(&cfg).await.expect("state");

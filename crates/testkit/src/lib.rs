@@ -3,6 +3,7 @@
 //! included, to the next replica in turn.
 //!
 //! A dev-dependency only: it must never be linked into the server.
+#![expect(clippy::expect_used, reason = "test support: failing loudly with a reason is its job")]
 
 mod client;
 mod fleet;

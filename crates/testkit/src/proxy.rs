@@ -21,7 +21,8 @@ struct ProxyState {
     client: reqwest::Client,
 }
 
-const HOP_BY_HOP: [&str; 7] = ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "content-length", "proxy-connection"];
+const HOP_BY_HOP: [&str; 7] =
+    ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "content-length", "proxy-connection"];
 
 async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
     let i = st.next.fetch_add(1, Ordering::Relaxed) % st.targets.len();

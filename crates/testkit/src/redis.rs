@@ -62,21 +62,27 @@ impl RedisServer {
     /// Runs one command through `redis-cli` and returns its raw output.
     #[must_use]
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string(), "--no-raw"]).args(args).output().ok()?;
+        let out =
+            Command::new("redis-cli").args(["-p", &self.port.to_string(), "--no-raw"]).args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Runs one command through `redis-cli --raw`.
     #[must_use]
     pub fn raw(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string(), "--raw"]).args(args).output().expect("redis-cli");
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--raw"])
+            .args(args)
+            .output()
+            .expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// All keys, sorted.
     #[must_use]
     pub fn keys(&self) -> Vec<String> {
-        let mut k: Vec<String> = self.raw(&["KEYS", "*"]).lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+        let mut k: Vec<String> =
+            self.raw(&["KEYS", "*"]).lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
         k.sort();
         k
     }

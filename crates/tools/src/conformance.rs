@@ -32,7 +32,9 @@ fn ok(content: Vec<Value>) -> Result<Value, ToolError> {
 }
 
 fn string_arg<'a>(args: &'a JsonObject, name: &str) -> Result<&'a str, ToolError> {
-    args.get(name).and_then(Value::as_str).ok_or_else(|| ToolError::InvalidParams(format!("arguments.{name} must be a string")))
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::InvalidParams(format!("arguments.{name} must be a string")))
 }
 
 fn no_args(name: &str, description: &str) -> Value {
@@ -79,8 +81,16 @@ impl Catalog for ConformanceCatalog {
             no_args("test_tool_with_logging", "Sends three log messages while it runs"),
             no_args("test_tool_with_progress", "Reports progress three times while it runs"),
             no_args("test_error_handling", "Always fails, as a tool error"),
-            tool("test_sampling", "Asks the client's model to complete a prompt", closed(json!({ "prompt": bounded_string(4096) }), &["prompt"])),
-            tool("test_elicitation", "Asks the user for their details", closed(json!({ "message": bounded_string(1024) }), &["message"])),
+            tool(
+                "test_sampling",
+                "Asks the client's model to complete a prompt",
+                closed(json!({ "prompt": bounded_string(4096) }), &["prompt"]),
+            ),
+            tool(
+                "test_elicitation",
+                "Asks the user for their details",
+                closed(json!({ "message": bounded_string(1024) }), &["message"]),
+            ),
             no_args("test_elicitation_sep1034_defaults", "Elicits a form whose fields have defaults (SEP-1034)"),
             no_args("test_elicitation_sep1330_enums", "Elicits a form with every enum style (SEP-1330)"),
             json!({
@@ -105,7 +115,10 @@ impl Catalog for ConformanceCatalog {
                     &["count", "interval_ms"],
                 ),
             ),
-            no_args("test_update_watched_resource", "Changes test://watched-resource and notifies the session's stream"),
+            no_args(
+                "test_update_watched_resource",
+                "Changes test://watched-resource and notifies the session's stream",
+            ),
         ]
     }
 
@@ -123,7 +136,9 @@ impl Catalog for ConformanceCatalog {
                     "uri": "test://mixed-content-resource", "mimeType": "application/json", "text": "{\"test\":\"data\",\"value\":123}" } }),
             ]),
             "test_tool_with_logging" => {
-                for (i, m) in ["Tool execution started", "Tool processing data", "Tool execution completed"].iter().enumerate() {
+                for (i, m) in
+                    ["Tool execution started", "Tool processing data", "Tool execution completed"].iter().enumerate()
+                {
                     if i > 0 {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -140,7 +155,9 @@ impl Catalog for ConformanceCatalog {
                 }
                 ok(vec![text("Progress test completed")])
             }
-            "test_error_handling" => Ok(json!({ "content": [text("This tool intentionally returns an error for testing")], "isError": true })),
+            "test_error_handling" => Ok(
+                json!({ "content": [text("This tool intentionally returns an error for testing")], "isError": true }),
+            ),
             "test_sampling" => {
                 let prompt = string_arg(&args, "prompt")?;
                 require_capability(cx, "sampling")?;
@@ -155,7 +172,11 @@ impl Catalog for ConformanceCatalog {
                     "username": { "type": "string", "description": "User's response" },
                     "email": { "type": "string", "description": "User's email address" } }, "required": ["username", "email"] });
                 let r = elicit(cx, message, schema).await?;
-                ok(vec![text(format!("User response: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+                ok(vec![text(format!(
+                    "User response: action={}, content={}",
+                    r.get("action").unwrap_or(&Value::Null),
+                    r.get("content").unwrap_or(&Value::Null)
+                ))])
             }
             "test_elicitation_sep1034_defaults" => {
                 let schema = json!({ "type": "object", "properties": {
@@ -165,7 +186,11 @@ impl Catalog for ConformanceCatalog {
                     "status": { "type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active" },
                     "verified": { "type": "boolean", "description": "Verification status", "default": true } }, "required": [] });
                 let r = elicit(cx, "Please review and update the form fields with defaults", schema).await?;
-                ok(vec![text(format!("Elicitation completed: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+                ok(vec![text(format!(
+                    "Elicitation completed: action={}, content={}",
+                    r.get("action").unwrap_or(&Value::Null),
+                    r.get("content").unwrap_or(&Value::Null)
+                ))])
             }
             "test_elicitation_sep1330_enums" => {
                 let schema = json!({ "type": "object", "properties": {
@@ -177,17 +202,26 @@ impl Catalog for ConformanceCatalog {
                     "titledMulti": { "type": "array", "description": "Select multiple titled options", "minItems": 1, "maxItems": 3, "items": { "anyOf": [
                         { "const": "value1", "title": "First Choice" }, { "const": "value2", "title": "Second Choice" }, { "const": "value3", "title": "Third Choice" }] } } }, "required": [] });
                 let r = elicit(cx, "Please select options from the enum fields", schema).await?;
-                ok(vec![text(format!("Elicitation completed: action={}, content={}", r.get("action").unwrap_or(&Value::Null), r.get("content").unwrap_or(&Value::Null)))])
+                ok(vec![text(format!(
+                    "Elicitation completed: action={}, content={}",
+                    r.get("action").unwrap_or(&Value::Null),
+                    r.get("content").unwrap_or(&Value::Null)
+                ))])
             }
             "json_schema_2020_12_tool" => ok(vec![text(format!("Received: {}", Value::Object(args)))]),
             "test_reconnection" => {
                 cx.close_connection(Duration::from_millis(500)).await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                ok(vec![text("Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.")])
+                ok(vec![text(
+                    "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.",
+                )])
             }
             "test_countdown" => {
                 let int = |n: &str, max: u64| {
-                    args.get(n).and_then(Value::as_u64).filter(|v| *v <= max).ok_or_else(|| ToolError::InvalidParams(format!("arguments.{n} must be an integer <= {max}")))
+                    args.get(n)
+                        .and_then(Value::as_u64)
+                        .filter(|v| *v <= max)
+                        .ok_or_else(|| ToolError::InvalidParams(format!("arguments.{n} must be an integer <= {max}")))
                 };
                 let (count, interval) = (int("count", 1000)?, int("interval_ms", 10_000)?);
                 for i in 1..=count {
@@ -198,7 +232,8 @@ impl Catalog for ConformanceCatalog {
                 ok(vec![text(format!("counted to {count}"))])
             }
             "test_update_watched_resource" => {
-                cx.notify_session("notifications/resources/updated", json!({ "uri": "test://watched-resource" })).await?;
+                cx.notify_session("notifications/resources/updated", json!({ "uri": "test://watched-resource" }))
+                    .await?;
                 ok(vec![text("test://watched-resource updated")])
             }
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
@@ -214,15 +249,21 @@ impl Catalog for ConformanceCatalog {
     }
 
     fn resource_templates(&self) -> Vec<Value> {
-        vec![json!({ "uriTemplate": "test://template/{id}/data", "name": "Template resource", "description": "Data for one id", "mimeType": "application/json" })]
+        vec![
+            json!({ "uriTemplate": "test://template/{id}/data", "name": "Template resource", "description": "Data for one id", "mimeType": "application/json" }),
+        ]
     }
 
     async fn read_resource(&self, uri: &str) -> Result<Value, ToolError> {
         let one = |c: Value| Ok(json!({ "contents": [c] }));
         match uri {
-            "test://static-text" => one(json!({ "uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource." })),
+            "test://static-text" => one(
+                json!({ "uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource." }),
+            ),
             "test://static-binary" => one(json!({ "uri": uri, "mimeType": "image/png", "blob": PNG })),
-            "test://watched-resource" => one(json!({ "uri": uri, "mimeType": "text/plain", "text": "Watched resource content" })),
+            "test://watched-resource" => {
+                one(json!({ "uri": uri, "mimeType": "text/plain", "text": "Watched resource content" }))
+            }
             _ => {
                 if let Some(id) = uri.strip_prefix("test://template/").and_then(|r| r.strip_suffix("/data"))
                     && !id.is_empty()
@@ -260,7 +301,9 @@ impl Catalog for ConformanceCatalog {
             "test_prompt_with_embedded_resource" => {
                 let uri = string_arg(args, "resourceUri")?;
                 vec![
-                    user(json!({ "type": "resource", "resource": { "uri": uri, "mimeType": "text/plain", "text": "Embedded resource content for testing." } })),
+                    user(
+                        json!({ "type": "resource", "resource": { "uri": uri, "mimeType": "text/plain", "text": "Embedded resource content for testing." } }),
+                    ),
                     user(text("Please process the embedded resource above.")),
                 ]
             }
@@ -275,13 +318,16 @@ impl Catalog for ConformanceCatalog {
 
     async fn complete(&self, reference: &Value, argument: &Value) -> Result<Value, ToolError> {
         let prefix = argument.get("value").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> = match (reference.get("name").and_then(Value::as_str), argument.get("name").and_then(Value::as_str)) {
-            (Some("test_prompt_with_arguments"), Some("arg1" | "arg2")) => {
-                ["paris", "park", "party", "test", "testing"].into_iter().filter(|v| v.starts_with(prefix)).collect()
-            }
-            _ => Vec::new(),
-        };
+        let values: Vec<&str> =
+            match (reference.get("name").and_then(Value::as_str), argument.get("name").and_then(Value::as_str)) {
+                (Some("test_prompt_with_arguments"), Some("arg1" | "arg2")) => {
+                    ["paris", "park", "party", "test", "testing"]
+                        .into_iter()
+                        .filter(|v| v.starts_with(prefix))
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
         Ok(json!({ "completion": { "values": values, "total": values.len(), "hasMore": false } }))
     }
 }
-

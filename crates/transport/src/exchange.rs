@@ -7,11 +7,11 @@
 use crate::AppState;
 use crate::sse::Frame;
 use async_trait::async_trait;
-use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionKey, StateError, Subscription};
+use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription};
 use mcpfleet_tools::{ContextError, JsonObject, LOG_LEVELS, ToolContext};
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -54,16 +54,17 @@ impl Exchange {
     pub(crate) fn start(
         app: AppState,
         key: SessionKey,
+        session: &SessionInfo,
         request_id: Value,
         params: &JsonObject,
-        client_capabilities: Value,
-        log_level: Option<&str>,
         name: String,
         args: JsonObject,
     ) -> oneshot::Receiver<Outcome> {
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
-        let min_log_level = log_level.and_then(|l| LOG_LEVELS.iter().position(|x| *x == l)).unwrap_or(0);
+        let client_capabilities = serde_json::from_str(&session.client_capabilities).unwrap_or(Value::Null);
+        let min_log_level =
+            session.log_level.as_deref().and_then(|l| LOG_LEVELS.iter().position(|x| *x == l)).unwrap_or(0);
         let ex = Arc::new(Self {
             app,
             key,
@@ -82,7 +83,9 @@ impl Exchange {
     fn response(&self, result: Result<Value, (i64, String)>) -> Value {
         match result {
             Ok(r) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": r }),
-            Err((code, message)) => json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code, "message": message } }),
+            Err((code, message)) => {
+                json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code, "message": message } })
+            }
         }
     }
 
@@ -191,7 +194,11 @@ impl Exchange {
             };
         };
         let token = LeaseToken(random_token());
-        let open = OpenStream::Post { request_id: self.request_id.to_string(), token: token.clone(), lease: self.app.config.lease_ttl };
+        let open = OpenStream::Post {
+            request_id: self.request_id.to_string(),
+            token: token.clone(),
+            lease: self.app.config.lease_ttl,
+        };
         let (stream, priming) = self.app.store.open_stream(&self.key, &open).await.map_err(context_error)?;
         let (live_tx, live_rx) = mpsc::channel(LIVE_BUFFER);
         let _ = live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry });
@@ -260,7 +267,9 @@ impl Exchange {
         let mut m = self.mode.lock().await;
         match std::mem::replace(&mut *m, Mode::Done) {
             Mode::Pending(Some(tx)) => {
-                let _ = tx.send(Outcome::Json(self.response(Err((crate::code::SERVER_ERROR, "request cancelled".to_owned())))));
+                let _ = tx.send(Outcome::Json(
+                    self.response(Err((crate::code::SERVER_ERROR, "request cancelled".to_owned()))),
+                ));
             }
             Mode::Streaming { stream, .. } => {
                 let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
@@ -298,9 +307,12 @@ impl ToolContext for Exchange {
         if let Some(m) = message {
             params["message"] = json!(m);
         }
-        self.emit(&json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }), AppendOptions::default())
-            .await
-            .map(|_| ())
+        self.emit(
+            &json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }),
+            AppendOptions::default(),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError> {
@@ -312,9 +324,12 @@ impl ToolContext for Exchange {
         if let Some(l) = logger {
             params["logger"] = json!(l);
         }
-        self.emit(&json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": params }), AppendOptions::default())
-            .await
-            .map(|_| ())
+        self.emit(
+            &json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": params }),
+            AppendOptions::default(),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError> {
@@ -385,13 +400,20 @@ impl ToolContext for Exchange {
 }
 
 fn parse_answer(answer: &str) -> Result<Value, ContextError> {
-    let v: Value = serde_json::from_str(answer).map_err(|_| ContextError::ClientError { code: -32700, message: "unparsable response".into() })?;
+    let v: Value = serde_json::from_str(answer)
+        .map_err(|_| ContextError::ClientError { code: -32700, message: "unparsable response".into() })?;
     if let Some(r) = v.get("result") {
         return Ok(r.clone());
     }
     let e = v.get("error");
     Err(ContextError::ClientError {
         code: e.and_then(|e| e.get("code")).and_then(Value::as_i64).unwrap_or(-32603),
-        message: e.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
+        message: e
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("error")
+            .chars()
+            .take(200)
+            .collect(),
     })
 }

@@ -32,7 +32,9 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
     let mut all = headers.get_all(name).iter();
     match (all.next(), all.next()) {
         (None, _) => Ok(None),
-        (Some(v), None) => v.to_str().map(Some).map_err(|_| TransportError::InvalidRequest("header is not visible ASCII")),
+        (Some(v), None) => {
+            v.to_str().map(Some).map_err(|_| TransportError::InvalidRequest("header is not visible ASCII"))
+        }
         _ => Err(TransportError::InvalidRequest("header given more than once")),
     }
 }
@@ -41,7 +43,11 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
 fn protocol_version(headers: &HeaderMap) -> Result<&'static str> {
     match single(headers, VERSION_HEADER)? {
         None => Ok(SUPPORTED_VERSIONS[0]),
-        Some(v) => SUPPORTED_VERSIONS.iter().find(|s| **s == v).copied().ok_or_else(|| TransportError::ProtocolVersion(truncate(v, 32))),
+        Some(v) => SUPPORTED_VERSIONS
+            .iter()
+            .find(|s| **s == v)
+            .copied()
+            .ok_or_else(|| TransportError::ProtocolVersion(truncate(v, 32))),
     }
 }
 
@@ -118,7 +124,9 @@ fn classify(body: &Bytes) -> Result<Message> {
         (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
         (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
         (Some(_), _) => Err(TransportError::InvalidRequest("method must be a string")),
-        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => Ok(Message::Response { id, raw: body.clone() }),
+        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+            Ok(Message::Response { id, raw: body.clone() })
+        }
         (None, _) => Err(TransportError::InvalidRequest("not a request, notification or response")),
     }
 }
@@ -161,7 +169,11 @@ async fn post_inner(app: AppState, req: Request) -> Result<Response> {
         let key = session_key(headers, &principal)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
         let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
-        return if app.store.deliver_response(&key, id, raw).await? { Ok(accepted()) } else { Err(TransportError::UnknownResponse) };
+        return if app.store.deliver_response(&key, id, raw).await? {
+            Ok(accepted())
+        } else {
+            Err(TransportError::UnknownResponse)
+        };
     }
     let (key, info) = session(&app, headers, &principal).await?;
     match message {
@@ -184,13 +196,16 @@ async fn post_inner(app: AppState, req: Request) -> Result<Response> {
             let args = match params.get("arguments") {
                 None => JsonObject::new(),
                 Some(Value::Object(a)) => a.clone(),
-                Some(_) => return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into())))),
+                Some(_) => {
+                    return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
+                }
             };
-            let caps = serde_json::from_str(&info.client_capabilities).unwrap_or(Value::Null);
-            let outcome = Exchange::start(app.clone(), key, id, &params, caps, info.log_level.as_deref(), name, args);
+            let outcome = Exchange::start(app.clone(), key, &info, id, &params, name, args);
             match outcome.await {
                 Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-                Ok(Outcome::Sse(rx)) => Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone())),
+                Ok(Outcome::Sse(rx)) => {
+                    Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone()))
+                }
                 Err(_) => Err(TransportError::SessionNotFound),
             }
         }
@@ -206,7 +221,8 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
     let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[2]);
     let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
     let info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
-    let sid = SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
+    let sid =
+        SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
     let key = SessionKey { user: principal.user.clone(), id: sid };
     let new = NewSession {
         protocol_version: version.to_owned(),
@@ -224,7 +240,8 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
         result["instructions"] = json!(i);
     }
     let mut resp = rpc_json(id, Ok(result));
-    let hv = HeaderValue::from_str(key.id.as_str()).map_err(|_| TransportError::InvalidRequest("session id not ASCII"))?;
+    let hv =
+        HeaderValue::from_str(key.id.as_str()).map_err(|_| TransportError::InvalidRequest("session id not ASCII"))?;
     resp.headers_mut().insert(SESSION_HEADER, hv);
     Ok(resp)
 }
@@ -260,7 +277,11 @@ async fn delete_inner(app: AppState, req: Request) -> Result<Response> {
     let raw = single(headers, SESSION_HEADER)?.ok_or(TransportError::MissingSession)?;
     let id = SessionId::parse(raw).ok_or(TransportError::SessionNotFound)?;
     let key = SessionKey { user: principal.user, id };
-    if app.store.delete_session(&key).await? { Ok(StatusCode::OK.into_response()) } else { Err(TransportError::SessionNotFound) }
+    if app.store.delete_session(&key).await? {
+        Ok(StatusCode::OK.into_response())
+    } else {
+        Err(TransportError::SessionNotFound)
+    }
 }
 
 pub(crate) async fn other(State(app): State<AppState>, req: Request) -> Response {
@@ -278,7 +299,10 @@ mod tests {
     fn classify_sorts_messages_and_refuses_batches() {
         let m = |s: &str| classify(&Bytes::from(s.to_owned()));
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
-        assert!(matches!(m(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Ok(Message::Notification { .. })));
+        assert!(matches!(
+            m(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification { .. })
+        ));
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
         assert!(matches!(m(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(TransportError::Batch)));
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));

@@ -102,11 +102,14 @@ pub fn router(state: AppState) -> Router {
 /// An I/O error of the listener.
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
     let app = router(AppState { shutdown: shutdown.clone(), ..state });
-    axum::serve(listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "set_nodelay failed");
-        }
-    }), app)
+    axum::serve(
+        listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "set_nodelay failed");
+            }
+        }),
+        app,
+    )
     .with_graceful_shutdown(shutdown.cancelled_owned())
     .await
 }

@@ -19,7 +19,9 @@ pub(crate) fn str_param<'a>(params: &'a JsonObject, name: &str) -> Result<&'a st
 
 fn tool_error(e: ToolError) -> (i64, String) {
     match e {
-        ToolError::UnknownTool(_) | ToolError::UnknownPrompt(_) | ToolError::InvalidParams(_) => (code::INVALID_PARAMS, e.to_string()),
+        ToolError::UnknownTool(_) | ToolError::UnknownPrompt(_) | ToolError::InvalidParams(_) => {
+            (code::INVALID_PARAMS, e.to_string())
+        }
         ToolError::ResourceNotFound(_) => (code::RESOURCE_NOT_FOUND, e.to_string()),
         other => {
             tracing::warn!(error = %other, "catalog call failed");
@@ -29,7 +31,12 @@ fn tool_error(e: ToolError) -> (i64, String) {
 }
 
 /// Answers a request that needs no stream.
-pub(crate) async fn plain(app: &AppState, key: &mcpfleet_state::SessionKey, method: &str, params: &JsonObject) -> RpcResult {
+pub(crate) async fn plain(
+    app: &AppState,
+    key: &mcpfleet_state::SessionKey,
+    method: &str,
+    params: &JsonObject,
+) -> RpcResult {
     let c = &app.catalog;
     match method {
         "ping" => Ok(json!({})),
@@ -83,7 +90,9 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
 pub(crate) async fn call_tool(app: &AppState, name: &str, args: JsonObject, cx: &dyn ToolContext) -> RpcResult {
     match app.catalog.call_tool(name, args, cx).await {
         Ok(v) => Ok(v),
-        Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => Err((code::INVALID_PARAMS, e.to_string())),
+        Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => {
+            Err((code::INVALID_PARAMS, e.to_string()))
+        }
         Err(e) => {
             let trace = crate::exchange::random_token();
             let trace = truncate(&trace, 16);

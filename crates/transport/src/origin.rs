@@ -32,7 +32,9 @@ impl HostPattern {
             return true;
         }
         self.any_port
-            && v.strip_prefix(&self.base).and_then(|rest| rest.strip_prefix(':')).is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            && v.strip_prefix(&self.base)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
     }
 
     fn list(items: &[&str]) -> Vec<Self> {

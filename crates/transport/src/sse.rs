@@ -49,7 +49,12 @@ struct BodyState {
 
 /// An SSE response fed by `rx`. Idle connections get keep-alive comments; on shutdown the stream ends with a
 /// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(rx: mpsc::Receiver<Frame>, keep_alive: Duration, retry: Duration, shutdown: CancellationToken) -> Response {
+pub(crate) fn response(
+    rx: mpsc::Receiver<Frame>,
+    keep_alive: Duration,
+    retry: Duration,
+    shutdown: CancellationToken,
+) -> Response {
     let mut ka = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     ka.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let state = BodyState { rx, keep_alive: ka, shutdown, retry, done: false };

@@ -7,7 +7,9 @@ use crate::error::TransportError;
 use crate::exchange::random_token;
 use crate::sse::Frame;
 use crate::{AppState, code};
-use mcpfleet_state::{Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription};
+use mcpfleet_state::{
+    Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription,
+};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -31,7 +33,11 @@ enum Step {
 
 /// Opens a GET stream: fresh (the standalone stream) or resuming from `cursor`. Errors that the client can act
 /// on (session gone, cursor gone) are returned before any byte of the stream is written.
-pub(crate) async fn open(app: &AppState, key: SessionKey, cursor: Option<EventId>) -> Result<mpsc::Receiver<Frame>, TransportError> {
+pub(crate) async fn open(
+    app: &AppState,
+    key: SessionKey,
+    cursor: Option<EventId>,
+) -> Result<mpsc::Receiver<Frame>, TransportError> {
     // Subscribe first, read second: nothing committed in between can be missed.
     let sub = app.store.subscribe(&key).await?;
     let (tx, rx) = mpsc::channel(BUFFER);

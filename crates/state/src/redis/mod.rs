@@ -18,7 +18,9 @@
 
 mod subscriber;
 
-use crate::types::{AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState};
+use crate::types::{
+    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState,
+};
 use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -197,7 +199,9 @@ fn ms(d: Duration) -> u64 {
 fn int(v: &Value) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).ok_or(StateError::Protocol("expected an integer")),
+        Value::BulkString(b) => {
+            std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()).ok_or(StateError::Protocol("expected an integer"))
+        }
         _ => Err(StateError::Protocol("expected an integer")),
     }
 }
@@ -338,7 +342,11 @@ impl EventStore for RedisStore {
     ) -> Result<(Vec<Event>, EventId)> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.replay.key(&k.session);
-        inv.key(&k.events).arg(cursor.position()).arg(stream).arg(if check_stream { "1" } else { "0" }).arg(limit.max(1));
+        inv.key(&k.events)
+            .arg(cursor.position())
+            .arg(stream)
+            .arg(if check_stream { "1" } else { "0" })
+            .arg(limit.max(1));
         let (code, rest) = status(self.run_pooled(inv).await?)?;
         match code {
             1 => {
@@ -429,7 +437,8 @@ impl Router for RedisStore {
 
     async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let k = self.keys(key);
-        let n: i64 = self.query(redis::cmd("EXISTS").arg(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))).await?;
+        let n: i64 =
+            self.query(redis::cmd("EXISTS").arg(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))).await?;
         Ok(n == 1)
     }
 

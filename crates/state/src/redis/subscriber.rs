@@ -88,7 +88,9 @@ impl Subscriber {
     pub(super) async fn subscribe(&self, channel: String) -> Result<RedisSubscription> {
         let (rx, fresh) = {
             let mut map = lock(&self.channels);
-            let c = map.entry(channel.clone()).or_insert_with(|| Channel { tx: broadcast::channel(LOCAL_BUFFER).0, refs: 0 });
+            let c = map
+                .entry(channel.clone())
+                .or_insert_with(|| Channel { tx: broadcast::channel(LOCAL_BUFFER).0, refs: 0 });
             c.refs += 1;
             (c.tx.subscribe(), c.refs == 1)
         };
