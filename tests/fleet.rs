@@ -407,3 +407,106 @@ async fn one_tools_call_costs_one_redis_round_trip() {
     println!("commands for one tools/call: {delta:?}");
     assert_eq!(delta, vec![("evalsha".to_owned(), 1), ("hmget".to_owned(), 1), ("pexpire".to_owned(), 3)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_closes_a_connection_with_retry_and_the_client_resumes_elsewhere() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut s = client.call_streaming(&a, 4, "test_reconnection", json!({})).await;
+    let events = s.collect(T).await.unwrap();
+    assert_eq!(events[0].data, "");
+    assert!(events[0].id.is_some() && events[0].retry.is_some(), "priming event with id and retry");
+    assert_eq!(events.last().unwrap().retry, Some(500), "retry: before the server closed the connection");
+    assert!(data_messages(&events).is_empty(), "no response on the closed connection");
+    let cursor = events.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let msgs = data_messages(&rest);
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0]["id"], 4);
+    assert!(msgs[0]["result"]["content"][0]["text"].as_str().unwrap().starts_with("Reconnection test completed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_get_keep_alive_comments() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--keep-alive-ms").arg("100").start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    client.initialize(&url).await;
+    let resp = client.get(&url, None).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.matches(": keep-alive").count() < 2 && Instant::now() < deadline {
+        use futures::StreamExt as _;
+        if let Ok(Some(Ok(b))) = tokio::time::timeout(Duration::from_secs(1), body.next()).await {
+            seen.push_str(&String::from_utf8_lossy(&b));
+        }
+    }
+    assert!(seen.matches(": keep-alive").count() >= 2, "keep-alive comments on an idle stream: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_client_request_times_out_with_a_cancellation() {
+    let redis = RedisServer::start();
+    let fleet =
+        Fleet::builder().replicas(2).redis(redis.url()).arg("--client-request-timeout-secs").arg("1").start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let _ = &b;
+    let events = client
+        .call_streaming(&a, 3, "test_sampling", json!({ "prompt": "nobody answers" }))
+        .await
+        .collect(T)
+        .await
+        .unwrap();
+    let msgs = data_messages(&events);
+    let request = msgs.iter().find(|m| m["method"] == "sampling/createMessage").unwrap();
+    let cancelled = msgs.iter().find(|m| m["method"] == "notifications/cancelled").unwrap();
+    assert_eq!(cancelled["params"]["requestId"], request["id"]);
+    let result = msgs.last().unwrap();
+    assert_eq!(result["id"], 3);
+    assert_eq!(result["result"]["isError"], true);
+    let text = result["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Trace id:"), "{text}");
+    assert!(!text.contains("redis") && !text.contains('/'), "no internals: {text}");
+    // A late answer, through another replica, is refused: nothing is waiting for it.
+    let late = json!({ "jsonrpc": "2.0", "id": request["id"], "result": { "role": "assistant", "content": { "type": "text", "text": "late" }, "model": "m" } });
+    assert_eq!(client.post(&b, &late).await.status(), 400);
+}
+
+#[test]
+fn bad_config_exits_64_with_one_line() {
+    let bin = mcpfleet_testkit::server_bin();
+    for args in [
+        vec!["serve", "--listen", "0.0.0.0:0"],
+        vec!["serve", "--allowed-origins", ":*"],
+        vec!["serve", "--redis-url", "http://example"],
+        vec!["serve", "--lease-ttl-ms", "1"],
+        vec!["serve", "--auth", "magic"],
+    ] {
+        let out = std::process::Command::new(&bin).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "one line for {args:?}: {err}");
+        assert!(err.starts_with("mcpfleet: "), "{err}");
+    }
+    let help = std::process::Command::new(&bin).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--listen",
+        "--redis-url",
+        "--auth",
+        "--allowed-origins",
+        "--allowed-hosts",
+        "--fixtures",
+        "MCPFLEET_REDIS_URL",
+    ] {
+        assert!(help.contains(flag), "--help documents {flag}");
+    }
+}

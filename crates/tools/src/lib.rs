@@ -65,7 +65,8 @@ pub trait ToolContext: Send + Sync {
     async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError>;
 
     /// Sends a server→client request (`sampling/createMessage`, `elicitation/create`, `roots/list`) on this
-    /// call's stream and waits for the client's result, whichever replica the client answers through.
+    /// call's stream and waits for the client's result, whichever replica the client answers through. It waits
+    /// at most `timeout`, capped by the server's configured limit, then sends `notifications/cancelled`.
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError>;
 
     /// Sends a notification to the session's standalone (GET) stream, wherever it is held.

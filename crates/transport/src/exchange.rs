@@ -340,6 +340,8 @@ impl ToolContext for Exchange {
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
         let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         self.emit(&msg, AppendOptions { pending_request: Some(id.clone()), ..AppendOptions::default() }).await?;
+        // The operator's --client-request-timeout caps whatever the tool asked for.
+        let timeout = timeout.min(self.app.config.client_request_timeout);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut poll = tokio::time::interval(Duration::from_secs(2));
