@@ -510,3 +510,84 @@ fn bad_config_exits_64_with_one_line() {
         assert!(help.contains(flag), "--help documents {flag}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_stream_resumes_on_another_replica_and_new_get_takes_over() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let [a, b, c] = [0, 1, 2].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let notify = |id: i64| json!({ "name": "test_update_watched_resource", "arguments": {}, "_meta": { "n": id } });
+
+    let mut get = mcpfleet_testkit::SseStream::new(client.get(&a, None).await);
+    get.next(T).await.unwrap().unwrap();
+    client.request(&b, 1, "tools/call", notify(1)).await;
+    let first = get.next(T).await.unwrap().unwrap();
+    assert_eq!(first.json().unwrap()["method"], "notifications/resources/updated");
+    drop(get);
+
+    // Published while no stream is connected: kept in the log, replayed on resume elsewhere, then live.
+    client.request(&b, 2, "tools/call", notify(2)).await;
+    let resp = client.get(&c, first.id.as_deref()).await;
+    assert_eq!(resp.status(), 200);
+    let mut resumed = mcpfleet_testkit::SseStream::new(resp);
+    let replayed = resumed.next(T).await.unwrap().unwrap();
+    assert_eq!(replayed.json().unwrap()["method"], "notifications/resources/updated");
+    assert_ne!(replayed.id, first.id);
+    client.request(&a, 3, "tools/call", notify(3)).await;
+    let live = resumed.next(T).await.unwrap().unwrap();
+    assert_eq!(live.json().unwrap()["method"], "notifications/resources/updated");
+
+    // A newer GET takes the standalone stream over: the older one ends with a retry hint, and each later
+    // message goes to exactly one stream.
+    let mut newer = mcpfleet_testkit::SseStream::new(client.get(&b, None).await);
+    newer.next(T).await.unwrap().unwrap();
+    let tail = resumed.collect(T).await.unwrap();
+    assert!(tail.last().is_some_and(|e| e.retry.is_some()), "taken-over stream ends with retry: {tail:?}");
+    client.request(&c, 4, "tools/call", notify(4)).await;
+    assert_eq!(newer.next(T).await.unwrap().unwrap().json().unwrap()["method"], "notifications/resources/updated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimmed_cursor_gets_410_not_an_empty_stream() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--max-events").arg("16").start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut s = client.call_streaming(&a, 1, "test_countdown", json!({ "count": 400, "interval_ms": 0 })).await;
+    let priming = s.next(T).await.unwrap().unwrap().id.unwrap();
+    let events = s.collect(T).await.unwrap();
+    assert_eq!(data_messages(&events).last().unwrap()["id"], 1);
+    let resp = client.get(&b, Some(&priming)).await;
+    assert_eq!(resp.status(), 410);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32004);
+    assert!(body["error"]["message"].as_str().unwrap().contains("no longer retained"));
+    // The newest events are still resumable.
+    let last = events.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    assert_eq!(client.get(&b, Some(&last)).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_gives_503_with_retry_after_and_recovers() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--redis-timeout-ms").arg("300").start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    client.initialize(&url).await;
+    redis.signal("-STOP");
+    let started = Instant::now();
+    let resp = client.post(&url, &json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" })).await;
+    redis.signal("-CONT");
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert!(started.elapsed() < Duration::from_secs(3), "the deadline held: {:?}", started.elapsed());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "service temporarily unavailable", "no internals: {body}");
+    eventually(10, "recovery", || async {
+        client.post(&url, &json!({ "jsonrpc": "2.0", "id": 2, "method": "ping" })).await.status() == 200
+    })
+    .await;
+}
