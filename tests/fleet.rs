@@ -1,6 +1,8 @@
 //! End-to-end: real replicas (processes, or the library in-process where a test needs several principals), a
 //! real Redis of the suite's own, real HTTP. Every request of a session may land on a different replica.
 
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
 use mcpfleet_testkit::{Fleet, McpClient, RedisServer, SseEvent, eventually};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -9,6 +11,15 @@ const T: Duration = Duration::from_secs(10);
 
 fn data_messages(events: &[SseEvent]) -> Vec<Value> {
     events.iter().filter(|e| !e.data.is_empty()).filter_map(SseEvent::json).collect()
+}
+
+/// Reads events until `n` of them carry a message; returns every event read.
+async fn read_messages(s: &mut mcpfleet_testkit::SseStream, n: usize) -> Vec<SseEvent> {
+    let mut seen = Vec::new();
+    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < n {
+        seen.push(s.next(T).await.unwrap().unwrap());
+    }
+    seen
 }
 
 fn progress_values(msgs: &[Value]) -> Vec<u64> {
@@ -67,10 +78,7 @@ async fn resume_on_another_replica_gets_every_later_event_once_in_order() {
     client.initialize(&a).await;
 
     let mut s = client.call_streaming(&a, 7, "test_countdown", json!({ "count": 12, "interval_ms": 60 })).await;
-    let mut seen = Vec::new();
-    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < 3 {
-        seen.push(s.next(T).await.unwrap().unwrap());
-    }
+    let seen = read_messages(&mut s, 3).await;
     let cursor = seen.last().unwrap().id.clone().unwrap();
     drop(s); // the client's connection is cut; replica A keeps running the call
 
@@ -113,10 +121,7 @@ async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() 
     bystander.initialize(&b).await;
 
     let mut s = client.call_streaming(&a, 9, "test_countdown", json!({ "count": 200, "interval_ms": 20 })).await;
-    let mut seen = Vec::new();
-    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < 2 {
-        seen.push(s.next(T).await.unwrap().unwrap());
-    }
+    let seen = read_messages(&mut s, 2).await;
     let cursor = seen.last().unwrap().id.clone().unwrap();
     let mut fleet_a = fleet_a;
     fleet_a.replicas[0].kill(); // SIGKILL

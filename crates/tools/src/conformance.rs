@@ -51,6 +51,12 @@ async fn elicit(cx: &dyn ToolContext, message: &str, schema: Value) -> Result<Va
     Ok(cx.request("elicitation/create", params, CLIENT_TIMEOUT).await?)
 }
 
+/// What the user answered to an elicitation, as text for the model.
+fn elicitation_summary(prefix: &str, r: &Value) -> String {
+    let field = |k: &str| r.get(k).cloned().unwrap_or(Value::Null);
+    format!("{prefix}: action={}, content={}", field("action"), field("content"))
+}
+
 fn bounded_string(max: u64) -> Value {
     json!({ "type": "string", "maxLength": max })
 }
@@ -172,11 +178,7 @@ impl Catalog for ConformanceCatalog {
                     "username": { "type": "string", "description": "User's response" },
                     "email": { "type": "string", "description": "User's email address" } }, "required": ["username", "email"] });
                 let r = elicit(cx, message, schema).await?;
-                ok(vec![text(format!(
-                    "User response: action={}, content={}",
-                    r.get("action").unwrap_or(&Value::Null),
-                    r.get("content").unwrap_or(&Value::Null)
-                ))])
+                ok(vec![text(elicitation_summary("User response", &r))])
             }
             "test_elicitation_sep1034_defaults" => {
                 let schema = json!({ "type": "object", "properties": {
@@ -186,11 +188,7 @@ impl Catalog for ConformanceCatalog {
                     "status": { "type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active" },
                     "verified": { "type": "boolean", "description": "Verification status", "default": true } }, "required": [] });
                 let r = elicit(cx, "Please review and update the form fields with defaults", schema).await?;
-                ok(vec![text(format!(
-                    "Elicitation completed: action={}, content={}",
-                    r.get("action").unwrap_or(&Value::Null),
-                    r.get("content").unwrap_or(&Value::Null)
-                ))])
+                ok(vec![text(elicitation_summary("Elicitation completed", &r))])
             }
             "test_elicitation_sep1330_enums" => {
                 let schema = json!({ "type": "object", "properties": {
@@ -202,11 +200,7 @@ impl Catalog for ConformanceCatalog {
                     "titledMulti": { "type": "array", "description": "Select multiple titled options", "minItems": 1, "maxItems": 3, "items": { "anyOf": [
                         { "const": "value1", "title": "First Choice" }, { "const": "value2", "title": "Second Choice" }, { "const": "value3", "title": "Third Choice" }] } } }, "required": [] });
                 let r = elicit(cx, "Please select options from the enum fields", schema).await?;
-                ok(vec![text(format!(
-                    "Elicitation completed: action={}, content={}",
-                    r.get("action").unwrap_or(&Value::Null),
-                    r.get("content").unwrap_or(&Value::Null)
-                ))])
+                ok(vec![text(elicitation_summary("Elicitation completed", &r))])
             }
             "json_schema_2020_12_tool" => ok(vec![text(format!("Received: {}", Value::Object(args)))]),
             "test_reconnection" => {

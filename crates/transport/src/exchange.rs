@@ -234,6 +234,12 @@ impl Exchange {
         Ok(stream)
     }
 
+    /// A notification on this call's stream.
+    async fn notify(&self, method: &str, params: Value) -> Result<(), ContextError> {
+        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        self.emit(&msg, AppendOptions::default()).await.map(|_| ())
+    }
+
     async fn finish(&self, msg: Value) {
         let mut m = self.mode.lock().await;
         match std::mem::replace(&mut *m, Mode::Done) {
@@ -307,12 +313,7 @@ impl ToolContext for Exchange {
         if let Some(m) = message {
             params["message"] = json!(m);
         }
-        self.emit(
-            &json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": params }),
-            AppendOptions::default(),
-        )
-        .await
-        .map(|_| ())
+        self.notify("notifications/progress", params).await
     }
 
     async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError> {
@@ -324,12 +325,7 @@ impl ToolContext for Exchange {
         if let Some(l) = logger {
             params["logger"] = json!(l);
         }
-        self.emit(
-            &json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": params }),
-            AppendOptions::default(),
-        )
-        .await
-        .map(|_| ())
+        self.notify("notifications/message", params).await
     }
 
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError> {
@@ -365,8 +361,7 @@ impl ToolContext for Exchange {
         let _ = self.app.store.forget_pending(&self.key, &id).await;
         if !matches!(failure, ContextError::SessionGone) {
             let reason = if matches!(failure, ContextError::Timeout(_)) { "timed out" } else { "cancelled" };
-            let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id, "reason": reason } });
-            let _ = self.emit(&note, AppendOptions::default()).await;
+            let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason })).await;
         }
         Err(failure)
     }
