@@ -17,6 +17,12 @@ impl UserKey {
     pub fn new(raw: &str) -> Option<Self> {
         (!raw.is_empty() && raw.len() <= 64 && raw.bytes().all(is_token_char)).then(|| Self(raw.to_owned()))
     }
+    /// The one principal of `--auth none`.
+    #[must_use]
+    pub fn anonymous() -> Self {
+        Self("anonymous".to_owned())
+    }
+
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0

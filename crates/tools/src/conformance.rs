@@ -48,7 +48,7 @@ fn require_capability(cx: &dyn ToolContext, cap: &'static str) -> Result<(), Too
 async fn elicit(cx: &dyn ToolContext, message: &str, schema: Value) -> Result<Value, ToolError> {
     require_capability(cx, "elicitation")?;
     let params = json!({ "mode": "form", "message": message, "requestedSchema": schema });
-    Ok(cx.request("elicitation/create", params, CLIENT_TIMEOUT).await?)
+    cx.request("elicitation/create", params, CLIENT_TIMEOUT).await
 }
 
 /// What the user answered to an elicitation, as text for the model.

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 /// A JSON object, as tools receive their arguments.
 pub type JsonObject = Map<String, Value>;
 
-/// Why a catalog call failed. The transport maps each kind to a JSON-RPC error; messages are safe to show.
+/// Why a catalog call or a context operation failed. The transport maps each kind to a JSON-RPC error or an
+/// `isError` result; messages are safe to show.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error("unknown tool: {0}")]
@@ -31,19 +32,12 @@ pub enum ToolError {
     InvalidParams(String),
     #[error("the client does not support {0}")]
     ClientUnsupported(&'static str),
-    #[error("server→client request failed: {0}")]
-    Client(#[from] ContextError),
     #[error("tool failed")]
     Internal(String),
-}
-
-/// Why a context operation failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ContextError {
     #[error("the request was cancelled")]
     Cancelled,
     #[error("the client did not answer within {0:?}")]
-    Timeout(Duration),
+    ClientTimeout(Duration),
     #[error("the client answered with error {code}: {message}")]
     ClientError { code: i64, message: String },
     #[error("the session is gone")]
@@ -59,22 +53,22 @@ pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error"
 #[async_trait]
 pub trait ToolContext: Send + Sync {
     /// Sends `notifications/progress` for this call, if the caller asked for progress (a `progressToken`).
-    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ContextError>;
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ToolError>;
 
     /// Sends `notifications/message` on this call's stream, if `level` is at or above the session's level.
-    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError>;
+    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ToolError>;
 
     /// Sends a server→client request (`sampling/createMessage`, `elicitation/create`, `roots/list`) on this
     /// call's stream and waits for the client's result, whichever replica the client answers through. It waits
     /// at most `timeout`, capped by the server's configured limit, then sends `notifications/cancelled`.
-    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError>;
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError>;
 
     /// Sends a notification to the session's standalone (GET) stream, wherever it is held.
-    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ContextError>;
+    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ToolError>;
 
     /// Closes the client's connection to this call's stream (after a `retry:` hint) without ending the stream;
     /// the client resumes with `Last-Event-ID`.
-    async fn close_connection(&self, retry: Duration) -> Result<(), ContextError>;
+    async fn close_connection(&self, retry: Duration) -> Result<(), ToolError>;
 
     /// The client's declared capabilities.
     fn client_capabilities(&self) -> &Value;

@@ -29,7 +29,7 @@ pub struct NoAuth {
 
 impl Default for NoAuth {
     fn default() -> Self {
-        Self { principal: Principal { user: UserKey::new("anonymous").unwrap_or_else(|| unreachable!()) } }
+        Self { principal: Principal { user: UserKey::anonymous() } }
     }
 }
 

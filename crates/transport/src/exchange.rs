@@ -8,7 +8,7 @@ use crate::AppState;
 use crate::sse::Frame;
 use async_trait::async_trait;
 use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription};
-use mcpfleet_tools::{ContextError, JsonObject, LOG_LEVELS, ToolContext};
+use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -181,15 +181,15 @@ impl Exchange {
 
     /// Switches to SSE if still pending: opens the stream (committing its priming event) and hands the
     /// connection's receiver to the HTTP handler.
-    async fn ensure_streaming(&self) -> Result<(), ContextError> {
+    async fn ensure_streaming(&self) -> Result<(), ToolError> {
         let mut m = self.mode.lock().await;
         self.ensure_streaming_locked(&mut m).await
     }
 
-    async fn ensure_streaming_locked(&self, m: &mut Mode) -> Result<(), ContextError> {
+    async fn ensure_streaming_locked(&self, m: &mut Mode) -> Result<(), ToolError> {
         let Mode::Pending(tx) = m else {
             return match m {
-                Mode::Done => Err(ContextError::SessionGone),
+                Mode::Done => Err(ToolError::SessionGone),
                 _ => Ok(()),
             };
         };
@@ -211,14 +211,14 @@ impl Exchange {
     }
 
     /// Commits one message to the stream (switching to SSE first if needed) and writes it to the connection.
-    async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<u64, ContextError> {
+    async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<u64, ToolError> {
         let mut m = self.mode.lock().await;
         self.ensure_streaming_locked(&mut m).await?;
-        let Mode::Streaming { stream, live, .. } = &mut *m else { return Err(ContextError::SessionGone) };
+        let Mode::Streaming { stream, live, .. } = &mut *m else { return Err(ToolError::SessionGone) };
         let data = msg.to_string();
         let frame = match self.app.store.append(&self.key, *stream, &data, &opts).await {
             Ok(id) => Frame::Event { id, data },
-            Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ContextError::SessionGone),
+            Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ToolError::SessionGone),
             Err(e) => {
                 tracing::warn!(error = %e, "event not committed; sending it without an id");
                 Frame::Unsequenced { data }
@@ -235,7 +235,7 @@ impl Exchange {
     }
 
     /// A notification on this call's stream.
-    async fn notify(&self, method: &str, params: Value) -> Result<(), ContextError> {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), ToolError> {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
         self.emit(&msg, AppendOptions::default()).await.map(|_| ())
     }
@@ -295,16 +295,16 @@ async fn recv(sub: &mut Option<Box<dyn Subscription>>) -> Option<Ring> {
     }
 }
 
-fn context_error(e: StateError) -> ContextError {
+fn context_error(e: StateError) -> ToolError {
     match e {
-        StateError::SessionNotFound | StateError::StreamFinished => ContextError::SessionGone,
-        _ => ContextError::Unavailable,
+        StateError::SessionNotFound | StateError::StreamFinished => ToolError::SessionGone,
+        _ => ToolError::Unavailable,
     }
 }
 
 #[async_trait]
 impl ToolContext for Exchange {
-    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ContextError> {
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ToolError> {
         let Some(token) = &self.progress_token else { return Ok(()) };
         let mut params = json!({ "progressToken": token, "progress": progress });
         if let Some(t) = total {
@@ -316,7 +316,7 @@ impl ToolContext for Exchange {
         self.notify("notifications/progress", params).await
     }
 
-    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ContextError> {
+    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ToolError> {
         let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
         if rank < self.min_log_level {
             return Ok(());
@@ -328,9 +328,9 @@ impl ToolContext for Exchange {
         self.notify("notifications/message", params).await
     }
 
-    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ContextError> {
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError> {
         self.ensure_streaming().await?;
-        let Some((stream, _)) = self.lease().await else { return Err(ContextError::SessionGone) };
+        let Some((stream, _)) = self.lease().await else { return Err(ToolError::SessionGone) };
         let id = format!("mcpfleet-{stream}-{}", self.next_request.fetch_add(1, Ordering::Relaxed));
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
@@ -347,26 +347,26 @@ impl ToolContext for Exchange {
                 ring = sub.recv() => match ring {
                     Some(Ring::Response(r)) => r == id,
                     Some(Ring::Lagged) => true,
-                    Some(Ring::Closed) | None => break ContextError::SessionGone,
+                    Some(Ring::Closed) | None => break ToolError::SessionGone,
                     Some(_) => false,
                 },
                 _ = poll.tick() => true,
-                () = &mut deadline => break ContextError::Timeout(timeout),
-                () = self.cancel.cancelled() => break ContextError::Cancelled,
+                () = &mut deadline => break ToolError::ClientTimeout(timeout),
+                () = self.cancel.cancelled() => break ToolError::Cancelled,
             };
             if check && let Some(answer) = self.app.store.take_response(&self.key, &id).await.map_err(context_error)? {
                 return parse_answer(&answer);
             }
         };
         let _ = self.app.store.forget_pending(&self.key, &id).await;
-        if !matches!(failure, ContextError::SessionGone) {
-            let reason = if matches!(failure, ContextError::Timeout(_)) { "timed out" } else { "cancelled" };
+        if !matches!(failure, ToolError::SessionGone) {
+            let reason = if matches!(failure, ToolError::ClientTimeout(_)) { "timed out" } else { "cancelled" };
             let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason })).await;
         }
         Err(failure)
     }
 
-    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ContextError> {
+    async fn notify_session(&self, method: &str, params: Value) -> Result<(), ToolError> {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
         self.app
             .store
@@ -376,7 +376,7 @@ impl ToolContext for Exchange {
             .map_err(context_error)
     }
 
-    async fn close_connection(&self, retry: Duration) -> Result<(), ContextError> {
+    async fn close_connection(&self, retry: Duration) -> Result<(), ToolError> {
         let mut m = self.mode.lock().await;
         self.ensure_streaming_locked(&mut m).await?;
         if let Mode::Streaming { live, .. } = &mut *m
@@ -396,14 +396,14 @@ impl ToolContext for Exchange {
     }
 }
 
-fn parse_answer(answer: &str) -> Result<Value, ContextError> {
+fn parse_answer(answer: &str) -> Result<Value, ToolError> {
     let v: Value = serde_json::from_str(answer)
-        .map_err(|_| ContextError::ClientError { code: -32700, message: "unparsable response".into() })?;
+        .map_err(|_| ToolError::ClientError { code: -32700, message: "unparsable response".into() })?;
     if let Some(r) = v.get("result") {
         return Ok(r.clone());
     }
     let e = v.get("error");
-    Err(ContextError::ClientError {
+    Err(ToolError::ClientError {
         code: e.and_then(|e| e.get("code")).and_then(Value::as_i64).unwrap_or(-32603),
         message: e
             .and_then(|e| e.get("message"))
