@@ -112,8 +112,24 @@ async fn resume_on_another_replica_gets_every_later_event_once_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() {
     let redis = RedisServer::start();
-    let fleet_a = Fleet::builder().replicas(1).redis(redis.url()).arg("--lease-ttl-ms").arg("600").start().await;
-    let fleet_b = Fleet::builder().replicas(1).redis(redis.url()).arg("--lease-ttl-ms").arg("600").start().await;
+    let fleet_a = Fleet::builder()
+        .replicas(1)
+        .redis(redis.url())
+        .arg("--lease-ttl-ms")
+        .arg("1500")
+        .arg("--redis-timeout-ms")
+        .arg("500")
+        .start()
+        .await;
+    let fleet_b = Fleet::builder()
+        .replicas(1)
+        .redis(redis.url())
+        .arg("--lease-ttl-ms")
+        .arg("1500")
+        .arg("--redis-timeout-ms")
+        .arg("500")
+        .start()
+        .await;
     let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
     let mut client = McpClient::new();
     client.initialize(&b).await;
@@ -361,7 +377,17 @@ async fn refused_requests_write_nothing_and_get_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_count_returns_to_baseline_after_expiry_and_delete() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--session-idle-ttl-secs").arg("1").start().await;
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .arg("--session-idle-ttl-secs")
+        .arg("1")
+        .arg("--lease-ttl-ms")
+        .arg("900")
+        .arg("--redis-timeout-ms")
+        .arg("300")
+        .start()
+        .await;
     let urls = fleet.urls();
     assert!(redis.keys().is_empty());
     let mut expiring = McpClient::new();
@@ -493,6 +519,8 @@ fn bad_config_exits_64_with_one_line() {
         vec!["serve", "--allowed-origins", ":*"],
         vec!["serve", "--redis-url", "http://example"],
         vec!["serve", "--lease-ttl-ms", "1"],
+        vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl-ms", "1000", "--redis-timeout-ms", "500"],
+        vec!["serve", "--session-idle-ttl-secs", "1", "--lease-ttl-ms", "6000"],
         vec!["serve", "--auth", "magic"],
     ] {
         let out = std::process::Command::new(&bin).args(&args).output().unwrap();
@@ -595,4 +623,120 @@ async fn redis_outage_gives_503_with_retry_after_and_recovers() {
         client.post(&url, &json!({ "jsonrpc": "2.0", "id": 2, "method": "ping" })).await.status() == 200
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_standalone_resume_leaves_the_live_stream_alone() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut live = mcpfleet_testkit::SseStream::new(client.get(&a, None).await);
+    live.next(T).await.unwrap().unwrap();
+    let keys = redis.keys();
+    let xlen = |r: &RedisServer| r.raw(&["XLEN", &r.keys().into_iter().find(|k| k.contains(":ev:")).unwrap()]);
+    let before = xlen(&redis);
+    assert_eq!(client.get(&b, Some("0:1-1")).await.status(), 410);
+    assert_eq!(redis.keys(), keys);
+    assert_eq!(xlen(&redis), before, "nothing committed for a refused resume");
+    let notify = json!({ "name": "test_update_watched_resource", "arguments": {} });
+    client.request(&b, 1, "tools/call", notify).await;
+    assert_eq!(live.next(T).await.unwrap().unwrap().json().unwrap()["method"], "notifications/resources/updated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_gets_leave_exactly_one_standalone_stream() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    for round in 0..5 {
+        let mut client = McpClient::new();
+        client.initialize(&a).await;
+        let (ra, rb) = tokio::join!(client.get(&a, None), client.get(&b, None));
+        let (mut sa, mut sb) = (mcpfleet_testkit::SseStream::new(ra), mcpfleet_testkit::SseStream::new(rb));
+        sa.next(T).await.unwrap().unwrap();
+        sb.next(T).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client.request(&a, 1, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+        let short = Duration::from_millis(1500);
+        let got = |e: Result<Option<SseEvent>, String>| {
+            e.ok().flatten().and_then(|e| e.json()).is_some_and(|m| m["method"] == "notifications/resources/updated")
+        };
+        let (ea, eb) = tokio::join!(sa.next(short), sb.next(short));
+        let (ga, gb) = (got(ea), got(eb));
+        assert!(ga ^ gb, "round {round}: exactly one stream survives and gets the message (a: {ga}, b: {gb})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_streams_keep_their_session_alive_past_the_idle_ttl() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .arg("--session-idle-ttl-secs")
+        .arg("2")
+        .arg("--lease-ttl-ms")
+        .arg("1500")
+        .arg("--redis-timeout-ms")
+        .arg("500")
+        .start()
+        .await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut get = mcpfleet_testkit::SseStream::new(client.get(&b, None).await);
+    get.next(T).await.unwrap().unwrap();
+    // 4.2 s of a running call and an open GET stream, with no other request: twice the idle TTL.
+    let events = client
+        .call_streaming(&a, 2, "test_countdown", json!({ "count": 6, "interval_ms": 700 }))
+        .await
+        .collect(T)
+        .await
+        .unwrap();
+    let msgs = data_messages(&events);
+    assert_eq!(progress_values(&msgs), (1..=6).collect::<Vec<_>>());
+    assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "counted to 6");
+    client.request(&a, 3, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    assert_eq!(get.next(T).await.unwrap().unwrap().json().unwrap()["method"], "notifications/resources/updated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_after_the_final_event_ends_at_once() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let events = client
+        .call_streaming(&a, 1, "test_countdown", json!({ "count": 2, "interval_ms": 1 }))
+        .await
+        .collect(T)
+        .await
+        .unwrap();
+    let last = events.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let started = Instant::now();
+    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&last)).await).collect(T).await.unwrap();
+    assert!(data_messages(&rest).is_empty());
+    assert!(started.elapsed() < Duration::from_secs(2), "closed promptly: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_clients_get_a_priming_event_without_empty_data() {
+    let fleet = Fleet::builder().replicas(1).start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } });
+    let resp = client.post(&url, &init).await;
+    assert_eq!(resp.headers()["mcp-session-id"].to_str().unwrap().len(), 32);
+    client.session = Some(resp.headers()["mcp-session-id"].to_str().unwrap().to_owned());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["result"]["protocolVersion"], "2025-03-26");
+    let resp = client.get(&url, None).await;
+    use futures::StreamExt as _;
+    let first = resp.bytes_stream().next().await.unwrap().unwrap();
+    let first = String::from_utf8_lossy(&first);
+    assert!(first.starts_with("id: 0:") && first.contains("retry: ") && !first.contains("data:"), "{first:?}");
 }

@@ -103,6 +103,10 @@ struct ServeArgs {
     /// How long a server→client request waits for the client's answer, in seconds.
     #[arg(long, env = "MCPFLEET_CLIENT_REQUEST_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     client_request_timeout_secs: u64,
+    /// A call running longer than this subscribes to its session's doorbell to hear cancellations, in
+    /// milliseconds. Shorter calls cost one Redis round trip and cannot be cancelled (they are already done).
+    #[arg(long, env = "MCPFLEET_CANCEL_WATCH_AFTER_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    cancel_watch_after_ms: u64,
     /// Human-readable logs instead of JSON.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
@@ -117,7 +121,6 @@ pub struct RedisSettings {
     pub url: String,
     pub prefix: String,
     pub timeout: Duration,
-    pub max_events: usize,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -134,6 +137,8 @@ impl std::fmt::Debug for RedisSettings {
 pub struct Config {
     pub listen: SocketAddr,
     pub redis: Option<RedisSettings>,
+    /// Approximate number of events kept per session, in either store.
+    pub max_events: usize,
     pub auth: AuthMode,
     pub fixtures: Option<Fixtures>,
     pub transport: mcpfleet_transport::TransportConfig,
@@ -193,17 +198,26 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
     }
     let redis = match a.redis_url {
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") => {
-            Some(RedisSettings {
-                url,
-                prefix: a.redis_prefix,
-                timeout: Duration::from_millis(a.redis_timeout_ms),
-                max_events: usize::try_from(a.max_events).unwrap_or(usize::MAX),
-            })
+            Some(RedisSettings { url, prefix: a.redis_prefix, timeout: Duration::from_millis(a.redis_timeout_ms) })
         }
         Some(_) => return Err(ConfigError("--redis-url must start with redis://, rediss:// or unix://".to_owned())),
         None => None,
     };
     let lease_ttl = Duration::from_millis(a.lease_ttl_ms);
+    if a.session_idle_ttl_secs * 1000 < a.lease_ttl_ms {
+        // Live streams keep their session alive by renewing every third of a lease; that must beat the idle TTL.
+        return Err(ConfigError(format!(
+            "--session-idle-ttl-secs ({}) must be at least --lease-ttl-ms ({}) long",
+            a.session_idle_ttl_secs, a.lease_ttl_ms
+        )));
+    }
+    if redis.is_some() && a.lease_ttl_ms < 3 * a.redis_timeout_ms {
+        // A lease is renewed every third of its life; a renewal that may take a whole Redis timeout must fit.
+        return Err(ConfigError(format!(
+            "--lease-ttl-ms ({}) must be at least 3 × --redis-timeout-ms ({})",
+            a.lease_ttl_ms, a.redis_timeout_ms
+        )));
+    }
     let transport = mcpfleet_transport::TransportConfig {
         allowed_origins: patterns("--allowed-origins", &a.allowed_origins)?,
         allowed_hosts: patterns("--allowed-hosts", &a.allowed_hosts)?,
@@ -214,14 +228,17 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
         retry: Duration::from_millis(a.retry_ms),
         sse_after: Duration::from_millis(a.sse_after_ms),
         client_request_timeout: Duration::from_secs(a.client_request_timeout_secs),
+        cancel_watch_after: Duration::from_millis(a.cancel_watch_after_ms),
         ..mcpfleet_transport::TransportConfig::default()
     };
     if transport.allowed_hosts.is_empty() {
         return Err(ConfigError("--allowed-hosts is empty: no request could ever be served".to_owned()));
     }
+    let max_events = usize::try_from(a.max_events).unwrap_or(usize::MAX);
     Ok(Parsed::Serve(Box::new(Config {
         listen: a.listen,
         redis,
+        max_events,
         auth: a.auth,
         fixtures: a.fixtures,
         transport,

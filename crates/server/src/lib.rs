@@ -23,7 +23,7 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
             let rc = RedisConfig {
                 prefix: r.prefix.clone(),
                 timeout: r.timeout,
-                max_events: r.max_events,
+                max_events: cfg.max_events,
                 ..RedisConfig::new(r.url.clone())
             };
             let store = RedisStore::connect(rc).await?;
@@ -33,7 +33,7 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
         }
         None => {
             tracing::warn!("no --redis-url: using the in-memory store, which is single-replica only");
-            Arc::new(MemoryStore::new())
+            Arc::new(MemoryStore::with_max_events(cfg.max_events))
         }
     };
     let catalog: Arc<dyn Catalog> = match cfg.fixtures {

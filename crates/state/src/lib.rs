@@ -78,8 +78,8 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// or a store failure.
     async fn append(&self, key: &SessionKey, stream: u64, data: &str, opts: &AppendOptions) -> Result<EventId>;
 
-    /// Renews a stream's lease. Returns false if the stream is finished, the session is gone, or (for the
-    /// standalone stream) another holder took it over.
+    /// Renews a stream's lease, and with it the session's idle TTL: a live stream is activity. Returns false if
+    /// the stream is finished, the session is gone, or (for the standalone stream) another holder took it over.
     ///
     /// # Errors
     /// A store failure or timeout.

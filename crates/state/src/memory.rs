@@ -204,9 +204,11 @@ impl EventStore for MemoryStore {
         if stream == 0 && s.holder.as_deref() != Some(token.0.as_str()) {
             return Ok(false);
         }
+        let now = Instant::now();
         match s.leases.get_mut(&stream) {
             Some(exp) => {
-                *exp = Instant::now() + ttl;
+                *exp = now + ttl;
+                s.expires = now + s.ttl;
                 Ok(true)
             }
             None => Ok(false),

@@ -131,7 +131,8 @@ pub struct Event {
     pub is_final: bool,
 }
 
-/// Who holds a stream: renewals by anyone else fail.
+/// Who holds the standalone stream: once a newer GET takes it over, renewals with an older token fail. (A POST
+/// stream's number is unique in its session, so its number alone names its one holder.)
 #[derive(Clone, PartialEq, Eq)]
 pub struct LeaseToken(pub String);
 

@@ -109,7 +109,8 @@ impl IntoResponse for TransportError {
         let message = match &self {
             Self::Parse => "Parse error".to_owned(),
             Self::Unavailable(e) => {
-                tracing::warn!(error = %e, "state store unavailable");
+                let cause = std::error::Error::source(e).map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(error = %e, cause = %cause, "state store unavailable");
                 "service temporarily unavailable".to_owned()
             }
             Self::Unauthorized { message, .. } => (*message).to_owned(),

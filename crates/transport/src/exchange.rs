@@ -27,7 +27,7 @@ pub(crate) enum Outcome {
 
 enum Mode {
     Pending(Option<oneshot::Sender<Outcome>>),
-    Streaming { stream: u64, token: LeaseToken, live: Option<mpsc::Sender<Frame>> },
+    Streaming { stream: u64, live: Option<mpsc::Sender<Frame>> },
     Done,
 }
 
@@ -38,7 +38,13 @@ pub(crate) struct Exchange {
     progress_token: Option<Value>,
     client_capabilities: Value,
     min_log_level: usize,
+    /// Clients older than 2025-11-25 get a priming event without `data:`.
+    priming_data: bool,
     cancel: CancellationToken,
+    /// Fired by the lease renewer when the stream is no longer ours (session deleted or expired).
+    lost: CancellationToken,
+    /// Fired when the exchange ends, to stop its renewer.
+    done: CancellationToken,
     mode: Mutex<Mode>,
     next_request: AtomicU64,
 }
@@ -72,7 +78,10 @@ impl Exchange {
             progress_token,
             client_capabilities,
             min_log_level,
+            priming_data: session.protocol_version.as_str() >= "2025-11-25",
             cancel: CancellationToken::new(),
+            lost: CancellationToken::new(),
+            done: CancellationToken::new(),
             mode: Mutex::new(Mode::Pending(Some(tx))),
             next_request: AtomicU64::new(1),
         });
@@ -90,18 +99,19 @@ impl Exchange {
     }
 
     async fn drive(self: Arc<Self>, name: String, args: JsonObject) {
+        let _done = self.done.clone().drop_guard();
         let cfg = self.app.config.clone();
         // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
         // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
-        // a hung request, and cancellation aborts it.
+        // a hung request, and cancellation aborts it. The lease is renewed by a task of its own as well.
         let me = self.clone();
         let mut call = tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me).await });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
         tokio::pin!(watch_after);
-        let mut renew = tokio::time::interval(cfg.lease_ttl / 3);
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        let mut lag_checks = 0_u8;
         let mut upgraded = false;
         let mut sub: Option<Box<dyn Subscription>> = None;
         let my_id = self.request_id.to_string();
@@ -121,6 +131,11 @@ impl Exchange {
                     self.finish_cancelled().await;
                     return;
                 }
+                () = self.lost.cancelled() => {
+                    call.abort();
+                    self.session_gone().await;
+                    return;
+                }
                 () = &mut sse_after, if !upgraded => {
                     upgraded = true;
                     if let Err(e) = self.ensure_streaming().await {
@@ -131,9 +146,9 @@ impl Exchange {
                     match self.app.store.subscribe(&self.key).await {
                         Ok(s) => {
                             sub = Some(s);
-                            if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
-                                self.cancel.cancel();
-                            }
+                            // A cancellation that arrived before the subscription left a marker.
+                            lag_checks = 1;
+                            recheck.reset_immediately();
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot watch for cancellation");
@@ -143,40 +158,61 @@ impl Exchange {
                 }
                 ring = recv(&mut sub) => match ring {
                     Some(Ring::Cancel(id)) if id == my_id => self.cancel.cancel(),
-                    Some(Ring::Closed) | None => self.session_gone().await,
-                    Some(Ring::Lagged) => {
-                        if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
-                            self.cancel.cancel();
-                        }
+                    Some(Ring::Closed) | None => {
+                        call.abort();
+                        self.session_gone().await;
+                        return;
                     }
+                    // Rings may have been lost while the subscriber reconnected, and it may not be resubscribed
+                    // yet: look for a cancellation marker now and twice more.
+                    Some(Ring::Lagged) => lag_checks = 3,
                     Some(_) => {}
                 },
-                _ = renew.tick() => {
-                    if let Some((stream, token)) = self.lease().await {
-                        match self.app.store.renew_lease(&self.key, stream, &token, cfg.lease_ttl).await {
-                            Ok(true) => {}
-                            Ok(false) => self.session_gone().await,
-                            Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
-                        }
+                _ = recheck.tick(), if lag_checks > 0 => {
+                    lag_checks -= 1;
+                    if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
+                        self.cancel.cancel();
                     }
                 }
             }
         }
     }
 
-    async fn lease(&self) -> Option<(u64, LeaseToken)> {
+    /// The stream this call writes to, once it streams.
+    async fn stream(&self) -> Option<u64> {
         match &*self.mode.lock().await {
-            Mode::Streaming { stream, token, .. } => Some((*stream, token.clone())),
+            Mode::Streaming { stream, .. } => Some(*stream),
             _ => None,
         }
     }
 
-    /// The session ended (DELETE on any replica) or the stream was taken from us: stop the call, write nothing.
+    /// The session ended (DELETE on any replica, or expiry): the call is already stopped; write nothing, and close
+    /// the client's connection.
     async fn session_gone(&self) {
-        let mut m = self.mode.lock().await;
-        *m = Mode::Done;
-        drop(m);
-        self.cancel.cancel();
+        *self.mode.lock().await = Mode::Done;
+    }
+
+    /// Renews the stream's lease until the exchange ends; fires `lost` if the stream is no longer ours.
+    fn spawn_renewer(&self, stream: u64, token: LeaseToken) {
+        let (store, key, ttl) = (self.app.store.clone(), self.key.clone(), self.app.config.lease_ttl);
+        let (lost, done) = (self.lost.clone(), self.done.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = done.cancelled() => return,
+                    _ = tick.tick() => match store.renew_lease(&key, stream, &token, ttl).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            lost.cancel();
+                            return;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                    },
+                }
+            }
+        });
     }
 
     /// Switches to SSE if still pending: opens the stream (committing its priming event) and hands the
@@ -201,12 +237,13 @@ impl Exchange {
         };
         let (stream, priming) = self.app.store.open_stream(&self.key, &open).await.map_err(context_error)?;
         let (live_tx, live_rx) = mpsc::channel(LIVE_BUFFER);
-        let _ = live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry });
+        let _ = live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry, data: self.priming_data });
         let live = match tx.take().map(|tx| tx.send(Outcome::Sse(live_rx))) {
             Some(Ok(())) => Some(live_tx),
             _ => None,
         };
-        *m = Mode::Streaming { stream, token, live };
+        self.spawn_renewer(stream, token);
+        *m = Mode::Streaming { stream, live };
         Ok(())
     }
 
@@ -219,6 +256,11 @@ impl Exchange {
         let frame = match self.app.store.append(&self.key, *stream, &data, &opts).await {
             Ok(id) => Frame::Event { id, data },
             Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ToolError::SessionGone),
+            // A server→client request that is not recorded as pending could never be answered.
+            Err(e) if opts.pending_request.is_some() => {
+                tracing::warn!(error = %e, "server→client request not committed");
+                return Err(ToolError::Unavailable);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "event not committed; sending it without an id");
                 Frame::Unsequenced { data }
@@ -259,8 +301,9 @@ impl Exchange {
                         Some(Frame::Unsequenced { data })
                     }
                 };
+                // Never wait on a stalled client: if the frame does not fit, it resumes from the log.
                 if let (Some(tx), Some(f)) = (live, frame) {
-                    let _ = tx.send(f).await;
+                    let _ = tx.try_send(f);
                 }
             }
             Mode::Done => {}
@@ -330,7 +373,7 @@ impl ToolContext for Exchange {
 
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError> {
         self.ensure_streaming().await?;
-        let Some((stream, _)) = self.lease().await else { return Err(ToolError::SessionGone) };
+        let Some(stream) = self.stream().await else { return Err(ToolError::SessionGone) };
         let id = format!("mcpfleet-{stream}-{}", self.next_request.fetch_add(1, Ordering::Relaxed));
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
@@ -382,7 +425,7 @@ impl ToolContext for Exchange {
         if let Mode::Streaming { live, .. } = &mut *m
             && let Some(tx) = live.take()
         {
-            let _ = tx.send(Frame::Retry(retry)).await;
+            let _ = tx.try_send(Frame::Retry(retry));
         }
         Ok(())
     }

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
+/// Largest `capabilities` or `clientInfo` an initialize may store with its session.
+const MAX_CLIENT_METADATA: usize = 16 * 1024;
 
 type Result<T, E = TransportError> = std::result::Result<T, E>;
 
@@ -219,15 +221,19 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
         return Ok(rpc_json(id, Err((code::INVALID_PARAMS, "params.protocolVersion must be a string".into()))));
     };
     let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[2]);
-    let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
-    let info = params.get("clientInfo").cloned().unwrap_or(Value::Null);
+    let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({})).to_string();
+    let info = params.get("clientInfo").cloned().unwrap_or(Value::Null).to_string();
+    if caps.len() > MAX_CLIENT_METADATA || info.len() > MAX_CLIENT_METADATA {
+        let msg = format!("params.capabilities and params.clientInfo must each be at most {MAX_CLIENT_METADATA} bytes");
+        return Ok(rpc_json(id, Err((code::INVALID_PARAMS, msg))));
+    }
     let sid =
         SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
     let key = SessionKey { user: principal.user.clone(), id: sid };
     let new = NewSession {
         protocol_version: version.to_owned(),
-        client_capabilities: caps.to_string(),
-        client_info: info.to_string(),
+        client_capabilities: caps,
+        client_info: info,
         idle_ttl: app.config.session_idle_ttl,
     };
     app.store.create_session(&key, &new).await?;
@@ -261,8 +267,8 @@ async fn get_inner(app: AppState, req: Request) -> Result<Response> {
         None => None,
         Some(raw) => Some(raw.parse::<EventId>().map_err(|()| TransportError::BadCursor)?),
     };
-    let (key, _) = session(&app, headers, &principal).await?;
-    let rx = tail::open(&app, key, cursor).await?;
+    let (key, info) = session(&app, headers, &principal).await?;
+    let rx = tail::open(&app, key, cursor, info.protocol_version.as_str() >= "2025-11-25").await?;
     Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone()))
 }
 

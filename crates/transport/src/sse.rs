@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 /// One thing to write on an SSE connection.
 #[derive(Debug, Clone)]
 pub(crate) enum Frame {
-    /// The first event of a stream: an id, the reconnect delay, and empty data.
-    Priming { id: EventId, retry: Duration },
+    /// The first event of a stream: an id, the reconnect delay, and (from 2025-11-25 on) empty data.
+    Priming { id: EventId, retry: Duration, data: bool },
     /// A committed message.
     Event { id: EventId, data: String },
     /// A message that could not be committed (the store failed): sent without an id, so it cannot be resumed.
@@ -26,7 +26,12 @@ pub(crate) enum Frame {
 impl Frame {
     pub(crate) fn encode(&self) -> Bytes {
         match self {
-            Self::Priming { id, retry } => Bytes::from(format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis())),
+            Self::Priming { id, retry, data: true } => {
+                Bytes::from(format!("id: {id}\nretry: {}\ndata: \n\n", retry.as_millis()))
+            }
+            Self::Priming { id, retry, data: false } => {
+                Bytes::from(format!("id: {id}\nretry: {}\n\n", retry.as_millis()))
+            }
             Self::Event { id, data } => Bytes::from(format!("id: {id}\ndata: {}\n\n", one_line(data))),
             Self::Unsequenced { data } => Bytes::from(format!("data: {}\n\n", one_line(data))),
             Self::Retry(retry) => Bytes::from(format!("retry: {}\n\n", retry.as_millis())),

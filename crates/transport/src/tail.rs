@@ -32,32 +32,38 @@ enum Step {
 }
 
 /// Opens a GET stream: fresh (the standalone stream) or resuming from `cursor`. Errors that the client can act
-/// on (session gone, cursor gone) are returned before any byte of the stream is written.
+/// on (session gone, cursor gone) are returned before any byte of the stream is written, and before anything is
+/// written to the store. `priming_data` is false for clients older than 2025-11-25, which cannot take an event
+/// with empty data: they get the priming id and retry without a `data:` line.
 pub(crate) async fn open(
     app: &AppState,
     key: SessionKey,
     cursor: Option<EventId>,
+    priming_data: bool,
 ) -> Result<mpsc::Receiver<Frame>, TransportError> {
     // Subscribe first, read second: nothing committed in between can be missed.
     let sub = app.store.subscribe(&key).await?;
     let (tx, rx) = mpsc::channel(BUFFER);
     let stream = cursor.map_or(STANDALONE_STREAM, |c| c.stream);
     let holder = (stream == STANDALONE_STREAM).then(|| LeaseToken(random_token()));
+    // Validate a cursor first, so that a stale one is refused without side effects.
+    let replay = match &cursor {
+        Some(c) => Some(app.store.read_after(&key, stream, c, true, BATCH).await?),
+        None => None,
+    };
     let mut start = cursor;
     if let Some(token) = &holder {
         // Taking the standalone stream over ends any earlier holder's connection: each message goes to one stream.
         let open = OpenStream::Standalone { token: token.clone(), lease: app.config.lease_ttl };
         let (_, priming) = app.store.open_stream(&key, &open).await?;
         if cursor.is_none() {
-            let _ = tx.try_send(Frame::Priming { id: priming, retry: app.config.retry });
+            let _ = tx.try_send(Frame::Priming { id: priming, retry: app.config.retry, data: priming_data });
             start = Some(priming);
         }
     }
     let Some(start) = start else { return Err(TransportError::BadCursor) };
     let mut tail = Tail { app: app.clone(), key, stream, cursor: start, holder, sub, tx };
-    if cursor.is_some() {
-        // Validate the cursor now, so that a stale one gets an HTTP error instead of an empty stream.
-        let (events, last) = tail.app.store.read_after(&tail.key, stream, &start, true, BATCH).await?;
+    if let Some((events, last)) = replay {
         tail.cursor = last;
         if let Step::Done = tail.deliver(events).await {
             return Ok(rx);
@@ -99,8 +105,12 @@ impl Tail {
         let poll_every = self.app.config.lease_ttl / 2;
         let mut poll = tokio::time::interval(poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Anything committed between the first read and the subscription going live is in the log.
-        let mut step = self.drain().await;
+        // Anything committed between the first read and the subscription going live is in the log. A POST
+        // stream that already finished (its final event was at or before the cursor) ends at once.
+        let mut step = match self.drain().await {
+            Ok(Step::More) if self.holder.is_none() => self.check_owner().await,
+            other => other,
+        };
         loop {
             match step {
                 Ok(Step::Done) => return,
@@ -119,10 +129,8 @@ impl Tail {
                     Some(Ring::Event(k)) if k == self.stream => self.drain().await,
                     Some(Ring::Lagged) => self.drain().await,
                     Some(Ring::Closed) | None => return,
-                    Some(Ring::Takeover(t)) if self.holder.as_ref().is_some_and(|h| h.0 != t) => {
-                        let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
-                        return;
-                    }
+                    // Takeover rings of two GETs racing can arrive in either order: the store says who holds it.
+                    Some(Ring::Takeover(t)) if self.holder.as_ref().is_some_and(|h| h.0 != t) => self.check_owner().await,
                     Some(_) => Ok(Step::More),
                 },
                 _ = poll.tick() => self.check_owner().await,
@@ -130,21 +138,23 @@ impl Tail {
         }
     }
 
-    /// Periodic check: the standalone holder renews its claim; a POST-stream resumer checks that the call's
-    /// replica is alive and answers the request itself if it is not.
+    /// Periodic check, which also drains the log in case a ring was lost: the standalone holder renews its
+    /// claim; a POST-stream resumer checks that the call's replica is alive and answers the request itself if it
+    /// is not.
     async fn check_owner(&mut self) -> Result<Step, StateError> {
-        let store = &self.app.store;
+        let store = self.app.store.clone();
         if let Some(token) = &self.holder {
             return if store.renew_lease(&self.key, self.stream, token, self.app.config.lease_ttl).await? {
-                Ok(Step::More)
+                self.drain().await
             } else {
                 let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
                 Ok(Step::Done)
             };
         }
         match store.stream_state(&self.key, self.stream).await? {
-            StreamState::Running => Ok(Step::More),
-            StreamState::Finished => self.drain().await,
+            StreamState::Running => self.drain().await,
+            // The final event is committed: deliver whatever is left of the stream, then end it.
+            StreamState::Finished => self.drain().await.map(|_| Step::Done),
             StreamState::Abandoned { request_id } => {
                 let id: Value = serde_json::from_str(&request_id).unwrap_or(Value::Null);
                 let msg = json!({ "jsonrpc": "2.0", "id": id, "error": {

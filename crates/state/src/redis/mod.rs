@@ -328,7 +328,7 @@ impl EventStore for RedisStore {
     async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.renew.key(&k.session);
-        inv.key(&k.leases).arg(stream).arg(ms(ttl)).arg(&token.0);
+        inv.key(&k.events).key(&k.leases).arg(stream).arg(ms(ttl)).arg(&token.0);
         Ok(int(&self.run(inv).await?)? == 1)
     }
 

@@ -1,8 +1,14 @@
--- KEYS: session, leases ; ARGV: stream, lease_ms, token
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+-- Renews a stream's lease. A live stream is activity: it extends the session's idle TTL (and its log's and
+-- leases') too, so a session in use never expires under a running call or an open GET stream.
+-- KEYS: session, events, leases ; ARGV: stream, lease_ms, token
+local ttl = redis.call('HGET', KEYS[1], 'ttl')
+if not ttl then return 0 end
 if ARGV[1] == '0' and redis.call('HGET', KEYS[1], 'g') ~= ARGV[3] then return 0 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
 return 1

@@ -86,20 +86,23 @@ impl Subscriber {
     }
 
     pub(super) async fn subscribe(&self, channel: String) -> Result<RedisSubscription> {
-        let (rx, fresh) = {
+        let (done_tx, done_rx) = oneshot::channel();
+        let rx = {
             let mut map = lock(&self.channels);
             let c = map
                 .entry(channel.clone())
                 .or_insert_with(|| Channel { tx: broadcast::channel(LOCAL_BUFFER).0, refs: 0 });
             c.refs += 1;
-            (c.tx.subscribe(), c.refs == 1)
+            // Every subscriber sends its own SUBSCRIBE (idempotent in Redis) and waits for its confirmation, so
+            // none returns before the channel is live, even if an earlier one failed. It is queued under the map
+            // lock, so it is ordered against the UNSUBSCRIBE of a release.
+            if self.commands.send(Command::Subscribe(channel.clone(), done_tx)).is_err() {
+                c.refs -= 1;
+                return Err(StateError::Protocol("subscriber stopped"));
+            }
+            c.tx.subscribe()
         };
-        let sub = RedisSubscription { rx, channel: channel.clone(), owner: self.clone() };
-        // Every subscriber waits for a confirmed SUBSCRIBE: the first one sends it, later ones send a no-op
-        // confirmation request through the same ordered queue, so none returns before the channel is live.
-        let (done_tx, done_rx) = oneshot::channel();
-        let cmd = if fresh { Command::Subscribe(channel, done_tx) } else { Command::Subscribe(String::new(), done_tx) };
-        self.commands.send(cmd).map_err(|_| StateError::Protocol("subscriber stopped"))?;
+        let sub = RedisSubscription { rx, channel, owner: self.clone() };
         match with_deadline(self.timeout, done_rx).await? {
             Ok(Ok(())) => Ok(sub),
             Ok(Err(e)) => Err(StateError::Unavailable(e)),
@@ -123,8 +126,7 @@ async fn run(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Comman
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Command::Subscribe(ch, done) => {
-                let r = if ch.is_empty() { Ok(()) } else { conn.subscribe(&ch).await };
-                let _ = done.send(r);
+                let _ = done.send(conn.subscribe(&ch).await);
             }
             Command::Unsubscribe(ch) => {
                 // Someone subscribed again after the release was queued: keep the subscription.
