@@ -2,6 +2,7 @@
 //! front of three replicas sharing one Redis, so that consecutive requests of its session (and its answer to a
 //! sampling request) land on different replicas.
 
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 #![expect(
     deprecated,
     reason = "sampling and logging are deprecated by the 2026-07-28 revision; this test covers the 2025 generation"
