@@ -21,9 +21,10 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     sessions: HashMap<SessionKey, Session>,
-    handoffs: HashMap<(SessionKey, String), (Option<String>, Instant)>,
     doorbells: HashMap<SessionKey, broadcast::Sender<Ring>>,
     last_id: (u64, u64),
+    /// Calls since the last sweep of expired sessions and idle doorbells.
+    since_sweep: usize,
 }
 
 #[derive(Debug)]
@@ -35,11 +36,15 @@ struct Session {
     holder: Option<String>,
     request_ids: HashMap<u64, String>,
     pending: HashSet<String>,
+    responses: HashMap<String, String>,
+    cancellations: HashMap<String, Instant>,
     leases: HashMap<u64, Instant>,
     events: VecDeque<Event>,
 }
 
-const HANDOFF_TTL: Duration = Duration::from_secs(60);
+const CANCEL_TTL: Duration = Duration::from_secs(60);
+/// Expired sessions are dropped on access, and all of them every this many calls.
+const SWEEP_EVERY: usize = 1024;
 
 impl MemoryStore {
     #[must_use]
@@ -54,7 +59,12 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.since_sweep += 1;
+        if g.since_sweep >= SWEEP_EVERY {
+            g.sweep();
+        }
+        g
     }
 }
 
@@ -69,8 +79,11 @@ impl Inner {
 
     fn sweep(&mut self) {
         let now = Instant::now();
+        self.since_sweep = 0;
         self.sessions.retain(|_, s| s.expires > now);
-        self.handoffs.retain(|_, (_, exp)| *exp > now);
+        for s in self.sessions.values_mut() {
+            s.cancellations.retain(|_, exp| *exp > now);
+        }
         self.doorbells.retain(|_, tx| tx.receiver_count() > 0);
     }
 
@@ -125,6 +138,8 @@ impl SessionStore for MemoryStore {
                 holder: None,
                 request_ids: HashMap::new(),
                 pending: HashSet::new(),
+                responses: HashMap::new(),
+                cancellations: HashMap::new(),
                 leases: HashMap::new(),
                 events: VecDeque::new(),
             },
@@ -293,40 +308,39 @@ impl Router for MemoryStore {
         if !s.pending.remove(request_id) {
             return Ok(false);
         }
-        g.handoffs
-            .insert((key.clone(), format!("r:{request_id}")), (Some(message.to_owned()), Instant::now() + HANDOFF_TTL));
+        s.responses.insert(request_id.to_owned(), message.to_owned());
         g.ring(key, Ring::Response(request_id.to_owned()));
         Ok(true)
     }
 
     async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {
         let mut g = self.lock();
-        Ok(g.handoffs
-            .remove(&(key.clone(), format!("r:{request_id}")))
-            .and_then(|(m, exp)| m.filter(|_| exp > Instant::now())))
+        Ok(g.live(key).and_then(|s| s.responses.remove(request_id)))
     }
 
     async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()> {
         let mut g = self.lock();
         if let Some(s) = g.live(key) {
             s.pending.remove(request_id);
+            s.responses.remove(request_id);
         }
         Ok(())
     }
 
     async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let mut g = self.lock();
-        if g.live(key).is_none() {
-            return Ok(false);
-        }
-        g.handoffs.insert((key.clone(), format!("c:{request_id}")), (None, Instant::now() + HANDOFF_TTL));
+        let Some(s) = g.live(key) else { return Ok(false) };
+        let now = Instant::now();
+        s.cancellations.retain(|_, exp| *exp > now);
+        s.cancellations.insert(request_id.to_owned(), now + CANCEL_TTL);
         g.ring(key, Ring::Cancel(request_id.to_owned()));
         Ok(true)
     }
 
     async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
-        let g = self.lock();
-        Ok(g.handoffs.get(&(key.clone(), format!("c:{request_id}"))).is_some_and(|(_, exp)| *exp > Instant::now()))
+        let mut g = self.lock();
+        let now = Instant::now();
+        Ok(g.live(key).and_then(|s| s.cancellations.get(request_id)).is_some_and(|exp| *exp > now))
     }
 
     async fn ping(&self) -> Result<()> {

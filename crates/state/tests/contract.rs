@@ -807,7 +807,7 @@ async fn replicas_share_state(kind: Kind) {
     wait_for(&mut sub, &Ring::Closed).await;
     assert_eq!(a.touch_session(&key).await.expect("touch on a"), None);
     if let Some(keys) = h.redis_keys() {
-        let left: Vec<_> = keys.iter().filter(|k| !k.contains(":rsp:") && !k.contains(":cx:")).collect();
-        assert!(left.is_empty(), "keys left after delete: {left:?}");
+        // Delivered answers and cancellation markers live in the session's own keys: nothing outlives it.
+        assert!(keys.is_empty(), "keys left after delete: {keys:?}");
     }
 }

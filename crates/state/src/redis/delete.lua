@@ -1,6 +1,6 @@
--- KEYS: session, events, leases, doorbell
+-- KEYS: session, events, leases, cancellations, doorbell
 local n = redis.call('DEL', KEYS[1])
 if n == 0 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('PUBLISH', KEYS[4], 'x')
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('PUBLISH', KEYS[5], 'x')
 return 1

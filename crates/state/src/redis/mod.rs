@@ -5,11 +5,10 @@
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `<p>{u:<user>}:s:<sid>` | hash | the session: `ttl`, `pv`, `caps`, `info`, `created`, `n` (streams opened), `lvl`, `g` (standalone holder), `rq:<k>` (request id of POST stream k), `pq:<id>` (pending server→client request) |
+//! | `<p>{u:<user>}:s:<sid>` | hash | the session: `ttl`, `pv`, `caps`, `info`, `created`, `n` (streams opened), `lvl`, `g` (standalone holder), `rq:<k>` (request id of POST stream k), `pq:<id>` (pending server→client request), `rsp:<id>` (its delivered answer, until taken) |
 //! | `<p>{u:<user>}:ev:<sid>` | stream | every committed SSE event of the session; fields `s` (stream), `d` (data), `f` (final) |
 //! | `<p>{u:<user>}:ls:<sid>` | zset | open streams, scored by lease expiry (ms, from the Redis clock) |
-//! | `<p>{u:<user>}:rsp:<sid>:<id>` | string | a client's response to a server→client request, for 60 s |
-//! | `<p>{u:<user>}:cx:<sid>:<id>` | string | a cancellation marker, for 60 s |
+//! | `<p>{u:<user>}:cx:<sid>` | zset | cancelled request ids, scored by marker expiry (60 s) |
 //! | `<p>{u:<user>}:db:<sid>` | channel | the session's doorbell |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
@@ -39,7 +38,7 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Approximate cap on each session's event log (`XADD MAXLEN ~`).
     pub max_events: usize,
-    /// How long a delivered response or a cancellation marker waits to be picked up.
+    /// How long a cancellation marker lasts.
     pub handoff_ttl: Duration,
     /// Size of the pool used for replays and admin calls.
     pub pool_size: usize,
@@ -70,7 +69,10 @@ struct Scripts {
     replay: Script,
     delete: Script,
     deliver: Script,
+    take: Script,
+    forget: Script,
     cancel: Script,
+    cancelled: Script,
     set_level: Script,
 }
 
@@ -87,7 +89,10 @@ impl Scripts {
             replay: Script::new(include_str!("replay.lua")),
             delete: Script::new(include_str!("delete.lua")),
             deliver: Script::new(include_str!("deliver.lua")),
+            take: Script::new(include_str!("take.lua")),
+            forget: Script::new(include_str!("forget.lua")),
             cancel: Script::new(include_str!("cancel.lua")),
+            cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),
         }
     }
@@ -119,7 +124,7 @@ struct Keys {
     events: String,
     leases: String,
     doorbell: String,
-    base: String,
+    cancellations: String,
 }
 
 impl RedisStore {
@@ -156,7 +161,7 @@ impl RedisStore {
             events: format!("{base}:ev:{sid}"),
             leases: format!("{base}:ls:{sid}"),
             doorbell: format!("{base}:db:{sid}"),
-            base,
+            cancellations: format!("{base}:cx:{sid}"),
         }
     }
 
@@ -276,7 +281,7 @@ impl SessionStore for RedisStore {
     async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.delete.key(&k.session);
-        inv.key(&k.events).key(&k.leases).key(&k.doorbell);
+        inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell);
         Ok(int(&self.run_pooled(inv).await?)? == 1)
     }
 }
@@ -402,11 +407,7 @@ impl Router for RedisStore {
     async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.deliver.key(&k.session);
-        inv.key(format!("{}:rsp:{}:{request_id}", k.base, key.id.as_str()))
-            .key(&k.doorbell)
-            .arg(request_id)
-            .arg(message)
-            .arg(ms(self.inner.cfg.handoff_ttl));
+        inv.key(&k.doorbell).arg(request_id).arg(message);
         match int(&self.run(inv).await?)? {
             1 => Ok(true),
             0 => Err(StateError::SessionNotFound),
@@ -416,30 +417,34 @@ impl Router for RedisStore {
 
     async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {
         let k = self.keys(key);
-        self.query(redis::cmd("GETDEL").arg(format!("{}:rsp:{}:{request_id}", k.base, key.id.as_str()))).await
+        let mut inv = self.inner.scripts.take.key(&k.session);
+        inv.arg(request_id);
+        match self.run(inv).await? {
+            Value::Nil => Ok(None),
+            v => string(&v).map(Some),
+        }
     }
 
     async fn forget_pending(&self, key: &SessionKey, request_id: &str) -> Result<()> {
         let k = self.keys(key);
-        self.query::<i64>(redis::cmd("HDEL").arg(&k.session).arg(format!("pq:{request_id}"))).await?;
+        let mut inv = self.inner.scripts.forget.key(&k.session);
+        inv.arg(request_id);
+        self.run(inv).await?;
         Ok(())
     }
 
     async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.cancel.key(&k.session);
-        inv.key(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))
-            .key(&k.doorbell)
-            .arg(request_id)
-            .arg(ms(self.inner.cfg.handoff_ttl));
+        inv.key(&k.cancellations).key(&k.doorbell).arg(request_id).arg(ms(self.inner.cfg.handoff_ttl));
         Ok(int(&self.run(inv).await?)? == 1)
     }
 
     async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let k = self.keys(key);
-        let n: i64 =
-            self.query(redis::cmd("EXISTS").arg(format!("{}:cx:{}:{request_id}", k.base, key.id.as_str()))).await?;
-        Ok(n == 1)
+        let mut inv = self.inner.scripts.cancelled.key(&k.cancellations);
+        inv.arg(request_id);
+        Ok(int(&self.run(inv).await?)? == 1)
     }
 
     async fn ping(&self) -> Result<()> {
