@@ -526,6 +526,11 @@ fn bad_config_exits_64_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "one line for {args:?}: {err}");
         assert!(err.starts_with("mcpfleet: "), "{err}");
     }
+    let unreachable = std::process::Command::new(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout-ms", "300"])
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(69), "Redis unreachable at start");
     let help = std::process::Command::new(&bin).args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for flag in [
@@ -736,4 +741,134 @@ async fn older_clients_get_a_priming_event_without_empty_data() {
     let first = resp.bytes_stream().next().await.unwrap().unwrap();
     let first = String::from_utf8_lossy(&first);
     assert!(first.starts_with("id: 0:") && first.contains("retry: ") && !first.contains("data:"), "{first:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_streams_with_retry_and_lets_running_calls_finish() {
+    let redis = RedisServer::start();
+    let args =
+        |b: mcpfleet_testkit::FleetBuilder| b.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout-ms").arg("500");
+    let mut fleet_a = args(Fleet::builder().redis(redis.url())).start().await;
+    let fleet_b = args(Fleet::builder().redis(redis.url())).start().await;
+    let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
+    let mut client = McpClient::new();
+    client.initialize(&b).await;
+    let mut s = client.call_streaming(&a, 21, "test_countdown", json!({ "count": 8, "interval_ms": 250 })).await;
+    let mut seen = read_messages(&mut s, 2).await;
+    fleet_a.replicas[0].terminate();
+    seen.extend(s.collect(T).await.unwrap());
+    assert!(seen.last().unwrap().retry.is_some(), "the stream ended with a retry hint: {seen:?}");
+    let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let mut progress = progress_values(&data_messages(&seen));
+    let after = data_messages(&rest);
+    progress.extend(progress_values(&after));
+    assert_eq!(progress, (1..=8).collect::<Vec<_>>(), "every event once, across the shutdown");
+    assert_eq!(
+        after.last().unwrap()["result"]["content"][0]["text"],
+        "counted to 8",
+        "the call finished during the grace"
+    );
+    let code = tokio::task::spawn_blocking(move || fleet_a.replicas[0].wait_exit(10)).await.unwrap();
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_call_switches_to_sse_after_the_configured_delay() {
+    let fleet = Fleet::builder().arg("--sse-after-ms").arg("200").start().await;
+    let url = fleet.urls()[0].clone();
+    let mut client = McpClient::new();
+    client.initialize(&url).await;
+    // No progressToken: the countdown is silent until it answers.
+    let body = json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": { "name": "test_countdown", "arguments": { "count": 3, "interval_ms": 200 } } });
+    let resp = client.post(&url, &body).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let events = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    assert_eq!(events.len(), 2, "priming event, then the response: {events:?}");
+    assert_eq!(events[0].data, "");
+    assert_eq!(events[1].json().unwrap()["result"]["content"][0]["text"], "counted to 3");
+    // A quick silent call stays plain JSON.
+    let resp = client
+        .post(
+            &url,
+            &json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": { "name": "test_simple_text", "arguments": {} } }),
+        )
+        .await;
+    assert_eq!(resp.headers()["content-type"], "application/json");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_call_that_still_answers_with_json() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--sse-after-ms").arg("60000").start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let body = json!({ "jsonrpc": "2.0", "id": "long-1", "method": "tools/call",
+        "params": { "name": "test_countdown", "arguments": { "count": 100, "interval_ms": 100 } } });
+    let c = client.clone();
+    let call = tokio::spawn(async move { c.post(&a, &body).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "long-1" } });
+    let started = Instant::now();
+    assert_eq!(client.post(&b, &cancel).await.status(), 202);
+    let resp = tokio::time::timeout(T, call).await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], "long-1");
+    assert_eq!(body["error"]["message"], "request cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_still_arrives_after_the_doorbell_connection_is_killed() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut s = client.call_streaming(&a, 31, "test_countdown", json!({ "count": 400, "interval_ms": 25 })).await;
+    read_messages(&mut s, 4).await; // running long enough to have subscribed
+    let killed = redis.raw(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert!(killed.trim().parse::<u32>().unwrap() >= 1, "killed the subscriber connections: {killed}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 31 } });
+    let started = Instant::now();
+    assert_eq!(client.post(&b, &cancel).await.status(), 202);
+    let rest = data_messages(&s.collect(T).await.unwrap());
+    assert!(started.elapsed() < Duration::from_secs(4), "stopped in {:?}", started.elapsed());
+    assert!(rest.iter().all(|m| m.get("id").is_none()), "no response after cancellation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_finished_during_a_redis_write_outage_is_committed_not_lost() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .arg("--lease-ttl-ms")
+        .arg("1500")
+        .arg("--redis-timeout-ms")
+        .arg("500")
+        .start()
+        .await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut s = client.call_streaming(&a, 41, "test_countdown", json!({ "count": 3, "interval_ms": 300 })).await;
+    let seen = read_messages(&mut s, 1).await;
+    drop(s);
+    // Redis refuses every write for 2.5 s (NOREPLICAS): the rest of the call, its response included, fails to
+    // commit, and must be retried rather than reported as lost.
+    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "1"]).trim(), "OK");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "0"]).trim(), "OK");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
+    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let last = data_messages(&rest).pop().unwrap();
+    assert_eq!(last["id"], 41);
+    assert_eq!(last["result"]["content"][0]["text"], "counted to 3", "the real result, not 'lost': {last}");
 }

@@ -107,6 +107,10 @@ struct ServeArgs {
     /// milliseconds. Shorter calls cost one Redis round trip and cannot be cancelled (they are already done).
     #[arg(long, env = "MCPFLEET_CANCEL_WATCH_AFTER_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     cancel_watch_after_ms: u64,
+    /// On SIGTERM, how long running tool calls may take to finish after the listener closes, in seconds. Their
+    /// clients resume them on other replicas meanwhile.
+    #[arg(long, env = "MCPFLEET_SHUTDOWN_GRACE_SECS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    shutdown_grace_secs: u64,
     /// Human-readable logs instead of JSON.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
@@ -144,6 +148,8 @@ pub struct Config {
     pub transport: mcpfleet_transport::TransportConfig,
     pub dev: bool,
     pub log: String,
+    /// How long running calls may take to finish after shutdown begins.
+    pub shutdown_grace: Duration,
 }
 
 /// What the command line asked for.
@@ -244,5 +250,6 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
         transport,
         dev: a.dev,
         log: a.log,
+        shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
     })))
 }

@@ -46,6 +46,7 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
         auth: Arc::new(NoAuth::default()),
         config: Arc::new(cfg.transport.clone()),
         shutdown: CancellationToken::new(),
+        calls: tokio_util::task::TaskTracker::new(),
     })
 }
 
@@ -120,12 +121,23 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         println!("listening on {addr}");
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown_signal(shutdown.clone()));
-        match serve(listener, state, shutdown).await {
+        let calls = state.calls.clone();
+        let code = match serve(listener, state, shutdown).await {
             Ok(()) => 0,
             Err(e) => {
                 tracing::error!(error = %e, "server failed");
                 1
             }
+        };
+        // The listener is closed and every stream has ended with a retry hint; calls still running keep committing
+        // to the store, where clients resuming on other replicas follow them. Give them the grace period.
+        calls.close();
+        if !calls.is_empty() {
+            tracing::info!(calls = calls.len(), grace_secs = cfg.shutdown_grace.as_secs(), "waiting for running calls");
+            if tokio::time::timeout(cfg.shutdown_grace, calls.wait()).await.is_err() {
+                tracing::warn!(calls = calls.len(), "shutdown grace over; abandoning running calls");
+            }
         }
+        code
     })
 }

@@ -120,8 +120,7 @@ impl Inner {
 impl SessionStore for MemoryStore {
     async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
         let mut g = self.lock();
-        g.sweep();
-        if g.sessions.contains_key(key) {
+        if g.live(key).is_some() {
             return Err(StateError::Conflict);
         }
         g.sessions.insert(

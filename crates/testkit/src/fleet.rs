@@ -58,6 +58,32 @@ impl Replica {
     }
 }
 
+impl Replica {
+    /// Sends SIGTERM to a process replica (a graceful shutdown); stops an in-process one.
+    pub fn terminate(&mut self) {
+        match self {
+            Self::Process { child, .. } => {
+                let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            }
+            Self::InProcess { stop, .. } => stop.cancel(),
+        }
+    }
+
+    /// Waits up to `secs` for a process replica to exit; its exit code.
+    #[must_use]
+    pub fn wait_exit(&mut self, secs: u64) -> Option<i32> {
+        let Self::Process { child, .. } = self else { return None };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();

@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Frames a slow client may fall behind before its connection is dropped (it can resume).
 const LIVE_BUFFER: usize = 256;
+/// How long a call keeps trying to commit its response through a store outage.
+const FINAL_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// How the HTTP handler answers.
 pub(crate) enum Outcome {
@@ -47,6 +49,9 @@ pub(crate) struct Exchange {
     done: CancellationToken,
     mode: Mutex<Mode>,
     next_request: AtomicU64,
+    /// Server→client requests still waiting for the client: forgotten (and cancelled towards the client) if the
+    /// call is aborted while it waits.
+    outstanding: std::sync::Mutex<Vec<String>>,
 }
 
 pub(crate) fn random_token() -> String {
@@ -84,8 +89,10 @@ impl Exchange {
             done: CancellationToken::new(),
             mode: Mutex::new(Mode::Pending(Some(tx))),
             next_request: AtomicU64::new(1),
+            outstanding: std::sync::Mutex::new(Vec::new()),
         });
-        tokio::spawn(ex.drive(name, args));
+        let calls = ex.app.calls.clone();
+        calls.spawn(ex.drive(name, args));
         rx
     }
 
@@ -111,6 +118,8 @@ impl Exchange {
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
         tokio::pin!(watch_after);
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        // A fallback for rings lost in a long store outage: a subscribed call looks for a marker once a lease.
+        let mut cancel_poll = tokio::time::interval_at(tokio::time::Instant::now() + cfg.lease_ttl, cfg.lease_ttl);
         let mut lag_checks = 0_u8;
         let mut upgraded = false;
         let mut sub: Option<Box<dyn Subscription>> = None;
@@ -168,6 +177,7 @@ impl Exchange {
                     Some(Ring::Lagged) => lag_checks = 3,
                     Some(_) => {}
                 },
+                _ = cancel_poll.tick(), if sub.is_some() => lag_checks = lag_checks.max(1),
                 _ = recheck.tick(), if lag_checks > 0 => {
                     lag_checks -= 1;
                     if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
@@ -293,14 +303,7 @@ impl Exchange {
             Mode::Streaming { stream, live, .. } => {
                 let data = msg.to_string();
                 let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
-                let frame = match self.app.store.append(&self.key, stream, &data, &opts).await {
-                    Ok(id) => Some(Frame::Event { id, data }),
-                    Err(StateError::SessionNotFound | StateError::StreamFinished) => None,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "final response not committed; sending it without an id");
-                        Some(Frame::Unsequenced { data })
-                    }
-                };
+                let frame = self.commit_final(stream, data, &opts).await;
                 // Never wait on a stalled client: if the frame does not fit, it resumes from the log.
                 if let (Some(tx), Some(f)) = (live, frame) {
                     let _ = tx.try_send(f);
@@ -310,9 +313,87 @@ impl Exchange {
         }
     }
 
+    /// Commits the response as the stream's final event. A store failure is retried while the lease (renewed
+    /// until the exchange ends) keeps resumers waiting, so a finished call's result is not reported as lost.
+    async fn commit_final(&self, stream: u64, data: String, opts: &AppendOptions) -> Option<Frame> {
+        let give_up = tokio::time::Instant::now() + FINAL_RETRY_FOR;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.app.store.append(&self.key, stream, &data, opts).await {
+                Ok(id) => return Some(Frame::Event { id, data }),
+                Err(StateError::SessionNotFound | StateError::StreamFinished) => return None,
+                Err(e) if tokio::time::Instant::now() + backoff < give_up => {
+                    tracing::warn!(error = %e, "final response not committed yet; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "final response not committed; sending it without an id");
+                    return Some(Frame::Unsequenced { data });
+                }
+            }
+        }
+    }
+
+    /// Emits a server→client request and waits for the client's answer, through whichever replica it arrives.
+    async fn await_answer(
+        &self,
+        id: &str,
+        msg: &Value,
+        sub: &mut Box<dyn Subscription>,
+        timeout: Duration,
+    ) -> Result<Value, ToolError> {
+        self.emit(msg, AppendOptions { pending_request: Some(id.to_owned()), ..AppendOptions::default() }).await?;
+        // The operator's --client-request-timeout caps whatever the tool asked for.
+        let timeout = timeout.min(self.app.config.client_request_timeout);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut poll = tokio::time::interval(Duration::from_secs(2));
+        poll.tick().await;
+        let failure = loop {
+            let check = tokio::select! {
+                ring = sub.recv() => match ring {
+                    Some(Ring::Response(r)) => r == id,
+                    Some(Ring::Lagged) => true,
+                    Some(Ring::Closed) | None => break ToolError::SessionGone,
+                    Some(_) => false,
+                },
+                _ = poll.tick() => true,
+                () = &mut deadline => break ToolError::ClientTimeout(timeout),
+                () = self.cancel.cancelled() => break ToolError::Cancelled,
+            };
+            if check {
+                // A store error is not the client's answer: keep waiting, the deadline bounds it.
+                match self.app.store.take_response(&self.key, id).await {
+                    Ok(Some(answer)) => return parse_answer(&answer),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not read the client's answer yet"),
+                }
+            }
+        };
+        let _ = self.app.store.forget_pending(&self.key, id).await;
+        if !matches!(failure, ToolError::SessionGone) {
+            let reason = if matches!(failure, ToolError::ClientTimeout(_)) { "timed out" } else { "cancelled" };
+            let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason })).await;
+        }
+        Err(failure)
+    }
+
+    /// Forgets the server→client requests the aborted tool was waiting on and tells the client they are void.
+    async fn abandon_outstanding(&self, notify: bool) {
+        let ids = std::mem::take(&mut *self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for id in ids {
+            let _ = self.app.store.forget_pending(&self.key, &id).await;
+            if notify {
+                let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": "cancelled" })).await;
+            }
+        }
+    }
+
     /// The client cancelled: stop, and send no response. A JSON call answers with an error its client ignores;
     /// an SSE stream ends with an empty final event, so resumers stop too.
     async fn finish_cancelled(&self) {
+        self.abandon_outstanding(true).await;
         let mut m = self.mode.lock().await;
         match std::mem::replace(&mut *m, Mode::Done) {
             Mode::Pending(Some(tx)) => {
@@ -378,35 +459,10 @@ impl ToolContext for Exchange {
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
         let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        self.emit(&msg, AppendOptions { pending_request: Some(id.clone()), ..AppendOptions::default() }).await?;
-        // The operator's --client-request-timeout caps whatever the tool asked for.
-        let timeout = timeout.min(self.app.config.client_request_timeout);
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut poll = tokio::time::interval(Duration::from_secs(2));
-        poll.tick().await;
-        let failure = loop {
-            let check = tokio::select! {
-                ring = sub.recv() => match ring {
-                    Some(Ring::Response(r)) => r == id,
-                    Some(Ring::Lagged) => true,
-                    Some(Ring::Closed) | None => break ToolError::SessionGone,
-                    Some(_) => false,
-                },
-                _ = poll.tick() => true,
-                () = &mut deadline => break ToolError::ClientTimeout(timeout),
-                () = self.cancel.cancelled() => break ToolError::Cancelled,
-            };
-            if check && let Some(answer) = self.app.store.take_response(&self.key, &id).await.map_err(context_error)? {
-                return parse_answer(&answer);
-            }
-        };
-        let _ = self.app.store.forget_pending(&self.key, &id).await;
-        if !matches!(failure, ToolError::SessionGone) {
-            let reason = if matches!(failure, ToolError::ClientTimeout(_)) { "timed out" } else { "cancelled" };
-            let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason })).await;
-        }
-        Err(failure)
+        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
+        let result = self.await_answer(&id, &msg, &mut sub, timeout).await;
+        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|o| *o != id);
+        result
     }
 
     async fn notify_session(&self, method: &str, params: Value) -> Result<(), ToolError> {

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Protocol versions of the session-based generation, oldest first.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -87,6 +88,9 @@ pub struct AppState {
     pub config: Arc<TransportConfig>,
     /// Fires on shutdown: every open stream ends with a `retry:` hint.
     pub shutdown: CancellationToken,
+    /// Every running tool call. On shutdown the server stops accepting work, ends its streams, and waits here for
+    /// the calls to finish (they keep committing to the store, so clients resume them on other replicas).
+    pub calls: TaskTracker,
 }
 
 /// The axum router serving `/mcp`.

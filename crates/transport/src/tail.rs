@@ -15,6 +15,8 @@ use tokio::sync::mpsc;
 
 const BATCH: usize = 256;
 const BUFFER: usize = 256;
+/// How long a GET stream waits for a client that stopped reading before it drops the connection.
+const STALLED_CLIENT: std::time::Duration = std::time::Duration::from_secs(10);
 
 struct Tail {
     app: AppState,
@@ -77,7 +79,10 @@ impl Tail {
     /// Writes replayed or live events; `Done` once the stream's final event went out or the client left.
     async fn deliver(&mut self, events: Vec<Event>) -> Step {
         for e in events {
-            if !e.data.is_empty() && self.tx.send(Frame::Event { id: e.id, data: e.data }).await.is_err() {
+            // A client that stops reading for this long is dropped; it resumes from its last id.
+            if !e.data.is_empty()
+                && self.tx.send_timeout(Frame::Event { id: e.id, data: e.data }, STALLED_CLIENT).await.is_err()
+            {
                 return Step::Done;
             }
             if e.is_final {
@@ -118,7 +123,7 @@ impl Tail {
                 Err(StateError::SessionNotFound) => return,
                 Err(StateError::CursorGone) => {
                     // Events were trimmed under us: say so and end, the client restarts.
-                    let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
+                    let _ = self.tx.try_send(Frame::Retry(self.app.config.retry));
                     return;
                 }
                 Err(e) => tracing::warn!(error = %e, "stream read failed; retrying"),
@@ -147,7 +152,7 @@ impl Tail {
             return if store.renew_lease(&self.key, self.stream, token, self.app.config.lease_ttl).await? {
                 self.drain().await
             } else {
-                let _ = self.tx.send(Frame::Retry(self.app.config.retry)).await;
+                let _ = self.tx.try_send(Frame::Retry(self.app.config.retry));
                 Ok(Step::Done)
             };
         }

@@ -150,7 +150,9 @@ impl RedisStore {
             .create_pool(Some(deadpool_redis::Runtime::Tokio1))
             .map_err(|_| StateError::Protocol("invalid redis pool configuration"))?;
         let subscriber = Subscriber::connect(&cfg).await?;
-        Ok(Self { inner: Arc::new(Inner { cfg, conn, pool, subscriber, scripts: Scripts::new() }) })
+        let inner = Arc::new(Inner { cfg, conn, pool, subscriber, scripts: Scripts::new() });
+        tokio::spawn(heartbeat(Arc::downgrade(&inner)));
+        Ok(Self { inner })
     }
 
     fn keys(&self, key: &SessionKey) -> Keys {
@@ -190,6 +192,19 @@ impl RedisStore {
 
     fn maxlen(&self) -> usize {
         self.inner.cfg.max_events
+    }
+}
+
+/// Keeps the command connection warm: a PING every second makes the manager reconnect as soon as Redis is back,
+/// instead of failing the first request after an outage. Ends when the store is dropped.
+async fn heartbeat(inner: std::sync::Weak<Inner>) {
+    let mut beat = tokio::time::interval(Duration::from_secs(1));
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        beat.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let mut conn = inner.conn.clone();
+        let _ = tokio::time::timeout(inner.cfg.timeout, redis::cmd("PING").query_async::<Value>(&mut conn)).await;
     }
 }
 

@@ -8,13 +8,15 @@ use crate::{Result, StateError, Subscription};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// Rings a slow local subscriber may fall behind before it sees [`Ring::Lagged`].
 const LOCAL_BUFFER: usize = 256;
+/// How often the subscriber connection is checked (and reconnected).
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 
@@ -81,7 +83,7 @@ impl Subscriber {
             .set_automatic_resubscription();
         let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(mgr_cfg)).await??;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, rx, channels.clone()));
+        tokio::spawn(run(conn, rx, channels.clone(), cfg.timeout));
         Ok(Self { channels, commands: tx, timeout: cfg.timeout })
     }
 
@@ -122,19 +124,57 @@ impl Subscriber {
     }
 }
 
-async fn run(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Command>, channels: Channels) {
-    while let Some(cmd) = rx.recv().await {
-        match cmd {
-            Command::Subscribe(ch, done) => {
-                let _ = done.send(conn.subscribe(&ch).await);
-            }
-            Command::Unsubscribe(ch) => {
-                // Someone subscribed again after the release was queued: keep the subscription.
-                if !lock(&channels).contains_key(&ch)
-                    && let Err(e) = conn.unsubscribe(&ch).await
-                {
-                    tracing::warn!(error = %e, "doorbell unsubscribe failed");
+/// Issues subscribe and unsubscribe commands in order, and keeps the connection alive: a PING every second
+/// makes the manager reconnect (and resubscribe) as soon as Redis is back, after which every local subscriber gets
+/// [`Ring::Lagged`] to re-check what it may have missed. An unsubscribe that failed is retried then.
+async fn run(
+    mut conn: ConnectionManager,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    channels: Channels,
+    timeout: Duration,
+) {
+    let mut beat = tokio::time::interval(HEARTBEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut healthy = true;
+    let mut stale: HashSet<String> = HashSet::new();
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                None => return,
+                Some(Command::Subscribe(ch, done)) => {
+                    stale.remove(&ch);
+                    let _ = done.send(conn.subscribe(&ch).await);
                 }
+                Some(Command::Unsubscribe(ch)) => {
+                    // Someone subscribed again after the release was queued: keep the subscription.
+                    if !lock(&channels).contains_key(&ch)
+                        && let Err(e) = conn.unsubscribe(&ch).await
+                    {
+                        tracing::warn!(error = %e, "doorbell unsubscribe failed; will retry");
+                        stale.insert(ch);
+                    }
+                }
+            },
+            _ = beat.tick() => {
+                let ok = matches!(
+                    tokio::time::timeout(timeout, redis::cmd("PING").query_async::<Value>(&mut conn)).await,
+                    Ok(Ok(_))
+                );
+                if ok && !healthy {
+                    tracing::info!("doorbell connection restored");
+                    for c in lock(&channels).values() {
+                        let _ = c.tx.send(Ring::Lagged);
+                    }
+                }
+                if ok && !stale.is_empty() {
+                    let retry: Vec<String> = stale.drain().filter(|ch| !lock(&channels).contains_key(ch)).collect();
+                    for ch in retry {
+                        if conn.unsubscribe(&ch).await.is_err() {
+                            stale.insert(ch);
+                        }
+                    }
+                }
+                healthy = ok;
             }
         }
     }
