@@ -61,21 +61,24 @@ fn init_tracing(cfg: &Config) {
     }
 }
 
+/// The first SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
 async fn shutdown_signal(token: CancellationToken) {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut next = async || match term.as_mut() {
+        Some(t) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = t.recv() => {}
+        },
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown signal received");
+    next().await;
+    tracing::info!("shutdown signal received: draining");
     token.cancel();
+    next().await;
+    tracing::warn!("second shutdown signal: exiting now");
+    std::process::exit(1);
 }
 
 /// Runs the command line; returns the process exit code.
@@ -122,20 +125,38 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown_signal(shutdown.clone()));
         let calls = state.calls.clone();
-        let code = match serve(listener, state, shutdown).await {
-            Ok(()) => 0,
-            Err(e) => {
-                tracing::error!(error = %e, "server failed");
-                1
+        // One deadline for the whole drain, from the first signal: the open connections close (every stream ends
+        // with a retry hint), then calls still running get what is left of the grace. They keep committing to the
+        // store, where clients resuming on other replicas follow them.
+        let grace = cfg.shutdown_grace;
+        let signalled = shutdown.clone();
+        let grace_over = async move {
+            signalled.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::pin!(grace_over);
+        let mut grace_spent = false;
+        let code = tokio::select! {
+            r = serve(listener, state, shutdown.clone()) => match r {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!(error = %e, "server failed");
+                    shutdown.cancel();
+                    1
+                }
+            },
+            () = &mut grace_over => {
+                tracing::warn!("shutdown grace over with connections still open");
+                grace_spent = true;
+                0
             }
         };
-        // The listener is closed and every stream has ended with a retry hint; calls still running keep committing
-        // to the store, where clients resuming on other replicas follow them. Give them the grace period.
         calls.close();
-        if !calls.is_empty() {
-            tracing::info!(calls = calls.len(), grace_secs = cfg.shutdown_grace.as_secs(), "waiting for running calls");
-            if tokio::time::timeout(cfg.shutdown_grace, calls.wait()).await.is_err() {
-                tracing::warn!(calls = calls.len(), "shutdown grace over; abandoning running calls");
+        if !calls.is_empty() && !grace_spent {
+            tracing::info!(calls = calls.len(), "waiting for running calls");
+            tokio::select! {
+                () = calls.wait() => {}
+                () = &mut grace_over => tracing::warn!(calls = calls.len(), "shutdown grace over; abandoning running calls"),
             }
         }
         code

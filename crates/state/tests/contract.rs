@@ -572,6 +572,17 @@ async fn leases_expire_and_abandon(kind: Kind) {
     assert!(matches!(s.append(&key, k, "late", &AppendOptions::default()).await, Err(StateError::StreamFinished)));
     assert!(!s.renew_lease(&key, k, &token(&format!("tok-{request_id}")), LONG).await.expect("renew abandoned"));
     assert_eq!(s.stream_state(&key, alive).await.expect("state"), StreamState::Running);
+
+    // Abandoning never leaves a log without an expiry, even one that had vanished (evicted, say).
+    if let Some(redis) = h.redis() {
+        let (k3, _) = open_post(s, &key, "9", lease).await;
+        let events_key = h.redis_keys().expect("keys").into_iter().find(|k| k.contains(":ev:")).expect("log key");
+        let _ = redis.raw(&["DEL", &events_key]);
+        tokio::time::sleep(lease + Duration::from_millis(300)).await;
+        s.abandon_stream(&key, k3, "lost").await.expect("abandon").expect("abandoned");
+        let pttl: i64 = redis.raw(&["PTTL", &events_key]).trim().parse().expect("pttl");
+        assert!(pttl > 0, "the recreated log expires with its session: PTTL {pttl}");
+    }
 }
 
 async fn leases_renew_and_append_extend(kind: Kind) {

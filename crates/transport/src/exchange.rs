@@ -118,6 +118,8 @@ impl Exchange {
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
         tokio::pin!(watch_after);
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        // Spread the checks after a lag out in time (the subscriber may still be resubscribing), never in a burst.
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // A fallback for rings lost in a long store outage: a subscribed call looks for a marker once a lease.
         let mut cancel_poll = tokio::time::interval_at(tokio::time::Instant::now() + cfg.lease_ttl, cfg.lease_ttl);
         let mut lag_checks = 0_u8;
@@ -174,7 +176,10 @@ impl Exchange {
                     }
                     // Rings may have been lost while the subscriber reconnected, and it may not be resubscribed
                     // yet: look for a cancellation marker now and twice more.
-                    Some(Ring::Lagged) => lag_checks = 3,
+                    Some(Ring::Lagged) => {
+                        lag_checks = 3;
+                        recheck.reset();
+                    }
                     Some(_) => {}
                 },
                 _ = cancel_poll.tick(), if sub.is_some() => lag_checks = lag_checks.max(1),
@@ -269,6 +274,10 @@ impl Exchange {
             // A server→client request that is not recorded as pending could never be answered.
             Err(e) if opts.pending_request.is_some() => {
                 tracing::warn!(error = %e, "server→client request not committed");
+                // The commit may have landed after all (a timeout): make sure no answer can be accepted for it.
+                if let Some(id) = &opts.pending_request {
+                    let _ = self.app.store.forget_pending(&self.key, id).await;
+                }
                 return Err(ToolError::Unavailable);
             }
             Err(e) => {
@@ -293,6 +302,8 @@ impl Exchange {
     }
 
     async fn finish(&self, msg: Value) {
+        // Requests the tool stopped waiting for (it dropped the future, or panicked) are void before the response.
+        self.abandon_outstanding(true).await;
         let mut m = self.mode.lock().await;
         match std::mem::replace(&mut *m, Mode::Done) {
             Mode::Pending(tx) => {
@@ -371,10 +382,14 @@ impl Exchange {
                 }
             }
         };
-        let _ = self.app.store.forget_pending(&self.key, id).await;
-        if !matches!(failure, ToolError::SessionGone) {
-            let reason = if matches!(failure, ToolError::ClientTimeout(_)) { "timed out" } else { "cancelled" };
-            let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": reason })).await;
+        match failure {
+            // The end of the call voids it (see `request`).
+            ToolError::Cancelled => {}
+            ToolError::SessionGone => {}
+            _ => {
+                let _ = self.app.store.forget_pending(&self.key, id).await;
+                let _ = self.notify("notifications/cancelled", json!({ "requestId": id, "reason": "timed out" })).await;
+            }
         }
         Err(failure)
     }
@@ -402,10 +417,9 @@ impl Exchange {
                 ));
             }
             Mode::Streaming { stream, .. } => {
+                // Retried like a response, so that resumers end instead of reporting the call as lost.
                 let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
-                if let Err(e) = self.app.store.append(&self.key, stream, "", &opts).await {
-                    tracing::debug!(error = %e, "could not close a cancelled stream");
-                }
+                let _ = self.commit_final(stream, String::new(), &opts).await;
             }
             _ => {}
         }
@@ -459,9 +473,13 @@ impl ToolContext for Exchange {
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
         let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        // Tracked until answered, timed out or refused. If the tool drops this future, panics or is cancelled, the
+        // id stays here and the end of the call voids it (forgets it, and tells the client), exactly once.
         self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
         let result = self.await_answer(&id, &msg, &mut sub, timeout).await;
-        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|o| *o != id);
+        if !matches!(result, Err(ToolError::Cancelled)) {
+            self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|o| *o != id);
+        }
         result
     }
 

@@ -26,6 +26,10 @@ struct Tail {
     holder: Option<LeaseToken>,
     sub: Box<dyn Subscription>,
     tx: mpsc::Sender<Frame>,
+    /// Consecutive checks that found the call's lease expired.
+    abandoned_seen: u8,
+    /// When this resumer last failed to reach the store.
+    last_store_error: Option<tokio::time::Instant>,
 }
 
 enum Step {
@@ -64,7 +68,17 @@ pub(crate) async fn open(
         }
     }
     let Some(start) = start else { return Err(TransportError::BadCursor) };
-    let mut tail = Tail { app: app.clone(), key, stream, cursor: start, holder, sub, tx };
+    let mut tail = Tail {
+        app: app.clone(),
+        key,
+        stream,
+        cursor: start,
+        holder,
+        sub,
+        tx,
+        abandoned_seen: 0,
+        last_store_error: None,
+    };
     if let Some((events, last)) = replay {
         tail.cursor = last;
         if let Step::Done = tail.deliver(events).await {
@@ -126,7 +140,10 @@ impl Tail {
                     let _ = self.tx.try_send(Frame::Retry(self.app.config.retry));
                     return;
                 }
-                Err(e) => tracing::warn!(error = %e, "stream read failed; retrying"),
+                Err(e) => {
+                    self.store_failed();
+                    tracing::warn!(error = %e, "stream read failed; the next ring or poll retries");
+                }
             }
             step = tokio::select! {
                 () = self.tx.closed() => return,
@@ -156,19 +173,47 @@ impl Tail {
                 Ok(Step::Done)
             };
         }
-        match store.stream_state(&self.key, self.stream).await? {
+        let state = match store.stream_state(&self.key, self.stream).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.store_failed();
+                return Err(e);
+            }
+        };
+        if !matches!(state, StreamState::Abandoned { .. }) {
+            self.abandoned_seen = 0;
+        }
+        match state {
             StreamState::Running => self.drain().await,
             // The final event is committed: deliver whatever is left of the stream, then end it.
             StreamState::Finished => self.drain().await.map(|_| Step::Done),
+            // The call's replica stopped renewing. Declare the call lost only on the second check in a row, and not
+            // within a lease of this resumer's own last store failure: after an outage the replica's renewer must
+            // get the chance to renew before anyone gives up on it.
+            StreamState::Abandoned { .. } if !self.may_abandon() => self.drain().await,
             StreamState::Abandoned { request_id } => {
                 let id: Value = serde_json::from_str(&request_id).unwrap_or(Value::Null);
                 let msg = json!({ "jsonrpc": "2.0", "id": id, "error": {
                     "code": code::REQUEST_LOST,
                     "message": "the server handling this request stopped before it answered; send the request again",
                 }});
-                store.abandon_stream(&self.key, self.stream, &msg.to_string()).await?;
+                if let Err(e) = store.abandon_stream(&self.key, self.stream, &msg.to_string()).await {
+                    self.store_failed();
+                    return Err(e);
+                }
                 self.drain().await
             }
         }
+    }
+
+    fn store_failed(&mut self) {
+        self.abandoned_seen = 0;
+        self.last_store_error = Some(tokio::time::Instant::now());
+    }
+
+    fn may_abandon(&mut self) -> bool {
+        self.abandoned_seen = self.abandoned_seen.saturating_add(1);
+        let calm = self.last_store_error.is_none_or(|t| t.elapsed() >= self.app.config.lease_ttl);
+        self.abandoned_seen >= 2 && calm
     }
 }

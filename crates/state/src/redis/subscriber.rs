@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -56,6 +57,9 @@ impl Subscriber {
         let client = redis::Client::open(info.set_redis_settings(settings))?;
         let channels: Channels = Arc::default();
         let dispatch = channels.clone();
+        // Set when the connection drops; the heartbeat re-rings everyone once it is back (and resubscribed).
+        let dropped = Arc::new(AtomicBool::new(false));
+        let dropped_push = dropped.clone();
         let push = move |info: PushInfo| -> std::result::Result<(), std::convert::Infallible> {
             match info.kind {
                 PushKind::Message => {
@@ -68,6 +72,7 @@ impl Subscriber {
                     }
                 }
                 PushKind::Disconnection => {
+                    dropped_push.store(true, Ordering::Relaxed);
                     for c in lock(&dispatch).values() {
                         let _ = c.tx.send(Ring::Lagged);
                     }
@@ -83,7 +88,7 @@ impl Subscriber {
             .set_automatic_resubscription();
         let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(mgr_cfg)).await??;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(conn, rx, channels.clone(), cfg.timeout));
+        tokio::spawn(run(conn, rx, channels.clone(), dropped, cfg.timeout));
         Ok(Self { channels, commands: tx, timeout: cfg.timeout })
     }
 
@@ -131,6 +136,7 @@ async fn run(
     mut conn: ConnectionManager,
     mut rx: mpsc::UnboundedReceiver<Command>,
     channels: Channels,
+    dropped: Arc<AtomicBool>,
     timeout: Duration,
 ) {
     let mut beat = tokio::time::interval(HEARTBEAT);
@@ -160,7 +166,7 @@ async fn run(
                     tokio::time::timeout(timeout, redis::cmd("PING").query_async::<Value>(&mut conn)).await,
                     Ok(Ok(_))
                 );
-                if ok && !healthy {
+                if ok && (!healthy || dropped.swap(false, Ordering::Relaxed)) {
                     tracing::info!("doorbell connection restored");
                     for c in lock(&channels).values() {
                         let _ = c.tx.send(Ring::Lagged);
