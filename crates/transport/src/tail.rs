@@ -190,8 +190,20 @@ impl Tail {
             // The call's replica stopped renewing. Declare the call lost only on the second check in a row, and not
             // within a lease of this resumer's own last store failure: after an outage the replica's renewer must
             // get the chance to renew before anyone gives up on it.
-            StreamState::Abandoned { .. } if !self.may_abandon() => self.drain().await,
             StreamState::Abandoned { request_id } => {
+                // Reading may work while writing does not (the replica could not renew either): probe with a write
+                // of our own, which also keeps the session alive, so that such an outage counts as a store error.
+                match store.touch_session(&self.key).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Ok(Step::Done),
+                    Err(e) => {
+                        self.store_failed();
+                        return Err(e);
+                    }
+                }
+                if !self.may_abandon() {
+                    return self.drain().await;
+                }
                 let id: Value = serde_json::from_str(&request_id).unwrap_or(Value::Null);
                 let msg = json!({ "jsonrpc": "2.0", "id": id, "error": {
                     "code": code::REQUEST_LOST,
