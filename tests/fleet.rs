@@ -22,6 +22,13 @@ async fn read_messages(s: &mut mcpfleet_testkit::SseStream, n: usize) -> Vec<Sse
     seen
 }
 
+/// Redis refuses every write (NOREPLICAS) for `d`, while reads still work.
+async fn write_outage(redis: &RedisServer, d: Duration) {
+    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "1"]).trim(), "OK");
+    tokio::time::sleep(d).await;
+    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "0"]).trim(), "OK");
+}
+
 fn progress_values(msgs: &[Value]) -> Vec<u64> {
     msgs.iter()
         .filter(|m| m["method"] == "notifications/progress")
@@ -112,24 +119,8 @@ async fn resume_on_another_replica_gets_every_later_event_once_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() {
     let redis = RedisServer::start();
-    let fleet_a = Fleet::builder()
-        .replicas(1)
-        .redis(redis.url())
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
-        .start()
-        .await;
-    let fleet_b = Fleet::builder()
-        .replicas(1)
-        .redis(redis.url())
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
-        .start()
-        .await;
+    let fleet_a = Fleet::builder().replicas(1).redis(redis.url()).short_leases().start().await;
+    let fleet_b = Fleet::builder().replicas(1).redis(redis.url()).short_leases().start().await;
     let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
     let mut client = McpClient::new();
     client.initialize(&b).await;
@@ -684,10 +675,7 @@ async fn live_streams_keep_their_session_alive_past_the_idle_ttl() {
         .redis(redis.url())
         .arg("--session-idle-ttl-secs")
         .arg("2")
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
+        .short_leases()
         .start()
         .await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
@@ -751,8 +739,7 @@ async fn older_clients_get_a_priming_event_without_empty_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_streams_with_retry_and_lets_running_calls_finish() {
     let redis = RedisServer::start();
-    let args =
-        |b: mcpfleet_testkit::FleetBuilder| b.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout-ms").arg("500");
+    let args = |b: mcpfleet_testkit::FleetBuilder| b.short_leases();
     let mut fleet_a = args(Fleet::builder().redis(redis.url())).start().await;
     let fleet_b = args(Fleet::builder().redis(redis.url())).start().await;
     let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
@@ -852,14 +839,7 @@ async fn cancellation_still_arrives_after_the_doorbell_connection_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancellation_marker_without_a_ring_is_found_within_a_lease() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder()
-        .redis(redis.url())
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
-        .start()
-        .await;
+    let fleet = Fleet::builder().redis(redis.url()).short_leases().start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -906,15 +886,7 @@ async fn cancelling_a_call_voids_its_pending_client_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_finished_during_a_redis_write_outage_is_committed_not_lost() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder()
-        .replicas(2)
-        .redis(redis.url())
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
-        .start()
-        .await;
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).short_leases().start().await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
@@ -923,9 +895,7 @@ async fn a_result_finished_during_a_redis_write_outage_is_committed_not_lost() {
     drop(s);
     // Redis refuses every write for 2.5 s (NOREPLICAS): the rest of the call, its response included, fails to
     // commit, and must be retried rather than reported as lost.
-    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "1"]).trim(), "OK");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "0"]).trim(), "OK");
+    write_outage(&redis, Duration::from_millis(2500)).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
     let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
@@ -939,15 +909,7 @@ async fn a_result_finished_during_a_redis_write_outage_is_committed_not_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumer_does_not_declare_a_live_call_lost_after_an_outage() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder()
-        .replicas(2)
-        .redis(redis.url())
-        .arg("--lease-ttl-ms")
-        .arg("1500")
-        .arg("--redis-timeout-ms")
-        .arg("500")
-        .start()
-        .await;
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).short_leases().start().await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
@@ -956,9 +918,7 @@ async fn a_resumer_does_not_declare_a_live_call_lost_after_an_outage() {
     drop(s);
     let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
     let mut resumed = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await);
-    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "1"]).trim(), "OK");
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "0"]).trim(), "OK");
+    write_outage(&redis, Duration::from_millis(3500)).await;
     let rest = data_messages(&resumed.collect(Duration::from_secs(15)).await.unwrap());
     let last = rest.last().unwrap();
     assert_eq!(last["id"], 61);
