@@ -1,136 +1,30 @@
-//! The HTTP face of `/mcp`: header checks, the JSON-RPC envelope and session lookup, in that order, so that a
-//! refused request is refused before it touches the store.
+//! The handlers of `/mcp`. Their extractors (`extract.rs`) have checked the caller, the headers and the body; a
+//! handler decides what the method needs, in an order that refuses a request before it touches the store.
 
 use crate::auth::Principal;
 use crate::error::TransportError;
 use crate::exchange::{Exchange, Outcome, random_token};
-use crate::mcp::{self, truncate};
-use crate::{AppState, SUPPORTED_VERSIONS, code, origin, sse, tail};
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
+use crate::mcp;
+use crate::{AppState, SUPPORTED_VERSIONS, code, sse, tail};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use mcpfleet_state::{EventId, NewSession, SessionId, SessionInfo, SessionKey};
+use mcpfleet_state::{NewSession, SessionId, SessionInfo, SessionKey};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
-const LAST_EVENT_ID: &str = "last-event-id";
 /// Largest `capabilities` or `clientInfo` an initialize may store with its session.
 const MAX_CLIENT_METADATA: usize = 16 * 1024;
 
 type Result<T, E = TransportError> = std::result::Result<T, E>;
 
-/// Origin, Host and identity: the checks every method shares.
-async fn admit(app: &AppState, req: Request) -> Result<(http::request::Parts, Body, Principal)> {
-    let (parts, body) = req.into_parts();
-    origin::check(&parts.headers, &app.config.allowed_origins, &app.config.allowed_hosts)?;
-    let principal = app.auth.authenticate(&parts).await?;
-    Ok((parts, body, principal))
-}
-
-fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
-    let mut all = headers.get_all(name).iter();
-    match (all.next(), all.next()) {
-        (None, _) => Ok(None),
-        (Some(v), None) => {
-            v.to_str().map(Some).map_err(|_| TransportError::InvalidRequest("header is not visible ASCII"))
-        }
-        _ => Err(TransportError::InvalidRequest("header given more than once")),
-    }
-}
-
-/// `MCP-Protocol-Version`: absent means 2025-03-26; anything unsupported is 400.
-fn protocol_version(headers: &HeaderMap) -> Result<&'static str> {
-    match single(headers, VERSION_HEADER)? {
-        None => Ok(SUPPORTED_VERSIONS[0]),
-        Some(v) => SUPPORTED_VERSIONS
-            .iter()
-            .find(|s| **s == v)
-            .copied()
-            .ok_or_else(|| TransportError::ProtocolVersion(truncate(v, 32))),
-    }
-}
-
-/// The session this request names, checked against the caller: unknown, ended and foreign sessions all look alike.
-async fn session(app: &AppState, headers: &HeaderMap, principal: &Principal) -> Result<(SessionKey, SessionInfo)> {
-    let key = session_key(headers, principal)?;
+/// The session a request names, checked against the caller with one store call (which also extends its idle TTL):
+/// unknown, ended and foreign sessions all look alike.
+async fn session(app: &AppState, h: &mut McpHeaders, caller: &Principal) -> Result<(SessionKey, SessionInfo)> {
+    let key = h.session_key(caller)?;
     let info = app.store.touch_session(&key).await?.ok_or(TransportError::SessionNotFound)?;
     Ok((key, info))
-}
-
-/// The key the request names, without a store call (a malformed id names nothing: 404).
-fn session_key(headers: &HeaderMap, principal: &Principal) -> Result<SessionKey> {
-    let raw = single(headers, SESSION_HEADER)?.ok_or(TransportError::MissingSession)?;
-    let id = SessionId::parse(raw).ok_or(TransportError::SessionNotFound)?;
-    Ok(SessionKey { user: principal.user.clone(), id })
-}
-
-fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
-    let types: Vec<String> = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
-        .collect();
-    wanted.iter().all(|w| types.iter().any(|t| t == w || t == "*/*"))
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    single(headers, header::CONTENT_TYPE.as_str())
-        .ok()
-        .flatten()
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-}
-
-async fn read_body(headers: &HeaderMap, body: Body, max: usize) -> Result<Bytes> {
-    let declared = single(headers, header::CONTENT_LENGTH.as_str())?.and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return Err(TransportError::PayloadTooLarge(max));
-    }
-    axum::body::to_bytes(body, max).await.map_err(|_| TransportError::PayloadTooLarge(max))
-}
-
-/// One JSON-RPC message, classified.
-enum Message {
-    Request { id: Value, method: String, params: JsonObject },
-    Notification { method: String, params: JsonObject },
-    Response { id: Value, raw: Bytes },
-}
-
-fn classify(body: &Bytes) -> Result<Message> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TransportError::Parse)?;
-    let mut obj = match v {
-        Value::Object(o) => o,
-        Value::Array(_) => return Err(TransportError::Batch),
-        _ => return Err(TransportError::InvalidRequest("a JSON-RPC message must be an object")),
-    };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(TransportError::InvalidRequest("jsonrpc must be \"2.0\""));
-    }
-    let id = obj.remove("id");
-    if let Some(id) = &id
-        && !(id.is_string() || id.is_i64() || id.is_u64())
-    {
-        return Err(TransportError::InvalidRequest("id must be a string or an integer"));
-    }
-    let params = match obj.remove("params") {
-        None => JsonObject::new(),
-        Some(Value::Object(p)) => p,
-        Some(_) => return Err(TransportError::InvalidRequest("params must be an object")),
-    };
-    match (obj.remove("method"), id) {
-        (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
-        (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
-        (Some(_), _) => Err(TransportError::InvalidRequest("method must be a string")),
-        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
-            Ok(Message::Response { id, raw: body.clone() })
-        }
-        (None, _) => Err(TransportError::InvalidRequest("not a request, notification or response")),
-    }
 }
 
 fn rpc_json(id: &Value, r: mcp::RpcResult) -> Response {
@@ -145,30 +39,21 @@ fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
 }
 
-pub(crate) async fn post(State(app): State<AppState>, req: Request) -> Response {
-    post_inner(app, req).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn post_inner(app: AppState, req: Request) -> Result<Response> {
-    let (parts, body, principal) = admit(&app, req).await?;
-    let headers = &parts.headers;
-    if !accepts(headers, &["application/json", "text/event-stream"]) {
-        return Err(TransportError::NotAcceptable("Accept must list application/json and text/event-stream"));
-    }
-    if !is_json(headers) {
-        return Err(TransportError::UnsupportedMediaType);
-    }
-    let body = read_body(headers, body, app.config.max_body_bytes).await?;
-    let message = classify(&body)?;
+pub(crate) async fn post(
+    State(app): State<AppState>,
+    Caller(caller): Caller,
+    mut h: McpHeaders,
+    Rpc(message): Rpc,
+) -> Result<Response> {
     if let Message::Request { id, method, params } = &message
         && method == "initialize"
     {
-        return initialize(&app, &principal, id, params).await;
+        return initialize(&app, &caller, id, params).await;
     }
-    protocol_version(headers)?;
+    h.version()?;
     if let Message::Response { id, raw } = message {
         // Checked and delivered in one script, so a refused response writes nothing.
-        let key = session_key(headers, &principal)?;
+        let key = h.session_key(&caller)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
         let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
         return if app.store.deliver_response(&key, id, raw).await? {
@@ -177,7 +62,7 @@ async fn post_inner(app: AppState, req: Request) -> Result<Response> {
             Err(TransportError::UnknownResponse)
         };
     }
-    let (key, info) = session(&app, headers, &principal).await?;
+    let (key, info) = session(&app, &mut h, &caller).await?;
     match message {
         Message::Notification { method, params } => {
             if method == "notifications/cancelled"
@@ -252,37 +137,22 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
     Ok(resp)
 }
 
-pub(crate) async fn get(State(app): State<AppState>, req: Request) -> Response {
-    get_inner(app, req).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn get_inner(app: AppState, req: Request) -> Result<Response> {
-    let (parts, _body, principal) = admit(&app, req).await?;
-    let headers = &parts.headers;
-    if !accepts(headers, &["text/event-stream"]) {
-        return Err(TransportError::NotAcceptable("Accept must list text/event-stream"));
-    }
-    protocol_version(headers)?;
-    let cursor = match single(headers, LAST_EVENT_ID)? {
-        None => None,
-        Some(raw) => Some(raw.parse::<EventId>().map_err(|()| TransportError::BadCursor)?),
-    };
-    let (key, info) = session(&app, headers, &principal).await?;
+pub(crate) async fn get(
+    State(app): State<AppState>,
+    Caller(caller): Caller,
+    _accepts: AcceptsEventStream,
+    mut h: McpHeaders,
+) -> Result<Response> {
+    h.version()?;
+    let cursor = h.last_event_id()?;
+    let (key, info) = session(&app, &mut h, &caller).await?;
     let rx = tail::open(&app, key, cursor, info.protocol_version.as_str() >= "2025-11-25").await?;
     Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone()))
 }
 
-pub(crate) async fn delete(State(app): State<AppState>, req: Request) -> Response {
-    delete_inner(app, req).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn delete_inner(app: AppState, req: Request) -> Result<Response> {
-    let (parts, _body, principal) = admit(&app, req).await?;
-    let headers = &parts.headers;
-    protocol_version(headers)?;
-    let raw = single(headers, SESSION_HEADER)?.ok_or(TransportError::MissingSession)?;
-    let id = SessionId::parse(raw).ok_or(TransportError::SessionNotFound)?;
-    let key = SessionKey { user: principal.user, id };
+pub(crate) async fn delete(State(app): State<AppState>, Caller(caller): Caller, mut h: McpHeaders) -> Result<Response> {
+    h.version()?;
+    let key = h.session_key(&caller)?;
     if app.store.delete_session(&key).await? {
         Ok(StatusCode::OK.into_response())
     } else {
@@ -290,29 +160,7 @@ async fn delete_inner(app: AppState, req: Request) -> Result<Response> {
     }
 }
 
-pub(crate) async fn other(State(app): State<AppState>, req: Request) -> Response {
-    match admit(&app, req).await {
-        Ok(_) => TransportError::MethodNotAllowed.into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn classify_sorts_messages_and_refuses_batches() {
-        let m = |s: &str| classify(&Bytes::from(s.to_owned()));
-        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
-        assert!(matches!(
-            m(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
-            Ok(Message::Notification { .. })
-        ));
-        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
-        assert!(matches!(m(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(TransportError::Batch)));
-        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
-        assert!(matches!(m("{nope"), Err(TransportError::Parse)));
-        assert!(matches!(m(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
-    }
+/// Any other method on `/mcp`: 405, after the caller checks.
+pub(crate) async fn other(_caller: Caller) -> TransportError {
+    TransportError::MethodNotAllowed
 }

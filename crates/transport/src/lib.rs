@@ -10,6 +10,7 @@
 mod auth;
 mod error;
 mod exchange;
+mod extract;
 mod http_api;
 mod mcp;
 mod origin;

@@ -1,0 +1,207 @@
+//! Extractors: every header and the body of a `/mcp` request are parsed here, once, into types. Handlers decide
+//! which of them a method needs; they never read a header themselves. Argument order is check order: the caller
+//! (Origin, Host, identity) first, then the body checks (Accept, Content-Type, size, JSON-RPC envelope).
+
+use crate::auth::Principal;
+use crate::error::TransportError;
+use crate::mcp::truncate;
+use crate::{AppState, SUPPORTED_VERSIONS, origin};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use mcpfleet_state::{EventId, SessionId, SessionKey};
+use mcpfleet_tools::JsonObject;
+use serde_json::Value;
+
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// The caller, after the DNS-rebinding checks (Origin, Host) and authentication.
+pub(crate) struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = TransportError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self> {
+        origin::check(&parts.headers, &app.config.allowed_origins, &app.config.allowed_hosts)?;
+        Ok(Self(app.auth.authenticate(parts).await?))
+    }
+}
+
+/// One header that must appear at most once and be visible ASCII.
+fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
+    let mut all = headers.get_all(name).iter();
+    match (all.next(), all.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => {
+            v.to_str().map(Some).map_err(|_| TransportError::InvalidRequest("header is not visible ASCII"))
+        }
+        _ => Err(TransportError::InvalidRequest("header given more than once")),
+    }
+}
+
+/// The MCP headers, each parsed once; a malformed one becomes an error only when a handler asks for it.
+pub(crate) struct McpHeaders {
+    version: Result<&'static str>,
+    session: Result<Option<String>>,
+    last_event_id: Result<Option<EventId>>,
+}
+
+impl McpHeaders {
+    /// `MCP-Protocol-Version`: absent means 2025-03-26; anything unsupported is 400.
+    pub(crate) fn version(&mut self) -> Result<&'static str> {
+        std::mem::replace(&mut self.version, Ok(SUPPORTED_VERSIONS[0]))
+    }
+
+    /// The session the request names, for this caller: a missing header is 400; an id that cannot be ours names
+    /// nothing (404) and costs no store call.
+    pub(crate) fn session_key(&mut self, caller: &Principal) -> Result<SessionKey> {
+        let raw = std::mem::replace(&mut self.session, Ok(None))?.ok_or(TransportError::MissingSession)?;
+        let id = SessionId::parse(&raw).ok_or(TransportError::SessionNotFound)?;
+        Ok(SessionKey { user: caller.user.clone(), id })
+    }
+
+    /// `Last-Event-ID`, if any; a value we never issue is 400.
+    pub(crate) fn last_event_id(&mut self) -> Result<Option<EventId>> {
+        std::mem::replace(&mut self.last_event_id, Ok(None))
+    }
+}
+
+impl FromRequestParts<AppState> for McpHeaders {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _app: &AppState) -> Result<Self, Self::Rejection> {
+        let h = &parts.headers;
+        let version = single(h, VERSION_HEADER).and_then(|v| match v {
+            None => Ok(SUPPORTED_VERSIONS[0]),
+            Some(v) => SUPPORTED_VERSIONS
+                .iter()
+                .find(|s| **s == v)
+                .copied()
+                .ok_or_else(|| TransportError::ProtocolVersion(truncate(v, 32))),
+        });
+        let session = single(h, SESSION_HEADER).map(|s| s.map(str::to_owned));
+        let last_event_id = single(h, LAST_EVENT_ID)
+            .and_then(|v| v.map(|raw| raw.parse::<EventId>().map_err(|()| TransportError::BadCursor)).transpose());
+        Ok(Self { version, session, last_event_id })
+    }
+}
+
+fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
+    let types: Vec<String> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect();
+    wanted.iter().all(|w| types.iter().any(|t| t == w || t == "*/*"))
+}
+
+/// A GET that accepts `text/event-stream`.
+pub(crate) struct AcceptsEventStream;
+
+impl FromRequestParts<AppState> for AcceptsEventStream {
+    type Rejection = TransportError;
+
+    async fn from_request_parts(parts: &mut Parts, _app: &AppState) -> Result<Self> {
+        if accepts(&parts.headers, &["text/event-stream"]) {
+            Ok(Self)
+        } else {
+            Err(TransportError::NotAcceptable("Accept must list text/event-stream"))
+        }
+    }
+}
+
+/// One JSON-RPC message, classified.
+pub(crate) enum Message {
+    Request { id: Value, method: String, params: JsonObject },
+    Notification { method: String, params: JsonObject },
+    Response { id: Value, raw: Bytes },
+}
+
+/// The body of a POST: exactly one JSON-RPC message, after the Accept, Content-Type and size checks.
+pub(crate) struct Rpc(pub Message);
+
+impl FromRequest<AppState> for Rpc {
+    type Rejection = TransportError;
+
+    async fn from_request(req: Request, app: &AppState) -> Result<Self> {
+        let (parts, body) = req.into_parts();
+        let headers = &parts.headers;
+        if !accepts(headers, &["application/json", "text/event-stream"]) {
+            return Err(TransportError::NotAcceptable("Accept must list application/json and text/event-stream"));
+        }
+        let json = single(headers, header::CONTENT_TYPE.as_str())
+            .ok()
+            .flatten()
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(TransportError::UnsupportedMediaType);
+        }
+        let max = app.config.max_body_bytes;
+        let declared = single(headers, header::CONTENT_LENGTH.as_str())?.and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > max) {
+            return Err(TransportError::PayloadTooLarge(max));
+        }
+        let body = axum::body::to_bytes(body, max).await.map_err(|_| TransportError::PayloadTooLarge(max))?;
+        classify(&body).map(Self)
+    }
+}
+
+pub(crate) fn classify(body: &Bytes) -> Result<Message> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| TransportError::Parse)?;
+    let mut obj = match v {
+        Value::Object(o) => o,
+        Value::Array(_) => return Err(TransportError::Batch),
+        _ => return Err(TransportError::InvalidRequest("a JSON-RPC message must be an object")),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(TransportError::InvalidRequest("jsonrpc must be \"2.0\""));
+    }
+    let id = obj.remove("id");
+    if let Some(id) = &id
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return Err(TransportError::InvalidRequest("id must be a string or an integer"));
+    }
+    let params = match obj.remove("params") {
+        None => JsonObject::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(TransportError::InvalidRequest("params must be an object")),
+    };
+    match (obj.remove("method"), id) {
+        (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
+        (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
+        (Some(_), _) => Err(TransportError::InvalidRequest("method must be a string")),
+        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+            Ok(Message::Response { id, raw: body.clone() })
+        }
+        (None, _) => Err(TransportError::InvalidRequest("not a request, notification or response")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_sorts_messages_and_refuses_batches() {
+        let m = |s: &str| classify(&Bytes::from(s.to_owned()));
+        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
+        assert!(matches!(
+            m(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification { .. })
+        ));
+        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
+        assert!(matches!(m(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(TransportError::Batch)));
+        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
+        assert!(matches!(m("{nope"), Err(TransportError::Parse)));
+        assert!(matches!(m(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
+    }
+}
