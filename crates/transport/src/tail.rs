@@ -122,7 +122,9 @@ impl Tail {
 
     async fn run(mut self) {
         let poll_every = self.app.config.lease_ttl / 2;
-        let mut poll = tokio::time::interval(poll_every);
+        // The first poll comes half a lease after the initial check, never right after it: two checks that find a
+        // lease expired are always that far apart.
+        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + poll_every, poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Anything committed between the first read and the subscription going live is in the log. A POST
         // stream that already finished (its final event was at or before the cursor) ends at once.
