@@ -4,8 +4,8 @@
 //! committed to the session's event log before it is written to the connection, the replica renews a lease on
 //! the stream, and any replica can resume it.
 
-use crate::AppState;
 use crate::sse::Frame;
+use crate::{AppState, random_token};
 use async_trait::async_trait;
 use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription};
 use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
@@ -52,12 +52,6 @@ pub(crate) struct Exchange {
     /// Server→client requests still waiting for the client: forgotten (and cancelled towards the client) if the
     /// call is aborted while it waits.
     outstanding: std::sync::Mutex<Vec<String>>,
-}
-
-pub(crate) fn random_token() -> String {
-    use base64::Engine as _;
-    let bytes: [u8; 24] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 impl Exchange {
@@ -267,10 +261,10 @@ impl Exchange {
     }
 
     /// Commits one message to the stream (switching to SSE first if needed) and writes it to the connection.
-    async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<u64, ToolError> {
+    async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<(), ToolError> {
         let mut m = self.mode.lock().await;
         self.ensure_streaming_locked(&mut m).await?;
-        let Mode::Streaming { stream, live, .. } = &mut *m else { return Err(ToolError::SessionGone) };
+        let Mode::Streaming { stream, live } = &mut *m else { return Err(ToolError::SessionGone) };
         let data = msg.to_string();
         let frame = match self.app.store.append(&self.key, *stream, &data, &opts).await {
             Ok(id) => Frame::Event { id, data },
@@ -289,20 +283,19 @@ impl Exchange {
                 Frame::Unsequenced { data }
             }
         };
-        let stream = *stream;
         if let Some(tx) = live
             && tx.try_send(frame).is_err()
         {
             // Gone or too slow: the client resumes from the log.
             *live = None;
         }
-        Ok(stream)
+        Ok(())
     }
 
     /// A notification on this call's stream.
     async fn notify(&self, method: &str, params: Value) -> Result<(), ToolError> {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
-        self.emit(&msg, AppendOptions::default()).await.map(|_| ())
+        self.emit(&msg, AppendOptions::default()).await
     }
 
     async fn finish(&self, msg: Value) {
@@ -315,10 +308,8 @@ impl Exchange {
                     let _ = tx.send(Outcome::Json(msg));
                 }
             }
-            Mode::Streaming { stream, live, .. } => {
-                let data = msg.to_string();
-                let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
-                let frame = self.commit_final(stream, data, &opts).await;
+            Mode::Streaming { stream, live } => {
+                let frame = self.commit_final(stream, msg.to_string()).await;
                 // Never wait on a stalled client: if the frame does not fit, it resumes from the log.
                 if let (Some(tx), Some(f)) = (live, frame) {
                     let _ = tx.try_send(f);
@@ -330,11 +321,12 @@ impl Exchange {
 
     /// Commits the response as the stream's final event. A store failure is retried while the lease (renewed
     /// until the exchange ends) keeps resumers waiting, so a finished call's result is not reported as lost.
-    async fn commit_final(&self, stream: u64, data: String, opts: &AppendOptions) -> Option<Frame> {
+    async fn commit_final(&self, stream: u64, data: String) -> Option<Frame> {
+        let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
         let give_up = tokio::time::Instant::now() + FINAL_RETRY_FOR;
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.app.store.append(&self.key, stream, &data, opts).await {
+            match self.app.store.append(&self.key, stream, &data, &opts).await {
                 Ok(id) => return Some(Frame::Event { id, data }),
                 Err(StateError::SessionNotFound | StateError::StreamFinished) => return None,
                 Err(e) if tokio::time::Instant::now() + backoff < give_up => {
@@ -422,8 +414,7 @@ impl Exchange {
             }
             Mode::Streaming { stream, .. } => {
                 // Retried like a response, so that resumers end instead of reporting the call as lost.
-                let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
-                let _ = self.commit_final(stream, String::new(), &opts).await;
+                let _ = self.commit_final(stream, String::new()).await;
             }
             _ => {}
         }

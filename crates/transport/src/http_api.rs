@@ -3,10 +3,10 @@
 
 use crate::auth::Principal;
 use crate::error::TransportError;
-use crate::exchange::{Exchange, Outcome, random_token};
+use crate::exchange::{Exchange, Outcome};
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
 use crate::mcp;
-use crate::{AppState, SUPPORTED_VERSIONS, code, sse, tail};
+use crate::{AppState, SUPPORTED_VERSIONS, code, random_token, sse, tail};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -101,6 +101,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// 192 random bits from the thread's CSPRNG, base64url: session ids, lease tokens, trace ids.
+pub(crate) fn random_token() -> String {
+    use base64::Engine as _;
+    let bytes: [u8; 24] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
 /// Serves `/mcp` on `listener` until `shutdown` fires, with TCP_NODELAY on every connection.
 ///
 /// # Errors

@@ -94,7 +94,7 @@ pub(crate) async fn call_tool(app: &AppState, name: &str, args: JsonObject, cx: 
             Err((code::INVALID_PARAMS, e.to_string()))
         }
         Err(e) => {
-            let trace = crate::exchange::random_token();
+            let trace = crate::random_token();
             let trace = truncate(&trace, 16);
             tracing::warn!(tool.name = name, trace_id = %trace, error = %e, "tool call failed");
             let text = match &e {

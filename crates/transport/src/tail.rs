@@ -4,9 +4,8 @@
 //! the call dies, its lease runs out and the resumer answers the request with [`code::REQUEST_LOST`].
 
 use crate::error::TransportError;
-use crate::exchange::random_token;
 use crate::sse::Frame;
-use crate::{AppState, code};
+use crate::{AppState, code, random_token};
 use mcpfleet_state::{
     Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription,
 };
@@ -175,13 +174,8 @@ impl Tail {
                 Ok(Step::Done)
             };
         }
-        let state = match store.stream_state(&self.key, self.stream).await {
-            Ok(s) => s,
-            Err(e) => {
-                self.store_failed();
-                return Err(e);
-            }
-        };
+        // A store error propagates to `run`, which records it (`store_failed`).
+        let state = store.stream_state(&self.key, self.stream).await?;
         if !matches!(state, StreamState::Abandoned { .. }) {
             self.abandoned_seen = 0;
         }
@@ -195,13 +189,8 @@ impl Tail {
             StreamState::Abandoned { request_id } => {
                 // Reading may work while writing does not (the replica could not renew either): probe with a write
                 // of our own, which also keeps the session alive, so that such an outage counts as a store error.
-                match store.touch_session(&self.key).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Ok(Step::Done),
-                    Err(e) => {
-                        self.store_failed();
-                        return Err(e);
-                    }
+                if store.touch_session(&self.key).await?.is_none() {
+                    return Ok(Step::Done);
                 }
                 if !self.may_abandon() {
                     return self.drain().await;
@@ -211,10 +200,7 @@ impl Tail {
                     "code": code::REQUEST_LOST,
                     "message": "the server handling this request stopped before it answered; send the request again",
                 }});
-                if let Err(e) = store.abandon_stream(&self.key, self.stream, &msg.to_string()).await {
-                    self.store_failed();
-                    return Err(e);
-                }
+                store.abandon_stream(&self.key, self.stream, &msg.to_string()).await?;
                 self.drain().await
             }
         }

@@ -39,7 +39,7 @@ pub struct RedisConfig {
     /// Approximate cap on each session's event log (`XADD MAXLEN ~`).
     pub max_events: usize,
     /// How long a cancellation marker lasts.
-    pub handoff_ttl: Duration,
+    pub cancel_ttl: Duration,
     /// Size of the pool used for replays and admin calls.
     pub pool_size: usize,
 }
@@ -52,7 +52,7 @@ impl RedisConfig {
             prefix: "mcp:".to_owned(),
             timeout: Duration::from_secs(2),
             max_events: 1000,
-            handoff_ttl: Duration::from_secs(60),
+            cancel_ttl: Duration::from_secs(60),
             pool_size: 16,
         }
     }
@@ -451,7 +451,7 @@ impl Router for RedisStore {
     async fn cancel_request(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.cancel.key(&k.session);
-        inv.key(&k.cancellations).key(&k.doorbell).arg(request_id).arg(ms(self.inner.cfg.handoff_ttl));
+        inv.key(&k.cancellations).key(&k.doorbell).arg(request_id).arg(ms(self.inner.cfg.cancel_ttl));
         Ok(int(&self.run(inv).await?)? == 1)
     }
 
