@@ -38,7 +38,9 @@ pub(crate) struct Exchange {
     key: SessionKey,
     request_id: Value,
     progress_token: Option<Value>,
-    client_capabilities: Value,
+    /// The client's capabilities as stored, parsed only if a tool asks for them.
+    client_capabilities_raw: String,
+    client_capabilities: std::sync::OnceLock<Value>,
     min_log_level: usize,
     /// Clients older than 2025-11-25 get a priming event without `data:`.
     priming_data: bool,
@@ -67,7 +69,6 @@ impl Exchange {
     ) -> oneshot::Receiver<Outcome> {
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
-        let client_capabilities = serde_json::from_str(&session.client_capabilities).unwrap_or(Value::Null);
         let min_log_level =
             session.log_level.as_deref().and_then(|l| LOG_LEVELS.iter().position(|x| *x == l)).unwrap_or(0);
         let ex = Arc::new(Self {
@@ -75,7 +76,8 @@ impl Exchange {
             key,
             request_id,
             progress_token,
-            client_capabilities,
+            client_capabilities_raw: session.client_capabilities.clone(),
+            client_capabilities: std::sync::OnceLock::new(),
             min_log_level,
             priming_data: session.protocol_version.as_str() >= "2025-11-25",
             cancel: CancellationToken::new(),
@@ -500,7 +502,8 @@ impl ToolContext for Exchange {
     }
 
     fn client_capabilities(&self) -> &Value {
-        &self.client_capabilities
+        self.client_capabilities
+            .get_or_init(|| serde_json::from_str(&self.client_capabilities_raw).unwrap_or(Value::Null))
     }
 
     fn cancelled(&self) -> CancellationToken {
