@@ -1,0 +1,82 @@
+//! RFC 6750: the bearer token of a request, from its one `Authorization` header. A token in the URL is refused
+//! (it would land in access logs, browser history and `Referer` headers) and is never logged.
+
+use crate::AuthError;
+use http::request::Parts;
+
+/// Longest accepted bearer token, in bytes. Real access tokens are a few KiB at most.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// Whether the query string carries an `access_token` parameter (RFC 6750 §2.3), which this server refuses.
+#[must_use]
+pub fn token_in_query(parts: &Parts) -> bool {
+    parts.uri.query().is_some_and(|q| {
+        q.split('&').any(|pair| {
+            let name = pair.split('=').next().unwrap_or("");
+            name.eq_ignore_ascii_case("access_token") || name.eq_ignore_ascii_case("access%5Ftoken")
+        })
+    })
+}
+
+/// The bearer token of the request.
+///
+/// # Errors
+/// [`AuthError::MissingCredentials`] without an `Authorization` header; [`AuthError::InvalidRequest`] for a token
+/// in the query string, two `Authorization` headers, another scheme, or an empty or malformed bearer token;
+/// [`AuthError::InvalidToken`] for an oversized one.
+pub fn token(parts: &Parts) -> Result<&str, AuthError> {
+    if token_in_query(parts) {
+        return Err(AuthError::InvalidRequest("access tokens are accepted only in the Authorization header"));
+    }
+    let mut all = parts.headers.get_all(http::header::AUTHORIZATION).iter();
+    let value = match (all.next(), all.next()) {
+        (None, _) => return Err(AuthError::MissingCredentials),
+        (Some(v), None) => v,
+        (Some(_), Some(_)) => return Err(AuthError::InvalidRequest("more than one Authorization header")),
+    };
+    let value = value.to_str().map_err(|_| AuthError::InvalidRequest("the Authorization header is not ASCII"))?;
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::InvalidRequest("the Authorization scheme must be Bearer"));
+    }
+    let token = rest.trim_matches(' ');
+    if token.is_empty() {
+        return Err(AuthError::InvalidRequest("the bearer token is empty"));
+    }
+    // b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+    let body = token.trim_end_matches('=');
+    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
+        return Err(AuthError::InvalidRequest("the bearer token is not a b64token"));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(AuthError::InvalidToken("the token is too long"));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(uri: &str, auth: &[&str]) -> Parts {
+        let mut b = http::Request::builder().uri(uri);
+        for a in auth {
+            b = b.header(http::header::AUTHORIZATION, *a);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn reads_one_bearer_token_and_refuses_everything_else() {
+        assert_eq!(token(&parts("/mcp", &["Bearer abc.def.ghi"])).unwrap(), "abc.def.ghi");
+        assert_eq!(token(&parts("/mcp", &["bearer abc"])).unwrap(), "abc");
+        assert!(matches!(token(&parts("/mcp", &[])), Err(AuthError::MissingCredentials)));
+        for bad in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Bearer a b", "Bearer ==", "Token abc"] {
+            assert!(matches!(token(&parts("/mcp", &[bad])), Err(AuthError::InvalidRequest(_))), "{bad}");
+        }
+        assert!(matches!(token(&parts("/mcp", &["Bearer a", "Bearer b"])), Err(AuthError::InvalidRequest(_))));
+        assert!(matches!(token(&parts("/mcp?access_token=x", &["Bearer a"])), Err(AuthError::InvalidRequest(_))));
+        assert!(matches!(token(&parts("/mcp?x=1&ACCESS_TOKEN=x", &[])), Err(AuthError::InvalidRequest(_))));
+        assert!(token(&parts("/mcp?not_access_token=x", &["Bearer a"])).is_ok());
+    }
+}

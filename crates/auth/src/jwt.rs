@@ -1,0 +1,181 @@
+//! JWT access tokens (RFC 9068), verified the strict way (RFC 8725). jsonwebtoken does the signature and the
+//! time claims; this module closes its open defaults: `iss`, `aud`, `sub` and `exp` are required (jsonwebtoken
+//! would accept a token that lacks `aud` or `iss`), `nbf` is checked, the leeway is ours (≤ 30 s, not 60), the
+//! algorithm is the key's, and a header that names a key by reference (`jku`, `x5u`, `jwk`, `x5c`) or carries
+//! `crit` is refused before any key is looked up.
+
+use crate::keys::{KeySource, MAX_KID};
+use crate::{AuthError, Authenticator, Principal, Scopes, bearer};
+use async_trait::async_trait;
+use http::request::Parts;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Validation, decode, decode_header};
+use serde_json::{Map, Value};
+use std::time::Duration;
+
+/// Which `typ` header values are accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypPolicy {
+    /// `at+jwt` (or `application/at+jwt`) only, as RFC 9068 requires of resource servers.
+    AtJwt,
+    /// Also `JWT`, for issuers that do not label access tokens (Keycloak, Entra ID v1...). A missing `typ` is
+    /// refused under both policies.
+    AtJwtOrJwt,
+}
+
+/// What a token must say to be accepted.
+#[derive(Clone, Debug)]
+pub struct JwtSettings {
+    /// The only accepted `iss`, compared exactly.
+    pub issuer: String,
+    /// Our audience: `aud` must be this string, or an array that contains it.
+    pub audience: String,
+    /// Clock skew allowed on `exp`, `nbf` and `iat`; at most 30 s.
+    pub leeway: Duration,
+    pub typ: TypPolicy,
+    /// Scopes every request to the endpoint needs (default `mcp:access`).
+    pub required_scopes: Vec<String>,
+}
+
+/// Longest `sub`, `iss` or `client_id` accepted.
+const MAX_CLAIM: usize = 1024;
+
+/// `--auth jwt` and `--auth dev`: bearer JWT access tokens.
+#[derive(Debug)]
+pub struct JwtAuthenticator {
+    settings: JwtSettings,
+    keys: KeySource,
+}
+
+fn claim_error(e: &jsonwebtoken::errors::Error) -> &'static str {
+    match e.kind() {
+        ErrorKind::ExpiredSignature => "the token has expired",
+        ErrorKind::ImmatureSignature => "the token is not valid yet",
+        ErrorKind::InvalidIssuer => "the token was not issued by the trusted issuer",
+        ErrorKind::InvalidAudience => "the token is not meant for this resource",
+        ErrorKind::MissingRequiredClaim(c) => match c.as_str() {
+            "exp" => "the token has no exp claim",
+            "iss" => "the token has no iss claim",
+            "aud" => "the token has no aud claim",
+            "sub" => "the token has no sub claim",
+            _ => "the token lacks a required claim",
+        },
+        ErrorKind::InvalidClaimFormat(_) | ErrorKind::InvalidSubject => "a claim of the token is malformed",
+        ErrorKind::InvalidSignature => "the token signature is invalid",
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm | ErrorKind::UnsupportedAlgorithm => {
+            "the token algorithm is not allowed for its key"
+        }
+        _ => "the token is malformed",
+    }
+}
+
+fn bounded_str(claims: &Map<String, Value>, name: &str) -> Result<Option<String>, AuthError> {
+    match claims.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_CLAIM => Ok(Some(s.clone())),
+        Some(_) => Err(AuthError::InvalidToken("a claim of the token is malformed")),
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl JwtAuthenticator {
+    #[must_use]
+    pub fn new(settings: JwtSettings, keys: KeySource) -> Self {
+        Self { settings, keys }
+    }
+
+    #[must_use]
+    pub fn settings(&self) -> &JwtSettings {
+        &self.settings
+    }
+
+    /// Verifies one token and returns its principal (without the endpoint scope check).
+    ///
+    /// # Errors
+    /// [`AuthError::InvalidToken`] with a reason safe to show; [`AuthError::KeysUnavailable`].
+    pub async fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        if token.split('.').count() != 3 {
+            return Err(AuthError::InvalidToken("the token is not a signed JWT"));
+        }
+        // `alg: none` in any casing, and any algorithm jsonwebtoken does not implement, fail here.
+        let header = decode_header(token).map_err(|_| AuthError::InvalidToken("the token header is malformed"))?;
+        if header.jku.is_some() || header.x5u.is_some() || header.jwk.is_some() || header.x5c.is_some() {
+            return Err(AuthError::InvalidToken("the token header names its own key; keys come only from the issuer"));
+        }
+        if header.crit.is_some() {
+            return Err(AuthError::InvalidToken("the token header has critical extensions this server does not know"));
+        }
+        let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
+        let typ = typ.as_deref().map(|t| t.strip_prefix("application/").unwrap_or(t));
+        let typ_ok = matches!((typ, self.settings.typ), (Some("at+jwt"), _) | (Some("jwt"), TypPolicy::AtJwtOrJwt));
+        if !typ_ok {
+            return Err(AuthError::InvalidToken(match self.settings.typ {
+                TypPolicy::AtJwt => "the token typ must be at+jwt",
+                TypPolicy::AtJwtOrJwt => "the token typ must be at+jwt or JWT",
+            }));
+        }
+        let kid = header.kid.as_deref();
+        if kid.is_some_and(|k| k.is_empty() || k.len() > MAX_KID || !k.bytes().all(|b| (0x20..0x7f).contains(&b))) {
+            return Err(AuthError::InvalidToken("unknown signing key"));
+        }
+        let key = self.keys.key(kid).await?;
+        if !key.algorithms.contains(&header.alg) {
+            return Err(AuthError::InvalidToken("the token algorithm is not allowed for its key"));
+        }
+        let leeway = self.settings.leeway.as_secs();
+        let mut v = Validation::new(header.alg);
+        v.leeway = leeway;
+        v.validate_exp = true;
+        v.validate_nbf = true;
+        v.validate_aud = true;
+        v.set_issuer(&[&self.settings.issuer]);
+        v.set_audience(&[&self.settings.audience]);
+        v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let data =
+            decode::<Map<String, Value>>(token, &key.key, &v).map_err(|e| AuthError::InvalidToken(claim_error(&e)))?;
+        let claims = data.claims;
+        if let Some(iat) = claims.get("iat") {
+            let ok = iat.as_f64().is_some_and(|t| t <= (now_secs() + leeway) as f64);
+            if !ok {
+                return Err(AuthError::InvalidToken("the token was issued in the future"));
+            }
+        }
+        let issuer = bounded_str(&claims, "iss")?.ok_or(AuthError::InvalidToken("the token has no iss claim"))?;
+        let subject = bounded_str(&claims, "sub")?.ok_or(AuthError::InvalidToken("the token has no sub claim"))?;
+        let client_id = match bounded_str(&claims, "client_id")? {
+            Some(c) => Some(c),
+            None => bounded_str(&claims, "azp")?,
+        };
+        let mut scopes: Vec<&str> = Vec::new();
+        match claims.get("scope") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => scopes.push(s),
+            Some(_) => return Err(AuthError::InvalidToken("the scope claim must be a string")),
+        }
+        match claims.get("scp") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => scopes.push(s),
+            Some(Value::Array(a)) => {
+                for s in a {
+                    scopes.push(s.as_str().ok_or(AuthError::InvalidToken("the scp claim must hold strings"))?);
+                }
+            }
+            Some(_) => return Err(AuthError::InvalidToken("the scp claim must be an array of strings")),
+        }
+        Ok(Principal::new(issuer, subject, client_id, Scopes::granted(scopes)))
+    }
+}
+
+#[async_trait]
+impl Authenticator for JwtAuthenticator {
+    async fn authenticate(&self, parts: &Parts) -> Result<Principal, AuthError> {
+        let principal = self.verify(bearer::token(parts)?).await?;
+        if !principal.scopes.allow(&self.settings.required_scopes) {
+            return Err(AuthError::InsufficientScope(self.settings.required_scopes.clone()));
+        }
+        Ok(principal)
+    }
+}
