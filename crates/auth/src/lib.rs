@@ -26,7 +26,7 @@ mod metadata;
 pub use error::AuthError;
 pub use jwt::{JwtAuthenticator, JwtSettings, TypPolicy};
 pub use keys::{KeySet, KeySource, RemoteJwks};
-pub use metadata::ProtectedResource;
+pub use metadata::{ProtectedResource, WELL_KNOWN, split_url};
 
 use async_trait::async_trait;
 use http::request::Parts;

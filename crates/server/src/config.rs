@@ -2,10 +2,14 @@
 //! the only module that reads the environment (through clap). Parsed once; a bad value exits with code 64 and a
 //! one-line reason.
 
+use crate::ServerError;
 use clap::{Parser, Subcommand, ValueEnum};
+use mcpfleet_auth::{JwtSettings, ProtectedResource, TypPolicy, dev, split_url};
 use mcpfleet_transport::HostPattern;
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Exit code for bad configuration (sysexits `EX_USAGE`).
@@ -23,14 +27,68 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve MCP (Streamable HTTP) on /mcp.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Mint an access token from the dev issuer (`serve --auth dev`), for local use.
+    Token(TokenArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct TokenArgs {
+    /// The token's subject (`sub`).
+    #[arg(long, default_value = "dev")]
+    sub: String,
+    /// Space-separated scopes.
+    #[arg(long, default_value = "mcp:access")]
+    scope: String,
+    /// The token's `client_id`.
+    #[arg(long)]
+    client_id: Option<String>,
+    /// Lifetime, in seconds.
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=30 * 24 * 3600))]
+    ttl_secs: u64,
+    /// The dev issuer's key file (created if missing), shared with `serve --auth dev`.
+    #[arg(long, env = "MCPFLEET_DEV_KEY_FILE")]
+    dev_key_file: Option<PathBuf>,
 }
 
 /// How callers are identified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
-    /// No authentication: every caller is one anonymous principal. Refuses a non-loopback listen address.
+    /// No authentication: every caller is one anonymous principal with every scope. Loopback only.
     None,
+    /// OAuth 2.1 resource server: JWT access tokens from --jwt-issuer, verified with --jwks-url or --jwks-file.
+    Jwt,
+    /// An embedded issuer (key in --dev-key-file) that prints a token at start; `mcpfleet token` mints more.
+    /// Loopback only.
+    Dev,
+}
+
+/// Which `typ` header JWT access tokens may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum JwtTyp {
+    /// `at+jwt` only (RFC 9068).
+    #[value(name = "at+jwt")]
+    AtJwt,
+    /// `at+jwt` or `JWT` (issuers that do not label access tokens).
+    #[value(name = "at+jwt-or-jwt")]
+    AtJwtOrJwt,
+}
+
+/// Where JWT verification keys come from.
+#[derive(Clone, Debug)]
+pub enum KeysFrom {
+    /// A JWKS URL, fetched with this timeout.
+    Url { url: String, timeout: Duration },
+    /// A JWKS or PEM file.
+    File(PathBuf),
+}
+
+/// The identity configuration.
+#[derive(Clone, Debug)]
+pub enum AuthConfig {
+    None,
+    Jwt { settings: JwtSettings, keys: KeysFrom, refresh_interval: Duration },
+    Dev { key_file: PathBuf, required_scopes: Vec<String> },
 }
 
 /// Optional fixture sets.
@@ -58,26 +116,60 @@ struct ServeArgs {
     /// Approximate number of events kept per session for resumption.
     #[arg(long, env = "MCPFLEET_MAX_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(16..=1_000_000))]
     max_events: u64,
-    /// How callers are identified.
-    #[arg(long, env = "MCPFLEET_AUTH", value_enum, default_value = "none")]
-    auth: AuthMode,
+    /// How callers are identified [default: none; dev with --dev]
+    #[arg(long, env = "MCPFLEET_AUTH", value_enum)]
+    auth: Option<AuthMode>,
+    /// The only trusted token issuer (`iss`, compared exactly). Required with --auth jwt.
+    #[arg(long, env = "MCPFLEET_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// Our audience: a token's `aud` must be this, or an array containing it. Required with --auth jwt.
+    #[arg(long, env = "MCPFLEET_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// The issuer's JWKS URL (https, or http on loopback). One of --jwks-url and --jwks-file is required with
+    /// --auth jwt.
+    #[arg(long, env = "MCPFLEET_JWKS_URL", conflicts_with = "jwks_file")]
+    jwks_url: Option<String>,
+    /// A JWKS document or a PEM public key, re-read like a URL is re-fetched.
+    #[arg(long, env = "MCPFLEET_JWKS_FILE")]
+    jwks_file: Option<PathBuf>,
+    /// Deadline of one JWKS fetch, in milliseconds.
+    #[arg(long, env = "MCPFLEET_JWKS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    jwks_timeout_ms: u64,
+    /// A token naming an unknown `kid` refetches the keys at most once per this many seconds (it is also the
+    /// shortest cache lifetime).
+    #[arg(long, env = "MCPFLEET_JWKS_REFRESH_INTERVAL_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    jwks_refresh_interval_secs: u64,
+    /// Clock skew allowed on exp, nbf and iat, in seconds (at most 30).
+    #[arg(long, env = "MCPFLEET_JWT_LEEWAY", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=30))]
+    jwt_leeway: u64,
+    /// Accepted `typ` of access tokens.
+    #[arg(long, env = "MCPFLEET_JWT_TYP", value_enum, default_value = "at+jwt")]
+    jwt_typ: JwtTyp,
+    /// Scope every request needs; repeat for several. An empty value requires none.
+    #[arg(long, env = "MCPFLEET_REQUIRED_SCOPE", value_delimiter = ' ', default_value = "mcp:access")]
+    required_scope: Vec<String>,
+    /// The public URL of /mcp (e.g. https://mcp.example.com/mcp): the resource in the metadata and challenges.
+    /// Required with --auth jwt.
+    #[arg(long, env = "MCPFLEET_RESOURCE_URL")]
+    resource_url: Option<String>,
+    /// An authorization server clients should use (issuer URL), repeatable [default: --jwt-issuer]
+    #[arg(long, env = "MCPFLEET_AUTHORIZATION_SERVERS", value_delimiter = ',')]
+    authorization_server: Vec<String>,
+    /// Scopes a tool needs, on top of those it declares: TOOL=SCOPE[ SCOPE...], repeatable.
+    #[arg(long, env = "MCPFLEET_TOOL_SCOPES", value_delimiter = ',')]
+    tool_scope: Vec<String>,
+    /// The dev issuer's key file, created if missing [default: <tmp>/mcpfleet-dev-key.pem]
+    #[arg(long, env = "MCPFLEET_DEV_KEY_FILE")]
+    dev_key_file: Option<PathBuf>,
     /// Allowed Origin values, comma-separated (scheme://host[:port], or scheme://host:* for any port). A request
-    /// without Origin is allowed; any other Origin gets 403.
-    #[arg(
-        long,
-        env = "MCPFLEET_ALLOWED_ORIGINS",
-        value_delimiter = ',',
-        default_value = "http://localhost:*,http://127.0.0.1:*,http://[::1]:*"
-    )]
-    allowed_origins: Vec<String>,
-    /// Allowed Host header values, comma-separated (host[:port], or host:*). Others get 403.
-    #[arg(
-        long,
-        env = "MCPFLEET_ALLOWED_HOSTS",
-        value_delimiter = ',',
-        default_value = "localhost:*,127.0.0.1:*,[::1]:*"
-    )]
-    allowed_hosts: Vec<String>,
+    /// without Origin is allowed; any other Origin gets 403 [default: loopback origins on a loopback listener,
+    /// otherwise the origin of --resource-url]
+    #[arg(long, env = "MCPFLEET_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Option<Vec<String>>,
+    /// Allowed Host header values, comma-separated (host[:port], or host:*). Others get 403 [default: loopback
+    /// hosts on a loopback listener, otherwise the host of --resource-url]
+    #[arg(long, env = "MCPFLEET_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Option<Vec<String>>,
     /// Register a fixture set. Never on by default.
     #[arg(long, env = "MCPFLEET_FIXTURES", value_enum)]
     fixtures: Option<Fixtures>,
@@ -143,7 +235,7 @@ pub struct Config {
     pub redis: Option<RedisSettings>,
     /// Approximate number of events kept per session, in either store.
     pub max_events: usize,
-    pub auth: AuthMode,
+    pub auth: AuthConfig,
     pub fixtures: Option<Fixtures>,
     pub transport: mcpfleet_transport::TransportConfig,
     pub dev: bool,
@@ -152,34 +244,78 @@ pub struct Config {
     pub shutdown_grace: Duration,
 }
 
+/// `mcpfleet token`.
+#[derive(Debug)]
+pub struct TokenRequest {
+    pub sub: String,
+    pub scope: String,
+    pub client_id: Option<String>,
+    pub ttl: Duration,
+    pub key_file: PathBuf,
+}
+
 /// What the command line asked for.
 #[derive(Debug)]
 pub enum Parsed {
     Serve(Box<Config>),
+    Token(TokenRequest),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
 }
 
-/// A configuration error: one line, exit code 64.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+fn config_error(msg: impl Into<String>) -> ServerError {
+    ServerError::Config(msg.into())
+}
 
-fn patterns(what: &str, raw: &[String]) -> Result<Vec<HostPattern>, ConfigError> {
+fn patterns(what: &str, raw: &[String]) -> Result<Vec<HostPattern>, ServerError> {
     raw.iter()
         .filter(|s| !s.trim().is_empty())
         .map(|s| {
             HostPattern::parse(s)
-                .ok_or_else(|| ConfigError(format!("invalid {what} entry {s:?}: expected value or value:*")))
+                .ok_or_else(|| config_error(format!("invalid {what} entry {s:?}: expected value or value:*")))
         })
         .collect()
+}
+
+fn default_dev_key_file() -> PathBuf {
+    std::env::temp_dir().join("mcpfleet-dev-key.pem")
+}
+
+/// A URL whose host is loopback (`localhost`, `127.0.0.0/8`, `[::1]`).
+fn loopback_url(url: &str) -> bool {
+    split_url(url).is_some_and(|(origin, _)| {
+        let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
+        let host = if authority.starts_with('[') {
+            authority.split(']').next().map(|h| format!("{h}]")).unwrap_or_default()
+        } else {
+            authority.split(':').next().unwrap_or_default().to_owned()
+        };
+        host == "localhost" || host == "[::1]" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+fn tool_scopes(raw: &[String]) -> Result<BTreeMap<String, Vec<String>>, ServerError> {
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in raw.iter().filter(|e| !e.trim().is_empty()) {
+        let (tool, scopes) = entry
+            .split_once('=')
+            .filter(|(t, s)| !t.trim().is_empty() && !s.trim().is_empty())
+            .ok_or_else(|| config_error(format!("invalid --tool-scope {entry:?}: expected TOOL=SCOPE[ SCOPE...]")))?;
+        map.entry(tool.trim().to_owned()).or_default().extend(scopes.split_whitespace().map(str::to_owned));
+    }
+    Ok(map)
+}
+
+/// A scope token (RFC 6749 §3.3): visible ASCII except `"` and `\`.
+fn valid_scope(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
 /// Parses arguments (and `MCPFLEET_*` variables).
 ///
 /// # Errors
-/// A one-line [`ConfigError`].
-pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, ConfigError> {
+/// A one-line [`ServerError::Config`].
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, ServerError> {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e)
@@ -195,38 +331,138 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
         Err(e) => {
             let first =
                 e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
-            return Err(ConfigError(first));
+            return Err(config_error(first));
         }
     };
-    let Command::Serve(a) = cli.command;
-    if a.auth == AuthMode::None && !a.listen.ip().is_loopback() {
-        return Err(ConfigError(format!("--auth none refuses to listen on non-loopback address {}", a.listen)));
+    let a = match cli.command {
+        Command::Serve(a) => a,
+        Command::Token(t) => {
+            if !valid_scope(&t.sub.replace(' ', "_")) || t.scope.split_whitespace().any(|s| !valid_scope(s)) {
+                return Err(config_error("--sub and --scope must be visible ASCII without quotes or backslashes"));
+            }
+            return Ok(Parsed::Token(TokenRequest {
+                sub: t.sub,
+                scope: t.scope,
+                client_id: t.client_id,
+                ttl: Duration::from_secs(t.ttl_secs),
+                key_file: t.dev_key_file.unwrap_or_else(default_dev_key_file),
+            }));
+        }
+    };
+    let mode = a.auth.unwrap_or(if a.dev { AuthMode::Dev } else { AuthMode::None });
+    if mode != AuthMode::Jwt && !a.listen.ip().is_loopback() {
+        let name = if mode == AuthMode::None { "none" } else { "dev" };
+        return Err(config_error(format!("--auth {name} refuses to listen on non-loopback address {}", a.listen)));
     }
+    let required_scopes: Vec<String> =
+        a.required_scope.iter().flat_map(|s| s.split_whitespace()).map(str::to_owned).collect();
+    let tool_scopes = tool_scopes(&a.tool_scope)?;
+    if let Some(bad) = required_scopes.iter().chain(tool_scopes.values().flatten()).find(|s| !valid_scope(s)) {
+        return Err(config_error(format!(
+            "invalid scope {bad:?}: scopes are visible ASCII without quotes or backslashes"
+        )));
+    }
+    let (auth, resource_url, authorization_servers) = match mode {
+        AuthMode::None => (AuthConfig::None, None, Vec::new()),
+        AuthMode::Dev => {
+            let resource = a.resource_url.clone().unwrap_or_else(|| format!("http://{}/mcp", a.listen));
+            let key_file = a.dev_key_file.clone().unwrap_or_else(default_dev_key_file);
+            let auth = AuthConfig::Dev { key_file, required_scopes: required_scopes.clone() };
+            (auth, Some(resource), vec![dev::DEV_ISSUER.to_owned()])
+        }
+        AuthMode::Jwt => {
+            let missing = |flag: &str| config_error(format!("--auth jwt needs {flag}"));
+            let issuer = a.jwt_issuer.clone().filter(|s| !s.is_empty()).ok_or_else(|| missing("--jwt-issuer"))?;
+            let audience = a.jwt_audience.clone().filter(|s| !s.is_empty()).ok_or_else(|| missing("--jwt-audience"))?;
+            let resource = a.resource_url.clone().ok_or_else(|| missing("--resource-url"))?;
+            let keys = match (&a.jwks_url, &a.jwks_file) {
+                (Some(url), None) => {
+                    if !(url.starts_with("https://") || (url.starts_with("http://") && loopback_url(url)))
+                        || split_url(url).is_none()
+                    {
+                        return Err(config_error("--jwks-url must be an https:// URL (http:// only on loopback)"));
+                    }
+                    KeysFrom::Url { url: url.clone(), timeout: Duration::from_millis(a.jwks_timeout_ms) }
+                }
+                (None, Some(file)) => KeysFrom::File(file.clone()),
+                _ => return Err(missing("--jwks-url or --jwks-file")),
+            };
+            let settings = JwtSettings {
+                issuer: issuer.clone(),
+                audience,
+                leeway: Duration::from_secs(a.jwt_leeway),
+                typ: match a.jwt_typ {
+                    JwtTyp::AtJwt => TypPolicy::AtJwt,
+                    JwtTyp::AtJwtOrJwt => TypPolicy::AtJwtOrJwt,
+                },
+                required_scopes: required_scopes.clone(),
+            };
+            let servers = if a.authorization_server.is_empty() { vec![issuer] } else { a.authorization_server.clone() };
+            let refresh_interval = Duration::from_secs(a.jwks_refresh_interval_secs);
+            (AuthConfig::Jwt { settings, keys, refresh_interval }, Some(resource), servers)
+        }
+    };
+    if let Some(r) = &resource_url {
+        let ok = split_url(r).is_some() && (r.starts_with("https://") || loopback_url(r) || mode == AuthMode::Dev);
+        if !ok {
+            return Err(config_error(format!(
+                "--resource-url {r:?} must be an absolute https:// URL without query or fragment (http:// only on loopback)"
+            )));
+        }
+    }
+    // DNS-rebinding protection: a loopback listener answers loopback names only; a public one, by default, only
+    // the name in its resource URL.
+    let public = resource_url.as_deref().filter(|_| !a.listen.ip().is_loopback()).and_then(split_url);
+    let default_origins = match public {
+        Some((origin, _)) => vec![format!(
+            "{}:*",
+            origin.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(origin, |(o, _)| o)
+        )],
+        None => vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
+    };
+    let default_hosts = match public {
+        Some((origin, _)) => {
+            let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
+            let host = authority
+                .rsplit_once(':')
+                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(authority, |(h, _)| h);
+            vec![format!("{host}:*")]
+        }
+        None => vec!["localhost:*".into(), "127.0.0.1:*".into(), "[::1]:*".into()],
+    };
+    let protected_resource = resource_url.map(|resource| ProtectedResource {
+        resource,
+        authorization_servers,
+        // The tools' scopes are added once the catalog is known (build_state).
+        scopes_supported: required_scopes.clone(),
+        required_scopes: required_scopes.clone(),
+    });
     let redis = match a.redis_url {
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") => {
             Some(RedisSettings { url, prefix: a.redis_prefix, timeout: Duration::from_millis(a.redis_timeout_ms) })
         }
-        Some(_) => return Err(ConfigError("--redis-url must start with redis://, rediss:// or unix://".to_owned())),
+        Some(_) => return Err(config_error("--redis-url must start with redis://, rediss:// or unix://")),
         None => None,
     };
     let lease_ttl = Duration::from_millis(a.lease_ttl_ms);
     if a.session_idle_ttl_secs * 1000 < a.lease_ttl_ms {
         // Live streams keep their session alive by renewing every third of a lease; that must beat the idle TTL.
-        return Err(ConfigError(format!(
+        return Err(config_error(format!(
             "--session-idle-ttl-secs ({}) must be at least --lease-ttl-ms ({}) long",
             a.session_idle_ttl_secs, a.lease_ttl_ms
         )));
     }
     if redis.is_some() && a.lease_ttl_ms < 3 * a.redis_timeout_ms {
         // A lease is renewed every third of its life; a renewal that may take a whole Redis timeout must fit.
-        return Err(ConfigError(format!(
+        return Err(config_error(format!(
             "--lease-ttl-ms ({}) must be at least 3 × --redis-timeout-ms ({})",
             a.lease_ttl_ms, a.redis_timeout_ms
         )));
     }
     let transport = mcpfleet_transport::TransportConfig {
-        allowed_origins: patterns("--allowed-origins", &a.allowed_origins)?,
-        allowed_hosts: patterns("--allowed-hosts", &a.allowed_hosts)?,
+        allowed_origins: patterns("--allowed-origins", a.allowed_origins.as_deref().unwrap_or(&default_origins))?,
+        allowed_hosts: patterns("--allowed-hosts", a.allowed_hosts.as_deref().unwrap_or(&default_hosts))?,
         max_body_bytes: usize::try_from(a.max_body_bytes).unwrap_or(usize::MAX),
         session_idle_ttl: Duration::from_secs(a.session_idle_ttl_secs),
         lease_ttl,
@@ -235,17 +471,19 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Config
         sse_after: Duration::from_millis(a.sse_after_ms),
         client_request_timeout: Duration::from_secs(a.client_request_timeout_secs),
         cancel_watch_after: Duration::from_millis(a.cancel_watch_after_ms),
+        protected_resource,
+        tool_scopes,
         ..mcpfleet_transport::TransportConfig::default()
     };
     if transport.allowed_hosts.is_empty() {
-        return Err(ConfigError("--allowed-hosts is empty: no request could ever be served".to_owned()));
+        return Err(config_error("--allowed-hosts is empty: no request could ever be served"));
     }
     let max_events = usize::try_from(a.max_events).unwrap_or(usize::MAX);
     Ok(Parsed::Serve(Box::new(Config {
         listen: a.listen,
         redis,
         max_events,
-        auth: a.auth,
+        auth,
         fixtures: a.fixtures,
         transport,
         dev: a.dev,

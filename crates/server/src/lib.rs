@@ -5,19 +5,77 @@ pub mod config;
 
 pub use mcpfleet_transport::{AppState, serve};
 
-use config::{Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, Parsed};
-use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, Store};
+use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
+use mcpfleet_auth::dev::DevIssuer;
+use mcpfleet_auth::{AuthError, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
+use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store};
 use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
-use mcpfleet_transport::NoAuth;
 use std::ffi::OsString;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Builds the shared state from a parsed config: connects to Redis when configured.
+/// Why the server cannot start. Each kind has its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A bad flag or environment variable, or an unusable key file: exit 64.
+    #[error("{0}")]
+    Config(String),
+    /// Redis unreachable at start: exit 69.
+    #[error("cannot reach Redis: {0}")]
+    Store(#[source] StateError),
+}
+
+impl ServerError {
+    /// The process exit code (sysexits).
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Config(_) => EXIT_CONFIG,
+            Self::Store(_) => EXIT_UNAVAILABLE,
+        }
+    }
+}
+
+impl From<AuthError> for ServerError {
+    fn from(e: AuthError) -> Self {
+        Self::Config(e.to_string())
+    }
+}
+
+/// The authenticator a config asks for. A JWKS URL that cannot be fetched at start is not fatal: requests get 503
+/// until the first load succeeds (the issuer may start after us); a key file must be usable at once.
+async fn build_auth(auth: &AuthConfig) -> Result<Arc<dyn Authenticator>, ServerError> {
+    Ok(match auth {
+        AuthConfig::None => Arc::new(NoAuth::default()),
+        AuthConfig::Dev { key_file, required_scopes } => {
+            let issuer = DevIssuer::load_or_create(key_file)?;
+            let keys = KeySource::Static(Arc::new(issuer.key_set()));
+            Arc::new(JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys))
+        }
+        AuthConfig::Jwt { settings, keys, refresh_interval } => {
+            let remote = match keys {
+                KeysFrom::Url { url, timeout } => RemoteJwks::url(url.clone(), *timeout, *refresh_interval)?,
+                KeysFrom::File(path) => RemoteJwks::file(path.clone(), *refresh_interval),
+            };
+            match (remote.load().await, keys) {
+                (Ok(_), _) => {}
+                (Err(e), KeysFrom::File(path)) => {
+                    return Err(ServerError::Config(format!("--jwks-file {}: {e}", path.display())));
+                }
+                (Err(e), KeysFrom::Url { .. }) => {
+                    tracing::error!(error = %e, "cannot load the issuer's keys yet; requests get 503 until they load");
+                }
+            }
+            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(Arc::new(remote))))
+        }
+    })
+}
+
+/// Builds the shared state from a parsed config: connects to Redis when configured, loads the verification keys.
 ///
 /// # Errors
-/// Redis unreachable at start.
-pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::StateError> {
+/// Redis unreachable at start; an unusable key file.
+pub async fn build_state(cfg: &Config) -> Result<AppState, ServerError> {
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
             let rc = RedisConfig {
@@ -26,8 +84,8 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
                 max_events: cfg.max_events,
                 ..RedisConfig::new(r.url.clone())
             };
-            let store = RedisStore::connect(rc).await?;
-            store.ping().await?;
+            let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
+            store.ping().await.map_err(ServerError::Store)?;
             tracing::info!(prefix = %r.prefix, "using the Redis store: replicas share sessions");
             Arc::new(store)
         }
@@ -40,11 +98,26 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, mcpfleet_state::State
         Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
         None => Arc::new(EmptyCatalog),
     };
+    let mut transport = cfg.transport.clone();
+    if let Some(pr) = &mut transport.protected_resource {
+        // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
+        for tool in catalog.tools() {
+            if let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) {
+                pr.scopes_supported.extend(catalog.tool_scopes(name));
+            }
+        }
+        pr.scopes_supported.extend(transport.tool_scopes.values().flatten().cloned());
+        pr.scopes_supported.sort();
+        pr.scopes_supported.dedup();
+    }
+    if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
+        transport.dev_jwks = Some(DevIssuer::load_or_create(key_file)?.jwks());
+    }
     Ok(AppState {
         store,
         catalog,
-        auth: Arc::new(NoAuth::default()),
-        config: Arc::new(cfg.transport.clone()),
+        auth: build_auth(&cfg.auth).await?,
+        config: Arc::new(transport),
         shutdown: CancellationToken::new(),
         calls: tokio_util::task::TaskTracker::new(),
     })
@@ -58,6 +131,17 @@ fn init_tracing(cfg: &Config) {
         builder.pretty().init();
     } else {
         builder.json().flatten_event(true).init();
+    }
+}
+
+/// `--auth dev`: one ready-to-use token, with every scope the server knows, on the second line of stdout.
+fn print_dev_token(key_file: &std::path::Path, state: &AppState) {
+    let scope = state.config.protected_resource.as_ref().map(|p| p.scopes_supported.join(" ")).unwrap_or_default();
+    match DevIssuer::load_or_create(key_file)
+        .and_then(|i| i.mint("dev", &scope, None, std::time::Duration::from_secs(24 * 3600)))
+    {
+        Ok(token) => println!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `mcpfleet token`): {token}"),
+        Err(e) => tracing::error!(error = %e, "cannot mint the dev token"),
     }
 }
 
@@ -85,13 +169,27 @@ async fn shutdown_signal(token: CancellationToken) {
 pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     let cfg = match config::parse(args) {
         Ok(Parsed::Serve(c)) => c,
+        Ok(Parsed::Token(t)) => {
+            return match DevIssuer::load_or_create(&t.key_file)
+                .and_then(|i| i.mint(&t.sub, &t.scope, t.client_id.as_deref(), t.ttl))
+            {
+                Ok(token) => {
+                    println!("{token}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("mcpfleet: {e}");
+                    EXIT_CONFIG
+                }
+            };
+        }
         Ok(Parsed::Info(text)) => {
             print!("{text}");
             return 0;
         }
         Err(e) => {
             eprintln!("mcpfleet: {e}");
-            return EXIT_CONFIG;
+            return e.exit_code();
         }
     };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -106,9 +204,9 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         let state = match build_state(&cfg).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(error = %e, "cannot reach the state store");
-                eprintln!("mcpfleet: cannot reach Redis: {e}");
-                return EXIT_UNAVAILABLE;
+                tracing::error!(error = %e, "cannot start");
+                eprintln!("mcpfleet: {e}");
+                return e.exit_code();
             }
         };
         let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
@@ -122,6 +220,9 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         tracing::info!(listen = %addr, "serving MCP on /mcp");
         // Tests and supervisors read the bound address from this line.
         println!("listening on {addr}");
+        if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
+            print_dev_token(key_file, &state);
+        }
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown_signal(shutdown.clone()));
         let calls = state.calls.clone();

@@ -1,13 +1,13 @@
 use async_trait::async_trait;
+use mcpfleet_auth::{AuthError, Authenticator, Principal, Scopes};
 use mcpfleet_state::UserKey;
-use mcpfleet_transport::{Authenticator, Principal, TransportError};
 use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// The header through which tests name their principal, until the auth crate verifies real tokens.
+/// The header through which in-process tests name their principal (tests of real tokens use [`crate::Issuer`]).
 pub const TEST_USER_HEADER: &str = "x-test-user";
 
 /// Test-only authenticator: the principal is whatever `x-test-user` says. Never linked into the server.
@@ -16,12 +16,15 @@ pub struct HeaderAuth;
 
 #[async_trait]
 impl Authenticator for HeaderAuth {
-    async fn authenticate(&self, parts: &http::request::Parts) -> Result<Principal, TransportError> {
-        let user = parts.headers.get(TEST_USER_HEADER).and_then(|v| v.to_str().ok()).and_then(UserKey::new);
-        user.map(|user| Principal { user }).ok_or(TransportError::Unauthorized {
-            status: http::StatusCode::UNAUTHORIZED,
-            challenge: None,
-            message: "missing x-test-user",
+    async fn authenticate(&self, parts: &http::request::Parts) -> Result<Principal, AuthError> {
+        let name = parts.headers.get(TEST_USER_HEADER).and_then(|v| v.to_str().ok());
+        let user = name.and_then(UserKey::new).ok_or(AuthError::MissingCredentials)?;
+        Ok(Principal {
+            user,
+            issuer: "x-test-user".to_owned(),
+            subject: name.unwrap_or_default().to_owned(),
+            client_id: None,
+            scopes: Scopes::All,
         })
     }
 }

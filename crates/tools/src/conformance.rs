@@ -10,6 +10,8 @@ use std::time::Duration;
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The scope `test_whoami` declares, so that tests see a tool-declared scope enforced.
+pub const WHOAMI_SCOPE: &str = "fixtures:whoami";
 
 /// The conformance catalog.
 #[derive(Debug, Default)]
@@ -125,6 +127,7 @@ impl Catalog for ConformanceCatalog {
                 "test_update_watched_resource",
                 "Changes test://watched-resource and notifies the session's stream",
             ),
+            no_args("test_whoami", "Says who called, from the verified token (auth tests; needs fixtures:whoami)"),
         ]
     }
 
@@ -230,7 +233,21 @@ impl Catalog for ConformanceCatalog {
                     .await?;
                 ok(vec![text("test://watched-resource updated")])
             }
+            "test_whoami" => {
+                let p = cx.principal();
+                ok(vec![text(
+                    json!({ "sub": p.subject, "iss": p.issuer, "client_id": p.client_id, "scopes": p.scopes.list() })
+                        .to_string(),
+                )])
+            }
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
+        }
+    }
+
+    fn tool_scopes(&self, tool: &str) -> Vec<String> {
+        match tool {
+            "test_whoami" => vec![WHOAMI_SCOPE.to_owned()],
+            _ => Vec::new(),
         }
     }
 

@@ -1,14 +1,15 @@
 //! mcpfleet-tools owns what the server offers: tools, resources, prompts and completions, behind the [`Catalog`]
 //! trait, and the conformance fixtures (`--fixtures conformance`).
 //!
-//! A tool sees the world only through [`ToolContext`]: progress, logging, server→client requests and
-//! notifications to its session. The transport implements that context over the state crate, so a tool runs the
+//! A tool sees the world only through [`ToolContext`]: the verified [`Principal`] that called it, progress,
+//! logging, server→client requests and notifications to its session. The transport implements that context over the state crate, so a tool runs the
 //! same on any replica. This crate must not depend on axum, HTTP, Redis or the transport.
 
 pub mod conformance;
 mod empty;
 
 pub use empty::EmptyCatalog;
+pub use mcpfleet_auth::{Principal, Scopes};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -73,6 +74,9 @@ pub trait ToolContext: Send + Sync {
     /// The client's declared capabilities.
     fn client_capabilities(&self) -> &Value;
 
+    /// Who called: the verified principal of the request (never anything from the arguments).
+    fn principal(&self) -> &Principal;
+
     /// Fires when the client cancels this call or its session ends.
     fn cancelled(&self) -> CancellationToken;
 }
@@ -90,6 +94,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
 
     /// The tool definitions, in a deterministic order.
     fn tools(&self) -> Vec<Value>;
+
+    /// The scopes a caller needs to see and call `tool`. The transport checks them before the call runs and hides
+    /// the tool from `tools/list` for callers without them; the operator can add more (`--tool-scope`).
+    fn tool_scopes(&self, _tool: &str) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Runs one tool.
     ///

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use mcpfleet_auth::{AuthError, ProtectedResource};
 use mcpfleet_state::StateError;
 use serde_json::{Value, json};
 
@@ -62,8 +63,52 @@ pub enum TransportError {
     MethodNotAllowed,
     #[error("state store unavailable")]
     Unavailable(#[source] StateError),
-    #[error("unauthorized")]
-    Unauthorized { status: StatusCode, challenge: Option<HeaderValue>, message: &'static str },
+    /// A refusal by the authenticator or a scope check, with its `WWW-Authenticate` challenge.
+    #[error("{message}")]
+    Unauthorized { status: StatusCode, challenge: HeaderValue, message: String },
+    /// No token verification key has been loaded yet.
+    #[error("token verification is temporarily unavailable")]
+    AuthUnavailable,
+}
+
+/// Turns the auth crate's verdict into the RFC 6750 / MCP challenge: 401 without `error` when no credentials were
+/// sent, 401 `invalid_token`, 400 `invalid_request`, 403 `insufficient_scope` naming the scopes. Every challenge
+/// points to the resource metadata.
+#[must_use]
+pub fn auth_rejection(e: AuthError, resource: Option<&ProtectedResource>) -> TransportError {
+    let mut params: Vec<String> = Vec::new();
+    let description = |params: &mut Vec<String>, d: &str| params.push(format!("error_description=\"{d}\""));
+    let status = match &e {
+        AuthError::MissingCredentials => StatusCode::UNAUTHORIZED,
+        AuthError::InvalidRequest(d) => {
+            params.push("error=\"invalid_request\"".to_owned());
+            description(&mut params, d);
+            StatusCode::BAD_REQUEST
+        }
+        AuthError::InvalidToken(d) => {
+            params.push("error=\"invalid_token\"".to_owned());
+            description(&mut params, d);
+            StatusCode::UNAUTHORIZED
+        }
+        AuthError::InsufficientScope(scopes) => {
+            params.push("error=\"insufficient_scope\"".to_owned());
+            params.push(format!("scope=\"{}\"", scopes.join(" ")));
+            StatusCode::FORBIDDEN
+        }
+        AuthError::KeysUnavailable | AuthError::KeySource(_) => {
+            tracing::warn!(error = %e, "no token verification key available");
+            return TransportError::AuthUnavailable;
+        }
+    };
+    if let Some(r) = resource {
+        params.push(format!("resource_metadata=\"{}\"", r.metadata_url()));
+        if matches!(e, AuthError::MissingCredentials) && !r.required_scopes.is_empty() {
+            params.push(format!("scope=\"{}\"", r.required_scopes.join(" ")));
+        }
+    }
+    let challenge = if params.is_empty() { "Bearer".to_owned() } else { format!("Bearer {}", params.join(", ")) };
+    let challenge = HeaderValue::from_str(&challenge).unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
+    TransportError::Unauthorized { status, challenge, message: e.to_string() }
 }
 
 impl From<StateError> for TransportError {
@@ -93,6 +138,7 @@ impl TransportError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, code::SERVER_ERROR),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Unauthorized { status, .. } => (*status, code::SERVER_ERROR),
+            Self::AuthUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
         }
     }
 }
@@ -113,18 +159,17 @@ impl IntoResponse for TransportError {
                 tracing::warn!(error = %e, cause = %cause, "state store unavailable");
                 "service temporarily unavailable".to_owned()
             }
-            Self::Unauthorized { message, .. } => (*message).to_owned(),
             other => other.to_string(),
         };
         let mut resp = (status, axum::Json(error_body(code, &message))).into_response();
         match self {
-            Self::Unavailable(_) => {
+            Self::Unavailable(_) | Self::AuthUnavailable => {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Self::MethodNotAllowed => {
                 resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             }
-            Self::Unauthorized { challenge: Some(c), .. } => {
+            Self::Unauthorized { challenge: c, .. } => {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, c);
             }
             _ => {}

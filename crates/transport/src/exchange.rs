@@ -4,6 +4,7 @@
 //! committed to the session's event log before it is written to the connection, the replica renews a lease on
 //! the stream, and any replica can resume it.
 
+use crate::Principal;
 use crate::sse::Frame;
 use crate::{AppState, random_token};
 use async_trait::async_trait;
@@ -36,6 +37,7 @@ enum Mode {
 pub(crate) struct Exchange {
     app: AppState,
     key: SessionKey,
+    principal: Principal,
     request_id: Value,
     progress_token: Option<Value>,
     /// The client's capabilities as stored, parsed only if a tool asks for them.
@@ -57,16 +59,17 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    /// Starts the call and returns how the HTTP handler should answer.
+    /// Starts the call of `tool` (its name and arguments) and returns how the HTTP handler should answer.
     pub(crate) fn start(
         app: AppState,
         key: SessionKey,
+        principal: Principal,
         session: &SessionInfo,
         request_id: Value,
         params: &JsonObject,
-        name: String,
-        args: JsonObject,
+        tool: (String, JsonObject),
     ) -> oneshot::Receiver<Outcome> {
+        let (name, args) = tool;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -74,6 +77,7 @@ impl Exchange {
         let ex = Arc::new(Self {
             app,
             key,
+            principal,
             request_id,
             progress_token,
             client_capabilities_raw: session.client_capabilities.clone(),
@@ -499,6 +503,10 @@ impl ToolContext for Exchange {
             let _ = tx.try_send(Frame::Retry(retry));
         }
         Ok(())
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     fn client_capabilities(&self) -> &Value {

@@ -2,8 +2,8 @@
 //! which of them a method needs; they never read a header themselves. Argument order is check order: the caller
 //! (Origin, Host, identity) first, then the body checks (Accept, Content-Type, size, JSON-RPC envelope).
 
-use crate::auth::Principal;
-use crate::error::TransportError;
+use crate::Principal;
+use crate::error::{TransportError, auth_rejection};
 use crate::mcp::truncate;
 use crate::{AppState, SUPPORTED_VERSIONS, origin};
 use axum::body::Bytes;
@@ -28,7 +28,10 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self> {
         origin::check(&parts.headers, &app.config.allowed_origins, &app.config.allowed_hosts)?;
-        Ok(Self(app.auth.authenticate(parts).await?))
+        match app.auth.authenticate(parts).await {
+            Ok(p) => Ok(Self(p)),
+            Err(e) => Err(auth_rejection(e, app.config.protected_resource.as_ref())),
+        }
     }
 }
 

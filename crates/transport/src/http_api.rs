@@ -1,8 +1,8 @@
 //! The handlers of `/mcp`. Their extractors (`extract.rs`) have checked the caller, the headers and the body; a
 //! handler decides what the method needs, in an order that refuses a request before it touches the store.
 
-use crate::auth::Principal;
-use crate::error::TransportError;
+use crate::Principal;
+use crate::error::{TransportError, auth_rejection};
 use crate::exchange::{Exchange, Outcome};
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
 use crate::mcp;
@@ -87,7 +87,14 @@ pub(crate) async fn post(
                     return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
                 }
             };
-            let outcome = Exchange::start(app.clone(), key, &info, id, &params, name, args);
+            // Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming
+            // them, before anything runs.
+            let required = app.tool_scopes(&name);
+            if !caller.scopes.allow(&required) {
+                let e = mcpfleet_auth::AuthError::InsufficientScope(required);
+                return Err(auth_rejection(e, app.config.protected_resource.as_ref()));
+            }
+            let outcome = Exchange::start(app.clone(), key, caller, &info, id, &params, (name, args));
             match outcome.await {
                 Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
                 Ok(Outcome::Sse(rx)) => {
@@ -96,7 +103,9 @@ pub(crate) async fn post(
                 Err(_) => Err(TransportError::SessionNotFound),
             }
         }
-        Message::Request { id, method, params } => Ok(rpc_json(&id, mcp::plain(&app, &key, &method, &params).await)),
+        Message::Request { id, method, params } => {
+            Ok(rpc_json(&id, mcp::plain(&app, &key, &caller, &method, &params).await))
+        }
     }
 }
 

@@ -1,13 +1,13 @@
 //! mcpfleet-transport owns the Streamable HTTP endpoint of the 2025 protocol generation (2025-03-26, 2025-06-18,
 //! 2025-11-25): POST/GET/DELETE on `/mcp`, SSE framing and resumption, the JSON-RPC envelope, protocol-version
-//! rules, Origin/Host checks, and the mapping of every error to an HTTP status and JSON-RPC code.
+//! rules, Origin/Host checks, the bearer challenges and RFC 9728 metadata of the auth crate's verdicts, per-tool
+//! scope checks, and the mapping of every error to an HTTP status and JSON-RPC code.
 //!
 //! It keeps no per-session state: a session lives in the state crate's [`Store`], so any replica serves any
 //! message of any session. A replica holds only its open streams and in-flight calls.
 //!
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 
-mod auth;
 mod error;
 mod exchange;
 mod extract;
@@ -16,15 +16,17 @@ mod mcp;
 mod origin;
 mod sse;
 mod tail;
+mod well_known;
 
-pub use auth::{Authenticator, NoAuth, Principal};
 pub use error::{TransportError, code};
+pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
 pub use origin::HostPattern;
 
 use axum::Router;
 use axum::routing::get;
 use mcpfleet_state::Store;
 use mcpfleet_tools::Catalog;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -59,6 +61,13 @@ pub struct TransportConfig {
     pub client_request_timeout: Duration,
     pub server_name: String,
     pub server_version: String,
+    /// The RFC 9728 metadata served under `/.well-known/oauth-protected-resource` and named by every challenge;
+    /// `None` with `--auth none`.
+    pub protected_resource: Option<ProtectedResource>,
+    /// Scopes the operator requires per tool (`--tool-scope`), on top of those the tool declares.
+    pub tool_scopes: BTreeMap<String, Vec<String>>,
+    /// The dev issuer's JWKS, served at `/.well-known/jwks.json` with `--auth dev`.
+    pub dev_jwks: Option<serde_json::Value>,
 }
 
 impl Default for TransportConfig {
@@ -76,6 +85,9 @@ impl Default for TransportConfig {
             client_request_timeout: Duration::from_secs(60),
             server_name: "mcpfleet".to_owned(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
+            protected_resource: None,
+            tool_scopes: BTreeMap::new(),
+            dev_jwks: None,
         }
     }
 }
@@ -94,11 +106,32 @@ pub struct AppState {
     pub calls: TaskTracker,
 }
 
-/// The axum router serving `/mcp`.
+/// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/mcp", get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other))
-        .with_state(state)
+    let mut r = Router::new()
+        .route("/mcp", get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other));
+    if let Some(pr) = &state.config.protected_resource {
+        for path in pr.metadata_paths() {
+            r = r.route(&path, get(well_known::resource_metadata).options(well_known::preflight));
+        }
+    }
+    if state.config.dev_jwks.is_some() {
+        r = r.route("/.well-known/jwks.json", get(well_known::dev_jwks).options(well_known::preflight));
+    }
+    r.with_state(state)
+}
+
+impl AppState {
+    /// Every scope a caller needs for `tool`: the tool's own and the operator's.
+    pub(crate) fn tool_scopes(&self, tool: &str) -> Vec<String> {
+        let mut s = self.catalog.tool_scopes(tool);
+        if let Some(extra) = self.config.tool_scopes.get(tool) {
+            s.extend(extra.iter().cloned());
+        }
+        s.sort();
+        s.dedup();
+        s
+    }
 }
 
 /// 192 random bits from the thread's CSPRNG, base64url: session ids, lease tokens, trace ids.

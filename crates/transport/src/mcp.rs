@@ -34,13 +34,21 @@ fn tool_error(e: ToolError) -> (i64, String) {
 pub(crate) async fn plain(
     app: &AppState,
     key: &mcpfleet_state::SessionKey,
+    caller: &crate::Principal,
     method: &str,
     params: &JsonObject,
 ) -> RpcResult {
     let c = &app.catalog;
     match method {
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(json!({ "tools": c.tools() })),
+        "tools/list" => {
+            // A caller is offered only the tools its scopes allow it to call.
+            let mut tools = c.tools();
+            tools.retain(|t| {
+                t.get("name").and_then(Value::as_str).is_some_and(|n| caller.scopes.allow(&app.tool_scopes(n)))
+            });
+            Ok(json!({ "tools": tools }))
+        }
         "resources/list" => Ok(json!({ "resources": c.resources() })),
         "resources/templates/list" => Ok(json!({ "resourceTemplates": c.resource_templates() })),
         "resources/read" => c.read_resource(str_param(params, "uri")?).await.map_err(tool_error),

@@ -1,0 +1,41 @@
+//! Public documents: RFC 9728 protected resource metadata and the dev issuer's JWKS. They need no credentials and
+//! carry no per-caller data, so CORS is open for GET (browser-based clients discover the authorization server
+//! from them).
+
+use crate::AppState;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+fn cors(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, OPTIONS"));
+    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("mcp-protocol-version"));
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    resp
+}
+
+fn public_json(value: serde_json::Value) -> Response {
+    let mut resp = axum::Json(value).into_response();
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    cors(resp)
+}
+
+pub(crate) async fn resource_metadata(State(app): State<AppState>) -> Response {
+    match &app.config.protected_resource {
+        Some(pr) => public_json(pr.document()),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+pub(crate) async fn dev_jwks(State(app): State<AppState>) -> Response {
+    match &app.config.dev_jwks {
+        Some(jwks) => public_json(jwks.clone()),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+pub(crate) async fn preflight() -> Response {
+    cors(StatusCode::NO_CONTENT.into_response())
+}
