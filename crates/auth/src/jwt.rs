@@ -121,7 +121,7 @@ impl JwtAuthenticator {
         if kid.is_some_and(|k| k.is_empty() || k.len() > MAX_KID || !k.bytes().all(|b| (0x20..0x7f).contains(&b))) {
             return Err(AuthError::InvalidToken("unknown signing key"));
         }
-        let key = self.keys.key(kid).await?;
+        let key = self.keys.key(kid, header.alg).await?;
         if !key.algorithms.contains(&header.alg) {
             return Err(AuthError::InvalidToken("the token algorithm is not allowed for its key"));
         }

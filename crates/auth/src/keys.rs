@@ -180,14 +180,21 @@ impl KeySet {
         self.len() == 0
     }
 
-    /// The key a token's `kid` names. Without a `kid`, only a set of exactly one key answers; a `kid` finds its
-    /// key, or the one key of a set whose only key has no `kid` (a PEM key).
+    /// The key a token's `kid` names, if it may verify `alg`. A `kid` finds its key; without one (or in a set
+    /// whose keys have no `kid`, like a PEM key), the one key that may verify `alg` answers, if there is exactly one.
     #[must_use]
-    pub fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyKey>> {
-        let only = || (self.len() == 1).then(|| self.by_kid.values().chain(&self.unnamed).next().cloned()).flatten();
+    pub fn find(&self, kid: Option<&str>, alg: Algorithm) -> Option<Arc<VerifyKey>> {
+        let fits = |k: &&Arc<VerifyKey>| k.algorithms.contains(&alg);
+        let only = || {
+            let mut it = self.by_kid.values().chain(&self.unnamed).filter(fits);
+            match (it.next(), it.next()) {
+                (Some(k), None) => Some(k.clone()),
+                _ => None,
+            }
+        };
         match kid {
-            Some(k) => self.by_kid.get(k).cloned().or_else(|| if self.by_kid.is_empty() { only() } else { None }),
-            None => only(),
+            Some(k) if !self.by_kid.is_empty() => self.by_kid.get(k).filter(fits).cloned(),
+            _ => only(),
         }
     }
 }
@@ -207,10 +214,10 @@ impl KeySource {
     /// # Errors
     /// [`AuthError::InvalidToken`] for a key this issuer does not have; [`AuthError::KeysUnavailable`] when no key
     /// has been loaded yet.
-    pub async fn key(&self, kid: Option<&str>) -> Result<Arc<VerifyKey>, AuthError> {
+    pub async fn key(&self, kid: Option<&str>, alg: Algorithm) -> Result<Arc<VerifyKey>, AuthError> {
         match self {
-            Self::Static(set) => set.find(kid).ok_or(AuthError::InvalidToken("unknown signing key")),
-            Self::Remote(r) => r.key(kid).await,
+            Self::Static(set) => set.find(kid, alg).ok_or(AuthError::InvalidToken("unknown signing key")),
+            Self::Remote(r) => r.key(kid, alg).await,
         }
     }
 }
@@ -302,11 +309,11 @@ impl RemoteJwks {
         self.refresh_now().await
     }
 
-    async fn key(self: &Arc<Self>, kid: Option<&str>) -> Result<Arc<VerifyKey>, AuthError> {
+    async fn key(self: &Arc<Self>, kid: Option<&str>, alg: Algorithm) -> Result<Arc<VerifyKey>, AuthError> {
         let (keys, fresh_until, last_attempt, attempts) = self.snapshot();
         let now = Instant::now();
         let due = |interval: Duration| last_attempt.is_none_or(|t| now.duration_since(t) >= interval);
-        if let Some(k) = keys.as_ref().and_then(|ks| ks.find(kid)) {
+        if let Some(k) = keys.as_ref().and_then(|ks| ks.find(kid, alg)) {
             if now >= fresh_until && due(self.min_refresh) && !self.refreshing.swap(true, Ordering::AcqRel) {
                 let me = self.clone();
                 tokio::spawn(async move {
@@ -328,7 +335,7 @@ impl RemoteJwks {
         }
         match self.snapshot().0 {
             None => Err(AuthError::KeysUnavailable),
-            Some(ks) => ks.find(kid).ok_or(AuthError::InvalidToken("unknown signing key")),
+            Some(ks) => ks.find(kid, alg).ok_or(AuthError::InvalidToken("unknown signing key")),
         }
     }
 
@@ -423,11 +430,13 @@ mod tests {
         ]});
         let set = KeySet::from_jwks(doc.to_string().as_bytes()).unwrap();
         assert_eq!(set.len(), 1);
-        assert_eq!(set.find(Some("ed")).unwrap().algorithms, vec![Algorithm::EdDSA]);
-        assert!(set.find(Some("hmac")).is_none());
-        assert!(set.find(Some("../../etc/passwd")).is_none());
-        // One named key and no kid in the token: the only key answers.
-        assert!(set.find(None).is_some());
+        assert_eq!(set.find(Some("ed"), Algorithm::EdDSA).unwrap().algorithms, vec![Algorithm::EdDSA]);
+        assert!(set.find(Some("ed"), Algorithm::RS256).is_none());
+        assert!(set.find(Some("hmac"), Algorithm::HS256).is_none());
+        assert!(set.find(Some("../../etc/passwd"), Algorithm::EdDSA).is_none());
+        // One named key and no kid in the token: the only key that fits answers.
+        assert!(set.find(None, Algorithm::EdDSA).is_some());
+        assert!(set.find(None, Algorithm::ES256).is_none());
         assert!(KeySet::from_jwks(br#"{"keys":[]}"#).is_err());
         assert!(KeySet::from_jwks(b"not json").is_err());
     }

@@ -23,6 +23,8 @@ impl SseEvent {
 pub struct McpClient {
     pub http: reqwest::Client,
     pub user: Option<String>,
+    /// Sent as `Authorization: Bearer …`.
+    pub token: Option<String>,
     pub session: Option<String>,
 }
 
@@ -98,7 +100,13 @@ impl SseStream {
 impl McpClient {
     #[must_use]
     pub fn new() -> Self {
-        Self { http: reqwest::Client::builder().no_proxy().build().expect("client"), user: None, session: None }
+        crate::init_tls();
+        Self {
+            http: reqwest::Client::builder().no_proxy().build().expect("client"),
+            user: None,
+            token: None,
+            session: None,
+        }
     }
 
     /// Acts as this principal (through the test authenticator).
@@ -108,8 +116,18 @@ impl McpClient {
         self
     }
 
+    /// Sends this bearer token.
+    #[must_use]
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
+    }
+
     fn headers(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let mut rb = rb.header("mcp-protocol-version", "2025-11-25");
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
         if let Some(u) = &self.user {
             rb = rb.header(crate::TEST_USER_HEADER, u);
         }

@@ -32,7 +32,7 @@ impl Authenticator for HeaderAuth {
 /// One replica: a real `mcpfleet` process, or the library serving in this process (for injected principals).
 #[derive(Debug)]
 pub enum Replica {
-    Process { child: Child, addr: String },
+    Process { child: Child, addr: String, stdout: BufReader<std::process::ChildStdout> },
     InProcess { addr: String, stop: CancellationToken },
 }
 
@@ -62,6 +62,18 @@ impl Replica {
 }
 
 impl Replica {
+    /// The next line a process replica printed on stdout after its `listening on` line (with `--auth dev`, the
+    /// dev token line).
+    ///
+    /// # Panics
+    /// Not a process replica, or stdout closed.
+    pub fn stdout_line(&mut self) -> String {
+        let Self::Process { stdout, .. } = self else { panic!("not a process replica") };
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read stdout");
+        line
+    }
+
     /// Sends SIGTERM to a process replica (a graceful shutdown); stops an in-process one.
     pub fn terminate(&mut self) {
         match self {
@@ -113,6 +125,7 @@ pub struct FleetBuilder {
     redis_url: Option<String>,
     args: Vec<String>,
     header_auth: bool,
+    log_file: Option<PathBuf>,
 }
 
 /// A running fleet.
@@ -124,7 +137,8 @@ pub struct Fleet {
 impl Fleet {
     #[must_use]
     pub fn builder() -> FleetBuilder {
-        FleetBuilder { replicas: 1, redis_url: None, args: Vec::new(), header_auth: false }
+        crate::init_tls();
+        FleetBuilder { replicas: 1, redis_url: None, args: Vec::new(), header_auth: false, log_file: None }
     }
 
     #[must_use]
@@ -165,6 +179,13 @@ impl FleetBuilder {
         self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout-ms").arg("500")
     }
 
+    /// Appends every replica's stderr (its logs) to `path`, at `level`.
+    #[must_use]
+    pub fn log_to(mut self, path: impl Into<PathBuf>, level: &str) -> Self {
+        self.log_file = Some(path.into());
+        self.arg("--log").arg(level)
+    }
+
     /// Serve in this process with [`HeaderAuth`], so that tests can act as several principals.
     #[must_use]
     pub fn header_auth(mut self) -> Self {
@@ -196,22 +217,28 @@ impl FleetBuilder {
 
     fn start_process(&self) -> Replica {
         let args = self.serve_args();
+        let stderr = match &self.log_file {
+            Some(p) => {
+                Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(p).expect("open log file"))
+            }
+            None => Stdio::inherit(),
+        };
         let mut child = Command::new(server_bin())
             .args(&args[1..])
             .env("MCPFLEET_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn mcpfleet");
-        let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read listen line");
+        stdout.read_line(&mut line).expect("read listen line");
         let addr = line
             .trim()
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
-        Replica::Process { child, addr }
+        Replica::Process { child, addr, stdout }
     }
 
     async fn start_in_process(&self) -> Replica {

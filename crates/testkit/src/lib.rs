@@ -7,13 +7,22 @@
 
 mod client;
 mod fleet;
+pub mod issuer;
 mod proxy;
 mod redis;
 
 pub use client::{McpClient, SseEvent, SseStream};
 pub use fleet::{Fleet, FleetBuilder, HeaderAuth, Replica, TEST_USER_HEADER, server_bin};
+pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
+
+/// Installs rustls' ring provider for the process (the auth crate's JWKS client links reqwest with
+/// `rustls-no-provider`, and cargo unifies that feature into every test's reqwest). Every testkit entry point calls
+/// it; a test that builds a reqwest or rmcp client before touching the testkit must call it first.
+pub fn init_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// Waits until `f` returns true, polling every 20 ms, or panics after `secs` seconds.
 ///

@@ -59,6 +59,7 @@ impl RoundRobinProxy {
     /// # Panics
     /// If it cannot bind.
     pub async fn start(targets: Vec<String>) -> Self {
+        crate::init_tls();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let client = reqwest::Client::builder().no_proxy().build().expect("client");

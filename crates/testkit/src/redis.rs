@@ -22,6 +22,7 @@ impl RedisServer {
     /// If `redis-server` is not installed or does not come up within 10 s.
     #[must_use]
     pub fn start() -> Self {
+        crate::init_tls();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
             let port = free_port();
