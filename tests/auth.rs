@@ -186,7 +186,7 @@ async fn every_bad_credential_gets_its_challenge() {
         }),
         ("unknown kid", good().header("kid", json!("no-such-key")).sign()),
         ("kid path traversal", good().header("kid", json!("../../../../etc/passwd")).sign()),
-        ("kid URL", good().header("kid", json!("http://127.0.0.1:1/jwks.json")).sign()),
+        ("kid naming a URL", good().header("kid", json!(evil.jwks_url())).sign()),
         ("kid SQL", good().header("kid", json!("' OR '1'='1")).sign()),
         ("kid of 1000 characters", good().header("kid", json!("k".repeat(1000))).sign()),
         ("token over 8 KiB", good().claim("pad", json!("p".repeat(9000))).sign()),
@@ -210,7 +210,15 @@ async fn every_bad_credential_gets_its_challenge() {
     for (case, token) in &cases {
         expect(case, &with_token(url, token).await, 401, &invalid, t);
     }
-    assert_eq!(evil.fetches(), 0, "a jku/x5u/jwk header was followed");
+    assert_eq!(evil.fetches(), 0, "a jku, x5u or kid was followed");
+
+    // GET and DELETE are challenged the same way.
+    let http = reqwest::Client::new();
+    let s = send(http.get(url).header("accept", "text/event-stream").header("mcp-session-id", "a".repeat(32))).await;
+    expect("GET without credentials", &s, 401, &["resource_metadata=", "scope=\"mcp:access\""], t);
+    let s =
+        send(http.delete(url).header("authorization", "Bearer nope").header("mcp-session-id", "a".repeat(32))).await;
+    expect("DELETE with a bad token", &s, 401, &invalid, t);
 
     // Hostile kids cannot make the replicas hammer the issuer: one refresh per interval at most.
     let before = issuer.fetches();
@@ -438,6 +446,34 @@ async fn keys_rotate_without_a_restart_and_survive_an_issuer_outage() {
         async move { with_token(&u, &token).await.status == 200 }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_cached_for_their_max_age() {
+    let redis = RedisServer::start();
+    let key = rsa1();
+    let issuer = Issuer::start(&[&key]).await;
+    let fleet = fleet(&redis, &issuer, 1, &[]).await;
+    let url = fleet.urls()[0].clone();
+    let token = key.token(&issuer.id(), "alice").sign();
+    assert_eq!(issuer.fetches(), 1, "one fetch at start");
+    // max-age=300: known keys are used without asking the issuer again.
+    for _ in 0..5 {
+        assert_eq!(with_token(&url, &token).await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(with_token(&url, &token).await.status, 200);
+    assert_eq!(issuer.fetches(), 1, "keys refetched before their max-age");
+
+    // A replica whose JWKS said max-age=1 refreshes in the background once the keys are stale, while requests
+    // keep being served with the cached keys.
+    issuer.set_max_age(1);
+    let short = self::fleet(&redis, &issuer, 1, &[]).await;
+    let short_url = short.urls()[0].clone();
+    let before = issuer.fetches();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(with_token(&short_url, &token).await.status, 200);
+    eventually(5, "a background refresh of stale keys", || async { issuer.fetches() > before }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -491,3 +491,85 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> Result<Box<Config>, ServerError> {
+        let all = ["mcpfleet", "serve"].iter().chain(args).map(OsString::from);
+        match parse(all)? {
+            Parsed::Serve(c) => Ok(c),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    const JWT: [&str; 10] = [
+        "--auth",
+        "jwt",
+        "--jwt-issuer",
+        "https://idp.example",
+        "--jwt-audience",
+        "https://mcp.example.com/mcp",
+        "--jwks-url",
+        "https://idp.example/jwks",
+        "--resource-url",
+        "https://mcp.example.com/mcp",
+    ];
+
+    #[test]
+    fn a_public_listener_allows_only_the_resource_host_by_default() {
+        let mut args = vec!["--listen", "0.0.0.0:8080"];
+        args.extend(JWT);
+        let c = serve(&args).unwrap();
+        let hosts = &c.transport.allowed_hosts;
+        assert!(
+            hosts.iter().any(|h| h.matches("mcp.example.com"))
+                && hosts.iter().any(|h| h.matches("mcp.example.com:443"))
+        );
+        assert!(!hosts.iter().any(|h| h.matches("localhost:8080") || h.matches("evil.example")));
+        let origins = &c.transport.allowed_origins;
+        assert!(origins.iter().any(|o| o.matches("https://mcp.example.com")));
+        assert!(!origins.iter().any(|o| o.matches("http://localhost:3000") || o.matches("https://evil.example")));
+        let pr = c.transport.protected_resource.as_ref().unwrap();
+        assert_eq!(pr.authorization_servers, vec!["https://idp.example".to_owned()]);
+        assert_eq!(pr.metadata_url(), "https://mcp.example.com/.well-known/oauth-protected-resource/mcp");
+    }
+
+    #[test]
+    fn a_loopback_listener_allows_loopback_names_only() {
+        let mut args = vec!["--listen", "127.0.0.1:8080"];
+        args.extend(JWT);
+        let c = serve(&args).unwrap();
+        assert!(c.transport.allowed_hosts.iter().any(|h| h.matches("localhost:8080")));
+        assert!(!c.transport.allowed_hosts.iter().any(|h| h.matches("mcp.example.com")));
+    }
+
+    #[test]
+    fn explicit_allowlists_and_tool_scopes_are_kept() {
+        let mut args = vec!["--allowed-hosts", "a.example:*", "--tool-scope", "t1=s1 s2", "--tool-scope", "t2=s3"];
+        args.extend(JWT);
+        let c = serve(&args).unwrap();
+        assert!(c.transport.allowed_hosts.iter().any(|h| h.matches("a.example:1")));
+        assert_eq!(c.transport.tool_scopes["t1"], vec!["s1".to_owned(), "s2".to_owned()]);
+        assert!(serve(&["--tool-scope", "no-equals"]).is_err());
+        assert!(serve(&["--required-scope", "bad\"scope"]).is_err());
+    }
+
+    #[test]
+    fn jwt_mode_checks_its_urls() {
+        let with = |flag: &str, value: &str| {
+            let mut args: Vec<&str> = JWT.to_vec();
+            let i = args.iter().position(|a| *a == flag).unwrap();
+            args[i + 1] = value;
+            serve(&args).map(|_| ())
+        };
+        assert!(with("--jwks-url", "http://idp.example/jwks").is_err(), "plain http to a remote issuer");
+        assert!(with("--jwks-url", "http://127.0.0.1:9000/jwks").is_ok());
+        assert!(with("--resource-url", "http://mcp.example.com/mcp").is_err());
+        assert!(with("--resource-url", "https://mcp.example.com/mcp?x=1").is_err());
+        assert!(serve(&["--auth", "jwt", "--jwt-leeway", "31"]).is_err());
+        // --dev alone means --auth dev.
+        assert!(matches!(serve(&["--dev"]).unwrap().auth, AuthConfig::Dev { .. }));
+    }
+}
