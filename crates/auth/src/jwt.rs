@@ -11,6 +11,8 @@ use http::request::Parts;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Which `typ` header values are accepted.
@@ -40,11 +42,52 @@ pub struct JwtSettings {
 /// Longest `sub`, `iss` or `client_id` accepted.
 const MAX_CLAIM: usize = 1024;
 
+/// How many verified tokens are remembered per replica.
+const VERIFIED_CAPACITY: usize = 16_384;
+/// How long a verdict is trusted without checking the signature again (also bounded by the token's `exp`, and
+/// dropped as soon as the key set changes).
+const VERIFIED_TTL: Duration = Duration::from_secs(60);
+
+/// Tokens verified recently, by SHA-256 of the token: a client sends the same access token with every request,
+/// and an RSA or ECDSA verification costs more than the rest of a `tools/call` together (docs/BENCHMARKS.md).
+/// Only successes are kept. An entry is used only while the token has not expired, for at most
+/// [`VERIFIED_TTL`], and only under the key set it was verified with.
+#[derive(Default)]
+struct Verified {
+    map: std::sync::Mutex<HashMap<[u8; 32], (Principal, u64, std::time::Instant, u64)>>,
+}
+
+impl Verified {
+    fn get(&self, digest: &[u8; 32], generation: u64, leeway: u64) -> Option<Principal> {
+        let map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (p, exp, at, g) = map.get(digest)?;
+        (*g == generation && now_secs() <= exp.saturating_add(leeway) && at.elapsed() < VERIFIED_TTL).then(|| p.clone())
+    }
+
+    fn put(&self, digest: [u8; 32], p: &Principal, exp: u64, generation: u64) {
+        let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= VERIFIED_CAPACITY {
+            let now = now_secs();
+            map.retain(|_, (_, exp, at, g)| *g == generation && *exp >= now && at.elapsed() < VERIFIED_TTL);
+            if map.len() >= VERIFIED_CAPACITY {
+                map.clear();
+            }
+        }
+        map.insert(digest, (p.clone(), exp, std::time::Instant::now(), generation));
+    }
+}
+
 /// `--auth jwt` and `--auth dev`: bearer JWT access tokens.
-#[derive(Debug)]
 pub struct JwtAuthenticator {
     settings: JwtSettings,
     keys: KeySource,
+    verified: Verified,
+}
+
+impl std::fmt::Debug for JwtAuthenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtAuthenticator").field("settings", &self.settings).field("keys", &self.keys).finish()
+    }
 }
 
 fn claim_error(e: &jsonwebtoken::errors::Error) -> &'static str {
@@ -84,7 +127,7 @@ fn now_secs() -> u64 {
 impl JwtAuthenticator {
     #[must_use]
     pub fn new(settings: JwtSettings, keys: KeySource) -> Self {
-        Self { settings, keys }
+        Self { settings, keys, verified: Verified::default() }
     }
 
     #[must_use]
@@ -97,6 +140,18 @@ impl JwtAuthenticator {
     /// # Errors
     /// [`AuthError::InvalidToken`] with a reason safe to show; [`AuthError::KeysUnavailable`].
     pub async fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let generation = self.keys.generation();
+        let leeway = self.settings.leeway.as_secs();
+        if let Some(p) = self.verified.get(&digest, generation, leeway) {
+            return Ok(p);
+        }
+        let (principal, exp) = self.verify_uncached(token).await?;
+        self.verified.put(digest, &principal, exp, generation);
+        Ok(principal)
+    }
+
+    async fn verify_uncached(&self, token: &str) -> Result<(Principal, u64), AuthError> {
         if token.split('.').count() != 3 {
             return Err(AuthError::InvalidToken("the token is not a signed JWT"));
         }
@@ -165,7 +220,10 @@ impl JwtAuthenticator {
             }
             Some(_) => return Err(AuthError::InvalidToken("the scp claim must be an array of strings")),
         }
-        Ok(Principal::new(issuer, subject, client_id, Scopes::granted(scopes)))
+        // jsonwebtoken has checked that `exp` is a number in the future.
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a validated, positive timestamp")]
+        let exp = claims.get("exp").and_then(Value::as_f64).map_or(0, |e| e as u64);
+        Ok((Principal::new(issuer, subject, client_id, Scopes::granted(scopes)), exp))
     }
 }
 

@@ -220,6 +220,15 @@ impl KeySource {
             Self::Remote(r) => r.key(kid, alg).await,
         }
     }
+
+    /// Changes whenever the key set is replaced, so that verdicts reached under older keys can be dropped.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        match self {
+            Self::Static(_) => 0,
+            Self::Remote(r) => r.loads(),
+        }
+    }
 }
 
 enum Origin {
@@ -234,6 +243,8 @@ struct Cache {
     last_attempt: Option<Instant>,
     /// Bumped at every attempt, so that requests that queued behind one do not repeat it.
     attempts: u64,
+    /// Bumped at every successful load: tokens verified under older keys are verified again.
+    loads: u64,
 }
 
 /// A JWKS fetched over HTTP (or read from a file), cached for its `max-age` (clamped between the refresh interval
@@ -289,10 +300,20 @@ impl RemoteJwks {
         Self {
             origin,
             min_refresh,
-            state: RwLock::new(Cache { keys: None, fresh_until: Instant::now(), last_attempt: None, attempts: 0 }),
+            state: RwLock::new(Cache {
+                keys: None,
+                fresh_until: Instant::now(),
+                last_attempt: None,
+                attempts: 0,
+                loads: 0,
+            }),
             refresh: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
         }
+    }
+
+    fn loads(&self) -> u64 {
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner).loads
     }
 
     fn snapshot(&self) -> (Option<Arc<KeySet>>, Instant, Option<Instant>, u64) {
@@ -353,6 +374,7 @@ impl RemoteJwks {
                 let mut c = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                 c.keys = Some(Arc::new(set));
                 c.fresh_until = Instant::now() + ttl;
+                c.loads += 1;
                 tracing::info!(keys = n, ttl_secs = ttl.as_secs(), "verification keys loaded");
                 Ok(n)
             }

@@ -1,6 +1,8 @@
 //! The hot path, measured side by side in one run: `tools/call` on an existing session that answers with JSON,
 //! from concurrent clients, against (a) one replica on the in-memory store, (b) one replica on Redis, and (c) three
-//! replicas on one Redis, the client spreading its requests round-robin over them (as a load balancer would).
+//! replicas on one Redis, the client spreading its requests round-robin over them (as a load balancer would), and
+//! (d, e, f) one replica on Redis with `--auth jwt`, every request carrying a bearer token signed RS256, ES256 or
+//! EdDSA (verified on every request: signature and claims; the keys are cached).
 //!
 //! `cargo bench -p mcpfleet --bench hot_path` runs it, 10 s per setup (`-- --secs N` to change).
 //! Under `cargo test` it runs one short pass per setup, so that it cannot rot. Figures are reported as ratios to
@@ -8,7 +10,9 @@
 
 #![expect(clippy::unwrap_used, reason = "a benchmark fails loudly")]
 
-use mcpfleet_testkit::{Fleet, McpClient, RedisServer};
+use jsonwebtoken::Algorithm;
+use mcpfleet_testkit::issuer::AUDIENCE;
+use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, TestKey};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -31,8 +35,9 @@ impl Figures {
     }
 }
 
-async fn drive(urls: Vec<String>, duration: Duration) -> Figures {
+async fn drive(urls: Vec<String>, duration: Duration, token: Option<&str>) -> Figures {
     let mut client = McpClient::new();
+    client.token = token.map(str::to_owned);
     client.initialize(&urls[0]).await;
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": { "name": "test_simple_text", "arguments": {} } });
@@ -79,16 +84,40 @@ fn main() {
         let memory = Fleet::builder().start().await;
         let one = Fleet::builder().redis(redis.url()).start().await;
         let three = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+        let keys = [
+            TestKey::load("rsa-1", "rs", Algorithm::RS256),
+            TestKey::load("ec-1", "es", Algorithm::ES256),
+            TestKey::load("ed-1", "ed", Algorithm::EdDSA),
+        ];
+        let issuer = Issuer::start(&keys.iter().collect::<Vec<_>>()).await;
+        let jwt = Fleet::builder()
+            .redis(redis.url())
+            .arg("--auth")
+            .arg("jwt")
+            .arg("--jwt-issuer")
+            .arg(issuer.id())
+            .arg("--jwt-audience")
+            .arg(AUDIENCE)
+            .arg("--jwks-url")
+            .arg(issuer.jwks_url())
+            .arg("--resource-url")
+            .arg("https://mcp.test/mcp")
+            .start()
+            .await;
+        let token = |k: &TestKey| Some(k.token(&issuer.id(), "bench").claim("exp", json!(u64::MAX / 2)).sign());
         let setups = [
-            ("1 replica, in-memory", memory.urls()),
-            ("1 replica, Redis", one.urls()),
-            ("3 replicas, one Redis", three.urls()),
+            ("1 replica, in-memory", memory.urls(), None),
+            ("1 replica, Redis", one.urls(), None),
+            ("3 replicas, one Redis", three.urls(), None),
+            ("1 replica, Redis, JWT RS256", jwt.urls(), token(&keys[0])),
+            ("1 replica, Redis, JWT ES256", jwt.urls(), token(&keys[1])),
+            ("1 replica, Redis, JWT EdDSA", jwt.urls(), token(&keys[2])),
         ];
         let mut results = Vec::new();
-        for (name, urls) in setups {
+        for (name, urls, token) in setups {
             // Warm up connections and the script cache.
-            drive(urls.clone(), Duration::from_millis(200)).await;
-            results.push((name, drive(urls, duration).await));
+            drive(urls.clone(), Duration::from_millis(200), token.as_deref()).await;
+            results.push((name, drive(urls, duration, token.as_deref()).await));
         }
         let base = results[0].1.rate();
         println!("hot path: tools/call answering JSON, {CLIENTS} concurrent clients, {secs} s per setup");
