@@ -54,8 +54,11 @@ const VERIFIED_TTL: Duration = Duration::from_secs(60);
 /// [`VERIFIED_TTL`], and only under the key set it was verified with.
 #[derive(Default)]
 struct Verified {
-    map: std::sync::Mutex<HashMap<[u8; 32], (Principal, u64, std::time::Instant, u64)>>,
+    map: std::sync::Mutex<HashMap<[u8; 32], Verdict>>,
 }
+
+/// The principal, the token's `exp`, when it was verified, and the key set generation it was verified under.
+type Verdict = (Principal, u64, std::time::Instant, u64);
 
 impl Verified {
     fn get(&self, digest: &[u8; 32], generation: u64, leeway: u64) -> Option<Principal> {
