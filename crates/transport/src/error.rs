@@ -96,7 +96,7 @@ pub fn auth_rejection(e: AuthError, resource: Option<&ProtectedResource>) -> Tra
             StatusCode::FORBIDDEN
         }
         AuthError::KeysUnavailable | AuthError::KeySource(_) => {
-            tracing::warn!(error = %e, "no token verification key available");
+            tracing::debug!(error = %e, "no token verification key available");
             return TransportError::AuthUnavailable;
         }
     };
