@@ -203,6 +203,22 @@ struct ServeArgs {
     /// clients resume them on other replicas meanwhile.
     #[arg(long, env = "MCPFLEET_SHUTDOWN_GRACE_SECS", default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=3600))]
     shutdown_grace_secs: u64,
+    /// Address of the admin listener: /metrics, /healthz, /readyz. Keep it private.
+    #[arg(long, env = "MCPFLEET_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    admin_listen: SocketAddr,
+    /// On SIGTERM, /readyz turns 503 at once; the server keeps serving for this many seconds (so that load
+    /// balancers stop sending new connections) before it stops accepting.
+    #[arg(long, env = "MCPFLEET_DRAIN_DELAY_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=600))]
+    drain_delay_secs: u64,
+    /// Largest total size of a request's headers, in bytes; more gets 431.
+    #[arg(long, env = "MCPFLEET_MAX_HEADER_BYTES", default_value_t = 16 * 1024, value_parser = clap::value_parser!(u64).range(1024..=1024 * 1024))]
+    max_header_bytes: u64,
+    /// How long a client may take to send a request head, in seconds; slower connections are closed.
+    #[arg(long, env = "MCPFLEET_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    header_read_timeout_secs: u64,
+    /// How long a client may take to send a request body, in seconds; slower gets 408.
+    #[arg(long, env = "MCPFLEET_BODY_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    body_timeout_secs: u64,
     /// Human-readable logs instead of JSON.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
@@ -242,6 +258,9 @@ pub struct Config {
     pub log: String,
     /// How long running calls may take to finish after shutdown begins.
     pub shutdown_grace: Duration,
+    pub admin_listen: SocketAddr,
+    /// How long the server keeps serving after SIGTERM, with /readyz at 503, before it stops accepting.
+    pub drain_delay: Duration,
 }
 
 /// `mcpfleet token`.
@@ -473,6 +492,9 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         cancel_watch_after: Duration::from_millis(a.cancel_watch_after_ms),
         protected_resource,
         tool_scopes,
+        max_header_bytes: usize::try_from(a.max_header_bytes).unwrap_or(usize::MAX),
+        header_read_timeout: Duration::from_secs(a.header_read_timeout_secs),
+        body_timeout: Duration::from_secs(a.body_timeout_secs),
         ..mcpfleet_transport::TransportConfig::default()
     };
     if transport.allowed_hosts.is_empty() {
@@ -489,6 +511,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         dev: a.dev,
         log: a.log,
         shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
+        admin_listen: a.admin_listen,
+        drain_delay: Duration::from_secs(a.drain_delay_secs),
     })))
 }
 

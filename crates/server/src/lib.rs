@@ -8,8 +8,10 @@ pub use mcpfleet_transport::{AppState, serve};
 use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::{AuthError, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
-use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store};
+use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
 use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
+use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
+use prometheus::Registry;
 use std::ffi::OsString;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -71,17 +73,25 @@ async fn build_auth(auth: &AuthConfig) -> Result<Arc<dyn Authenticator>, ServerE
     })
 }
 
-/// Builds the shared state from a parsed config: connects to Redis when configured, loads the verification keys.
+/// Builds the shared state from a parsed config: the metrics registry (with process metrics), the store
+/// (connecting to Redis when configured), the catalog, and the authenticator (loading its keys).
 ///
 /// # Errors
 /// Redis unreachable at start; an unusable key file.
-pub async fn build_state(cfg: &Config) -> Result<AppState, ServerError> {
+pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerError> {
+    let registry = Registry::new();
+    let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).map_err(metrics_error)?;
+    let store_metrics = StoreMetrics::register(&registry).map_err(metrics_error)?;
+    let transport_metrics = TransportMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
             let rc = RedisConfig {
                 prefix: r.prefix.clone(),
                 timeout: r.timeout,
                 max_events: cfg.max_events,
+                metrics: Some(store_metrics),
                 ..RedisConfig::new(r.url.clone())
             };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
@@ -113,14 +123,16 @@ pub async fn build_state(cfg: &Config) -> Result<AppState, ServerError> {
     if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
         transport.dev_jwks = Some(DevIssuer::load_or_create(key_file)?.jwks());
     }
-    Ok(AppState {
+    let state = AppState {
         store,
         catalog,
         auth: build_auth(&cfg.auth).await?,
         config: Arc::new(transport),
         shutdown: CancellationToken::new(),
         calls: tokio_util::task::TaskTracker::new(),
-    })
+        metrics: transport_metrics,
+    };
+    Ok((state, registry))
 }
 
 fn init_tracing(cfg: &Config) {
@@ -201,7 +213,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     };
     rt.block_on(async move {
         init_tracing(&cfg);
-        let state = match build_state(&cfg).await {
+        let (state, registry) = match build_state(&cfg).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
@@ -216,15 +228,47 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 return EXIT_CONFIG;
             }
         };
+        let admin = match tokio::net::TcpListener::bind(cfg.admin_listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("mcpfleet: cannot listen on --admin-listen {}: {e}", cfg.admin_listen);
+                return EXIT_CONFIG;
+            }
+        };
         let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!(listen = %addr, "serving MCP on /mcp");
-        // Tests and supervisors read the bound address from this line.
+        let admin_addr = admin.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(listen = %addr, admin = %admin_addr, "serving MCP on /mcp");
+        // Tests and supervisors read the bound addresses from these two lines.
         println!("listening on {addr}");
+        println!("admin listening on {admin_addr}");
         if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
             print_dev_token(key_file, &state);
         }
+        // The drain: the first signal fires `draining` (/readyz turns 503 at once); the server keeps serving for
+        // --drain-delay-secs, then fires `shutdown` (stop accepting, end every SSE stream with a retry hint).
+        let draining = CancellationToken::new();
         let shutdown = CancellationToken::new();
-        tokio::spawn(shutdown_signal(shutdown.clone()));
+        tokio::spawn(shutdown_signal(draining.clone()));
+        let admin_state = AdminState {
+            registry,
+            store: state.store.clone(),
+            draining: draining.clone(),
+            ready_timeout: std::time::Duration::from_secs(1),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, admin_router(admin_state)).await {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+        let delay = cfg.drain_delay;
+        let (d, s) = (draining.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            d.cancelled().await;
+            tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");
+            tokio::time::sleep(delay).await;
+            tracing::info!("drain delay over: no longer accepting connections");
+            s.cancel();
+        });
         let calls = state.calls.clone();
         // One deadline for the whole drain, from the first signal: the open connections close (every stream ends
         // with a retry hint), then calls still running get what is left of the grace. They keep committing to the

@@ -11,11 +11,13 @@
 
 mod error;
 mod memory;
+mod metrics;
 mod redis;
 mod types;
 
 pub use error::StateError;
 pub use memory::MemoryStore;
+pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
 pub use types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo, SessionKey,

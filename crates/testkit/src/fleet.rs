@@ -32,7 +32,7 @@ impl Authenticator for HeaderAuth {
 /// One replica: a real `mcpfleet` process, or the library serving in this process (for injected principals).
 #[derive(Debug)]
 pub enum Replica {
-    Process { child: Child, addr: String, stdout: BufReader<std::process::ChildStdout> },
+    Process { child: Child, addr: String, admin: String, stdout: BufReader<std::process::ChildStdout> },
     InProcess { addr: String, stop: CancellationToken },
 }
 
@@ -62,6 +62,26 @@ impl Replica {
 }
 
 impl Replica {
+    /// `http://<admin address>` of a process replica: `/metrics`, `/healthz`, `/readyz`.
+    ///
+    /// # Panics
+    /// Not a process replica.
+    #[must_use]
+    pub fn admin(&self) -> String {
+        let Self::Process { admin, .. } = self else { panic!("not a process replica") };
+        format!("http://{admin}")
+    }
+
+    /// The process id of a process replica.
+    ///
+    /// # Panics
+    /// Not a process replica.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        let Self::Process { child, .. } = self else { panic!("not a process replica") };
+        child.id()
+    }
+
     /// The next line a process replica printed on stdout after its `listening on` line (with `--auth dev`, the
     /// dev token line).
     ///
@@ -199,6 +219,13 @@ impl FleetBuilder {
         if let Some(u) = &self.redis_url {
             a.extend(["--redis-url".to_owned(), u.clone()]);
         }
+        // Every replica gets its own admin port, and a SIGTERM that stops accepting at once, unless the test says
+        // otherwise.
+        for (flag, value) in [("--admin-listen", "127.0.0.1:0"), ("--drain-delay-secs", "0")] {
+            if !self.args.iter().any(|x| x == flag) {
+                a.extend([flag.to_owned(), value.to_owned()]);
+            }
+        }
         a.extend(self.args.iter().cloned());
         a
     }
@@ -238,7 +265,14 @@ impl FleetBuilder {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
-        Replica::Process { child, addr, stdout }
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read admin line");
+        let admin = line
+            .trim()
+            .strip_prefix("admin listening on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_owned();
+        Replica::Process { child, addr, admin, stdout }
     }
 
     async fn start_in_process(&self) -> Replica {
@@ -247,7 +281,7 @@ impl FleetBuilder {
         else {
             panic!("not a serve command");
         };
-        let mut state = mcpfleet::build_state(&cfg).await.expect("state");
+        let (mut state, _registry) = mcpfleet::build_state(&cfg).await.expect("state");
         state.auth = Arc::new(HeaderAuth);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();

@@ -43,6 +43,8 @@ pub enum TransportError {
     PayloadTooLarge(usize),
     #[error("parse error")]
     Parse,
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
     #[error("batch requests are not supported: send one JSON-RPC message per POST")]
@@ -75,7 +77,19 @@ pub enum TransportError {
 /// sent, 401 `invalid_token`, 400 `invalid_request`, 403 `insufficient_scope` naming the scopes. Every challenge
 /// points to the resource metadata.
 #[must_use]
-pub fn auth_rejection(e: AuthError, resource: Option<&ProtectedResource>) -> TransportError {
+pub(crate) fn auth_rejection(app: &crate::AppState, e: AuthError) -> TransportError {
+    let reason = match &e {
+        AuthError::MissingCredentials => "missing_token",
+        AuthError::InvalidRequest(_) => "invalid_request",
+        AuthError::InvalidToken(_) => "invalid_token",
+        AuthError::InsufficientScope(_) => "insufficient_scope",
+        AuthError::KeysUnavailable | AuthError::KeySource(_) => "keys_unavailable",
+    };
+    app.metrics.auth_refusals.with_label_values(&[reason]).inc();
+    challenge(e, app.config.protected_resource.as_ref())
+}
+
+fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportError {
     let mut params: Vec<String> = Vec::new();
     let description = |params: &mut Vec<String>, d: &str| params.push(format!("error_description=\"{d}\""));
     let status = match &e {
@@ -129,6 +143,7 @@ impl TransportError {
             Self::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, code::SERVER_ERROR),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, code::SERVER_ERROR),
             Self::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
+            Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::SERVER_ERROR),
             Self::InvalidRequest(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
             Self::MissingSession | Self::ProtocolVersion(_) | Self::UnknownResponse | Self::BadCursor => {
                 (StatusCode::BAD_REQUEST, code::SERVER_ERROR)

@@ -38,6 +38,8 @@ pub(crate) struct Exchange {
     app: AppState,
     key: SessionKey,
     principal: Principal,
+    /// The request's trace id, in the audit event and in `isError` results.
+    trace_id: String,
     request_id: Value,
     progress_token: Option<Value>,
     /// The client's capabilities as stored, parsed only if a tool asks for them.
@@ -58,18 +60,25 @@ pub(crate) struct Exchange {
     outstanding: std::sync::Mutex<Vec<String>>,
 }
 
+/// One `tools/call`, as the handler parsed it.
+pub(crate) struct CallRequest<'a> {
+    pub(crate) id: Value,
+    pub(crate) params: &'a JsonObject,
+    pub(crate) name: String,
+    pub(crate) args: JsonObject,
+    pub(crate) trace_id: String,
+}
+
 impl Exchange {
-    /// Starts the call of `tool` (its name and arguments) and returns how the HTTP handler should answer.
+    /// Starts `call` and returns how the HTTP handler should answer.
     pub(crate) fn start(
         app: AppState,
         key: SessionKey,
         principal: Principal,
         session: &SessionInfo,
-        request_id: Value,
-        params: &JsonObject,
-        tool: (String, JsonObject),
+        call: CallRequest<'_>,
     ) -> oneshot::Receiver<Outcome> {
-        let (name, args) = tool;
+        let CallRequest { id: request_id, params, name, args, trace_id } = call;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -78,6 +87,7 @@ impl Exchange {
             app,
             key,
             principal,
+            trace_id,
             request_id,
             progress_token,
             client_capabilities_raw: session.client_capabilities.clone(),
@@ -108,11 +118,14 @@ impl Exchange {
     async fn drive(self: Arc<Self>, name: String, args: JsonObject) {
         let _done = self.done.clone().drop_guard();
         let cfg = self.app.config.clone();
+        let started = std::time::Instant::now();
+        let audit = Audit { tool: name.clone(), args_sha256: args_digest(&args), started };
         // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
         // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
         // a hung request, and cancellation aborts it. The lease is renewed by a task of its own as well.
         let me = self.clone();
-        let mut call = tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me).await });
+        let mut call =
+            tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id).await });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
@@ -130,20 +143,23 @@ impl Exchange {
             tokio::select! {
                 result = &mut call => {
                     let result = result.unwrap_or_else(|e| {
-                        tracing::error!(error = %e, "tool task failed");
+                        tracing::error!(error = %e, trace_id = %self.trace_id, "tool task failed");
                         Err((crate::code::INTERNAL_ERROR, "internal error".to_owned()))
                     });
+                    self.record(&audit, outcome_of(&result));
                     let msg = self.response(result);
                     self.finish(msg).await;
                     return;
                 }
                 () = self.cancel.cancelled() => {
                     call.abort();
+                    self.record(&audit, Outcome2::Cancelled);
                     self.finish_cancelled().await;
                     return;
                 }
                 () = self.lost.cancelled() => {
                     call.abort();
+                    self.record(&audit, Outcome2::SessionGone);
                     self.session_gone().await;
                     return;
                 }
@@ -171,6 +187,7 @@ impl Exchange {
                     Some(Ring::Cancel(id)) if id == my_id => self.cancel.cancel(),
                     Some(Ring::Closed) | None => {
                         call.abort();
+                        self.record(&audit, Outcome2::SessionGone);
                         self.session_gone().await;
                         return;
                     }
@@ -191,6 +208,28 @@ impl Exchange {
                 }
             }
         }
+    }
+
+    /// Counts the call in `mcp_tool_calls_total` and `mcp_tool_call_duration_seconds`, and writes its audit event:
+    /// tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never the arguments).
+    fn record(&self, audit: &Audit, outcome: Outcome2) {
+        let took = audit.started.elapsed();
+        let tool = if outcome == Outcome2::UnknownTool { "unknown" } else { audit.tool.as_str() };
+        let m = &self.app.metrics;
+        m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
+        if outcome != Outcome2::UnknownTool {
+            m.tool_duration.with_label_values(&[tool]).observe(took.as_secs_f64());
+        }
+        tracing::info!(
+            target: "mcpfleet::audit",
+            outcome = outcome.label(),
+            tool.name = %crate::mcp::truncate(&audit.tool, 64),
+            principal = self.principal.user.as_str(),
+            duration_ms = took.as_secs_f64() * 1e3,
+            trace_id = %self.trace_id,
+            args.sha256 = %audit.args_sha256,
+            "tools/call"
+        );
     }
 
     /// The stream this call writes to, once it streams.
@@ -536,4 +575,53 @@ fn parse_answer(answer: &str) -> Result<Value, ToolError> {
             .take(200)
             .collect(),
     })
+}
+
+/// What the audit event of a call needs from its start.
+struct Audit {
+    tool: String,
+    args_sha256: String,
+    started: std::time::Instant,
+}
+
+/// SHA-256 of the arguments as received (serialized), hex: equal arguments give equal hashes, and nothing of the
+/// arguments can be read back.
+fn args_digest(args: &JsonObject) -> String {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(args).unwrap_or_default();
+    sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How a call ended, for the metrics and the audit event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome2 {
+    Ok,
+    IsError,
+    ProtocolError,
+    UnknownTool,
+    Cancelled,
+    SessionGone,
+}
+
+impl Outcome2 {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::IsError => "is_error",
+            Self::ProtocolError | Self::UnknownTool => "protocol_error",
+            Self::Cancelled => "cancelled",
+            Self::SessionGone => "session_gone",
+        }
+    }
+}
+
+fn outcome_of(result: &Result<Value, (i64, String)>) -> Outcome2 {
+    match result {
+        Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => Outcome2::IsError,
+        Ok(_) => Outcome2::Ok,
+        Err((code, msg)) if *code == crate::code::INVALID_PARAMS && msg.starts_with("unknown tool") => {
+            Outcome2::UnknownTool
+        }
+        Err(_) => Outcome2::ProtocolError,
+    }
 }

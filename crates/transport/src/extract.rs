@@ -30,7 +30,7 @@ impl FromRequestParts<AppState> for Caller {
         origin::check(&parts.headers, &app.config.allowed_origins, &app.config.allowed_hosts)?;
         match app.auth.authenticate(parts).await {
             Ok(p) => Ok(Self(p)),
-            Err(e) => Err(auth_rejection(e, app.config.protected_resource.as_ref())),
+            Err(e) => Err(auth_rejection(app, e)),
         }
     }
 }
@@ -66,6 +66,11 @@ impl McpHeaders {
         let raw = std::mem::replace(&mut self.session, Ok(None))?.ok_or(TransportError::MissingSession)?;
         let id = SessionId::parse(&raw).ok_or(TransportError::SessionNotFound)?;
         Ok(SessionKey { user: caller.user.clone(), id })
+    }
+
+    /// A short hash of the `MCP-Session-Id` sent, for logs (never the id itself).
+    pub(crate) fn session_tag(&self) -> Option<String> {
+        self.session.as_ref().ok().and_then(Option::as_deref).map(crate::observe::short_hash)
     }
 
     /// `Last-Event-ID`, if any; a value we never issue is 400.
@@ -152,7 +157,11 @@ impl FromRequest<AppState> for Rpc {
         if declared.is_some_and(|n| n > max) {
             return Err(TransportError::PayloadTooLarge(max));
         }
-        let body = axum::body::to_bytes(body, max).await.map_err(|_| TransportError::PayloadTooLarge(max))?;
+        let t = app.config.body_timeout;
+        let body = tokio::time::timeout(t, axum::body::to_bytes(body, max))
+            .await
+            .map_err(|_| TransportError::BodyTimeout(t))?
+            .map_err(|_| TransportError::PayloadTooLarge(max))?;
         classify(&body).map(Self)
     }
 }

@@ -3,10 +3,13 @@
 
 use crate::Principal;
 use crate::error::{TransportError, auth_rejection};
-use crate::exchange::{Exchange, Outcome};
+use crate::exchange::{CallRequest, Exchange, Outcome};
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
 use crate::mcp;
+use crate::metrics::method_label;
+use crate::observe::{RequestIds, RpcInfo, with_info};
 use crate::{AppState, SUPPORTED_VERSIONS, code, random_token, sse, tail};
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -41,10 +44,37 @@ fn accepted() -> Response {
 
 pub(crate) async fn post(
     State(app): State<AppState>,
+    Extension(ids): Extension<RequestIds>,
     Caller(caller): Caller,
-    mut h: McpHeaders,
+    h: McpHeaders,
     Rpc(message): Rpc,
+) -> Response {
+    let mut info = RpcInfo {
+        method: Some(match &message {
+            Message::Request { method, .. } | Message::Notification { method, .. } => method_label(method),
+            Message::Response { .. } => "response",
+        }),
+        principal: Some(caller.user.as_str().to_owned()),
+        session: h.session_tag(),
+        tool: None,
+    };
+    if let Message::Request { method, params, .. } = &message
+        && method == "tools/call"
+    {
+        info.tool = params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64));
+    }
+    let r = post_message(&app, &ids, caller, h, message).await;
+    with_info(r, info)
+}
+
+async fn post_message(
+    app: &AppState,
+    ids: &RequestIds,
+    caller: Principal,
+    mut h: McpHeaders,
+    message: Message,
 ) -> Result<Response> {
+    let app = app.clone();
     if let Message::Request { id, method, params } = &message
         && method == "initialize"
     {
@@ -91,15 +121,15 @@ pub(crate) async fn post(
             // them, before anything runs.
             let required = app.tool_scopes(&name);
             if !caller.scopes.allow(&required) {
+                app.metrics.tool_calls.with_label_values(&[&mcp::truncate(&name, 64), "refused"]).inc();
                 let e = mcpfleet_auth::AuthError::InsufficientScope(required);
-                return Err(auth_rejection(e, app.config.protected_resource.as_ref()));
+                return Err(auth_rejection(&app, e));
             }
-            let outcome = Exchange::start(app.clone(), key, caller, &info, id, &params, (name, args));
+            let call = CallRequest { id, params: &params, name, args, trace_id: ids.trace_id.clone() };
+            let outcome = Exchange::start(app.clone(), key, caller, &info, call);
             match outcome.await {
                 Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-                Ok(Outcome::Sse(rx)) => {
-                    Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone()))
-                }
+                Ok(Outcome::Sse(rx)) => Ok(sse::response(&app, rx, "call")),
                 Err(_) => Err(TransportError::SessionNotFound),
             }
         }
@@ -131,6 +161,7 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
         idle_ttl: app.config.session_idle_ttl,
     };
     app.store.create_session(&key, &new).await?;
+    app.metrics.sessions_created.inc();
     let mut result = json!({
         "protocolVersion": version,
         "capabilities": app.catalog.capabilities(),
@@ -146,27 +177,45 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
     Ok(resp)
 }
 
+fn http_info(method: &'static str, caller: &Principal, h: &McpHeaders) -> RpcInfo {
+    RpcInfo {
+        method: Some(method),
+        principal: Some(caller.user.as_str().to_owned()),
+        session: h.session_tag(),
+        tool: None,
+    }
+}
+
 pub(crate) async fn get(
     State(app): State<AppState>,
     Caller(caller): Caller,
     _accepts: AcceptsEventStream,
     mut h: McpHeaders,
-) -> Result<Response> {
-    h.version()?;
-    let cursor = h.last_event_id()?;
-    let (key, info) = session(&app, &mut h, &caller).await?;
-    let rx = tail::open(&app, key, cursor, info.protocol_version.as_str() >= "2025-11-25").await?;
-    Ok(sse::response(rx, app.config.keep_alive, app.config.retry, app.shutdown.clone()))
+) -> Response {
+    let info = http_info("GET", &caller, &h);
+    let r = async {
+        h.version()?;
+        let cursor = h.last_event_id()?;
+        let (key, info) = session(&app, &mut h, &caller).await?;
+        let rx = tail::open(&app, key, cursor, info.protocol_version.as_str() >= "2025-11-25").await?;
+        Ok(sse::response(&app, rx, "listen"))
+    };
+    with_info(r.await, info)
 }
 
-pub(crate) async fn delete(State(app): State<AppState>, Caller(caller): Caller, mut h: McpHeaders) -> Result<Response> {
-    h.version()?;
-    let key = h.session_key(&caller)?;
-    if app.store.delete_session(&key).await? {
-        Ok(StatusCode::OK.into_response())
-    } else {
-        Err(TransportError::SessionNotFound)
-    }
+pub(crate) async fn delete(State(app): State<AppState>, Caller(caller): Caller, mut h: McpHeaders) -> Response {
+    let info = http_info("DELETE", &caller, &h);
+    let r = async {
+        h.version()?;
+        let key = h.session_key(&caller)?;
+        if app.store.delete_session(&key).await? {
+            app.metrics.sessions_deleted.inc();
+            Ok(StatusCode::OK.into_response())
+        } else {
+            Err(TransportError::SessionNotFound)
+        }
+    };
+    with_info(r.await, info)
 }
 
 /// Any other method on `/mcp`: 405, after the caller checks.

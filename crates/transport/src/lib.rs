@@ -8,18 +8,23 @@
 //!
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 
+mod admin;
 mod error;
 mod exchange;
 mod extract;
 mod http_api;
 mod mcp;
+mod metrics;
+mod observe;
 mod origin;
 mod sse;
 mod tail;
 mod well_known;
 
+pub use admin::{AdminState, admin_router};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
+pub use metrics::TransportMetrics;
 pub use origin::HostPattern;
 
 use axum::Router;
@@ -45,6 +50,12 @@ pub struct TransportConfig {
     /// Allowed `Host` values (`host[:port]`, or `host:*`). Empty allows none.
     pub allowed_hosts: Vec<HostPattern>,
     pub max_body_bytes: usize,
+    /// Largest total size of a request's headers (names, values and separators); more gets 431.
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request body; slower gets 408.
+    pub body_timeout: Duration,
+    /// How long a client may take to send a request head; slower connections are closed.
+    pub header_read_timeout: Duration,
     pub session_idle_ttl: Duration,
     /// How long a replica's claim on a running call lasts without renewal; a resumer reports the call as lost
     /// this long after its replica died.
@@ -76,6 +87,9 @@ impl Default for TransportConfig {
             allowed_origins: HostPattern::loopback_origins(),
             allowed_hosts: HostPattern::loopback_hosts(),
             max_body_bytes: 1024 * 1024,
+            max_header_bytes: 16 * 1024,
+            body_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
             session_idle_ttl: Duration::from_secs(30 * 60),
             lease_ttl: Duration::from_secs(6),
             keep_alive: Duration::from_secs(15),
@@ -104,12 +118,14 @@ pub struct AppState {
     /// Every running tool call. On shutdown the server stops accepting work, ends its streams, and waits here for
     /// the calls to finish (they keep committing to the store, so clients resume them on other replicas).
     pub calls: TaskTracker,
+    pub metrics: TransportMetrics,
 }
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
+    let mcp = get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other);
     let mut r = Router::new()
-        .route("/mcp", get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other));
+        .route("/mcp", mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe)));
     if let Some(pr) = &state.config.protected_resource {
         for path in pr.metadata_paths() {
             r = r.route(&path, get(well_known::resource_metadata).options(well_known::preflight));
@@ -141,22 +157,49 @@ pub(crate) fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Serves `/mcp` on `listener` until `shutdown` fires, with TCP_NODELAY on every connection.
+/// Serves `/mcp` on `listener` until `shutdown` fires, then waits for the open connections to close (every SSE
+/// stream ends with a `retry:` hint when `shutdown` fires). Each connection gets TCP_NODELAY, a deadline for its
+/// request head (`header_read_timeout`, against slow-header clients) and a bounded read buffer.
 ///
 /// # Errors
-/// An I/O error of the listener.
+/// None today: accept errors are logged and retried.
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+    let cfg = state.config.clone();
     let app = router(AppState { shutdown: shutdown.clone(), ..state });
-    axum::serve(
-        listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "set_nodelay failed");
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (tcp, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "set_nodelay failed");
+        }
+        let svc = app.clone().map_request(|req: http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new));
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(cfg.header_read_timeout)
+            .max_buf_size(cfg.max_header_bytes.max(8192) + 8192);
+        let conn = builder.serve_connection(TokioIo::new(tcp), hyper_util::service::TowerToHyperService::new(svc));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::trace!(error = %e, "connection ended with an error");
             }
-        }),
-        app,
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
-
-use axum::serve::ListenerExt as _;

@@ -95,19 +95,23 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
 }
 
 /// Runs a tool. Unknown tools are protocol errors; tool failures become `isError` results with no internals.
-pub(crate) async fn call_tool(app: &AppState, name: &str, args: JsonObject, cx: &dyn ToolContext) -> RpcResult {
+pub(crate) async fn call_tool(
+    app: &AppState,
+    name: &str,
+    args: JsonObject,
+    cx: &dyn ToolContext,
+    trace_id: &str,
+) -> RpcResult {
     match app.catalog.call_tool(name, args, cx).await {
         Ok(v) => Ok(v),
         Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => {
             Err((code::INVALID_PARAMS, e.to_string()))
         }
         Err(e) => {
-            let trace = crate::random_token();
-            let trace = truncate(&trace, 16);
-            tracing::warn!(tool.name = name, trace_id = %trace, error = %e, "tool call failed");
+            tracing::warn!(tool.name = name, trace_id = %trace_id, error = %e, "tool call failed");
             let text = match &e {
-                ToolError::Internal(_) => format!("The tool failed. Trace id: {trace}."),
-                other => format!("{other}. Trace id: {trace}."),
+                ToolError::Internal(_) => format!("The tool failed. Trace id: {trace_id}."),
+                other => format!("{other}. Trace id: {trace_id}."),
             };
             Ok(json!({ "content": [{ "type": "text", "text": text }], "isError": true }))
         }

@@ -1,5 +1,7 @@
 //! SSE framing and the body of every SSE response.
 
+use crate::AppState;
+use crate::metrics::StreamGuard;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -46,23 +48,20 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 
 struct BodyState {
     rx: mpsc::Receiver<Frame>,
+    _open: StreamGuard,
     keep_alive: tokio::time::Interval,
     shutdown: CancellationToken,
     retry: Duration,
     done: bool,
 }
 
-/// An SSE response fed by `rx`. Idle connections get keep-alive comments; on shutdown the stream ends with a
+/// An SSE response fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle connections get keep-alive comments; on shutdown the stream ends with a
 /// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(
-    rx: mpsc::Receiver<Frame>,
-    keep_alive: Duration,
-    retry: Duration,
-    shutdown: CancellationToken,
-) -> Response {
+pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static str) -> Response {
+    let (keep_alive, retry, shutdown) = (app.config.keep_alive, app.config.retry, app.shutdown.clone());
     let mut ka = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     ka.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let state = BodyState { rx, keep_alive: ka, shutdown, retry, done: false };
+    let state = BodyState { rx, _open: app.metrics.stream_guard(kind), keep_alive: ka, shutdown, retry, done: false };
     let stream = futures::stream::unfold(state, |mut st| async move {
         if st.done {
             return None;
@@ -83,7 +82,7 @@ pub(crate) fn response(
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store, no-transform"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }

@@ -42,6 +42,8 @@ pub struct RedisConfig {
     pub cancel_ttl: Duration,
     /// Size of the pool used for replays and admin calls.
     pub pool_size: usize,
+    /// Where command latency and errors are recorded.
+    pub metrics: Option<crate::StoreMetrics>,
 }
 
 impl RedisConfig {
@@ -54,6 +56,7 @@ impl RedisConfig {
             max_events: 1000,
             cancel_ttl: Duration::from_secs(60),
             pool_size: 16,
+            metrics: None,
         }
     }
 }
@@ -171,23 +174,39 @@ impl RedisStore {
         self.inner.cfg.timeout
     }
 
-    async fn run(&self, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
-        let mut conn = self.inner.conn.clone();
-        with_deadline(self.timeout(), inv.invoke_async(&mut conn)).await?.map_err(StateError::from)
+    /// Times `f` as one command of `kind`.
+    async fn measured<T>(&self, kind: &'static str, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let Some(m) = &self.inner.cfg.metrics else { return f.await };
+        let started = std::time::Instant::now();
+        let r = f.await;
+        m.observe(kind, started.elapsed(), r.is_ok());
+        r
     }
 
-    async fn run_pooled(&self, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
+    async fn run(&self, kind: &'static str, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
+        let mut conn = self.inner.conn.clone();
         let t = self.timeout();
-        let mut conn = with_deadline(t, self.inner.pool.get()).await?.map_err(|e| match e {
-            deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
-            _ => StateError::Timeout(t),
-        })?;
-        with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
+        self.measured(kind, async { with_deadline(t, inv.invoke_async(&mut conn)).await?.map_err(StateError::from) })
+            .await
     }
 
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+    async fn run_pooled(&self, kind: &'static str, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
+        let t = self.timeout();
+        self.measured(kind, async {
+            let mut conn = with_deadline(t, self.inner.pool.get()).await?.map_err(|e| match e {
+                deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
+                _ => StateError::Timeout(t),
+            })?;
+            with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
+        })
+        .await
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, kind: &'static str, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.inner.conn.clone();
-        with_deadline(self.timeout(), cmd.query_async(&mut conn)).await?.map_err(StateError::from)
+        let t = self.timeout();
+        self.measured(kind, async { with_deadline(t, cmd.query_async(&mut conn)).await?.map_err(StateError::from) })
+            .await
     }
 
     fn maxlen(&self) -> usize {
@@ -262,7 +281,7 @@ impl SessionStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.create.key(&k.session);
         inv.arg(ms(s.idle_ttl)).arg(&s.protocol_version).arg(&s.client_capabilities).arg(&s.client_info);
-        match int(&self.run(inv).await?)? {
+        match int(&self.run("create", inv).await?)? {
             1 => Ok(()),
             _ => Err(StateError::Conflict),
         }
@@ -272,7 +291,7 @@ impl SessionStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.touch.key(&k.session);
         inv.key(&k.events).key(&k.leases);
-        let v = self.run(inv).await?;
+        let v = self.run("touch", inv).await?;
         if v == Value::Nil {
             return Ok(None);
         }
@@ -290,14 +309,14 @@ impl SessionStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.set_level.key(&k.session);
         inv.arg(level);
-        Ok(int(&self.run(inv).await?)? == 1)
+        Ok(int(&self.run("set_level", inv).await?)? == 1)
     }
 
     async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.delete.key(&k.session);
         inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell);
-        Ok(int(&self.run_pooled(inv).await?)? == 1)
+        Ok(int(&self.run_pooled("delete", inv).await?)? == 1)
     }
 }
 
@@ -315,7 +334,7 @@ impl EventStore for RedisStore {
                 inv.arg("get").arg(ms(*lease)).arg(&token.0).arg(self.maxlen()).arg("");
             }
         }
-        let (code, rest) = status(self.run(inv).await?)?;
+        let (code, rest) = status(self.run("open", inv).await?)?;
         match (code, rest.as_slice()) {
             (1, [n, id]) => {
                 let n = u64::try_from(int(n)?).map_err(|_| StateError::Protocol("bad stream number"))?;
@@ -336,7 +355,7 @@ impl EventStore for RedisStore {
             .arg(self.maxlen())
             .arg(opts.pending_request.as_deref().unwrap_or(""))
             .arg(opts.lease.map(|d| ms(d).to_string()).unwrap_or_default());
-        let (code, rest) = status(self.run(inv).await?)?;
+        let (code, rest) = status(self.run("append", inv).await?)?;
         match (code, rest.as_slice()) {
             (1, [id]) => event_id(stream, id),
             (0, _) => Err(StateError::SessionNotFound),
@@ -349,7 +368,7 @@ impl EventStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.renew.key(&k.session);
         inv.key(&k.events).key(&k.leases).arg(stream).arg(ms(ttl)).arg(&token.0);
-        Ok(int(&self.run(inv).await?)? == 1)
+        Ok(int(&self.run("renew", inv).await?)? == 1)
     }
 
     async fn read_after(
@@ -367,7 +386,7 @@ impl EventStore for RedisStore {
             .arg(stream)
             .arg(if check_stream { "1" } else { "0" })
             .arg(limit.max(1));
-        let (code, rest) = status(self.run_pooled(inv).await?)?;
+        let (code, rest) = status(self.run_pooled("replay", inv).await?)?;
         match code {
             1 => {
                 let mut it = rest.iter();
@@ -389,7 +408,7 @@ impl EventStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.state.key(&k.session);
         inv.key(&k.leases).arg(stream);
-        let (code, rest) = status(self.run(inv).await?)?;
+        let (code, rest) = status(self.run("state", inv).await?)?;
         match (code, rest.as_slice()) {
             (0, _) => Err(StateError::SessionNotFound),
             (1, _) => Ok(StreamState::Finished),
@@ -403,7 +422,7 @@ impl EventStore for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.abandon.key(&k.session);
         inv.key(&k.events).key(&k.leases).key(&k.doorbell).arg(stream).arg(data).arg(self.maxlen());
-        let (code, rest) = status(self.run(inv).await?)?;
+        let (code, rest) = status(self.run("abandon", inv).await?)?;
         match (code, rest.as_slice()) {
             (1, [id]) => Ok(Some(event_id(stream, id)?)),
             (0, _) => Err(StateError::SessionNotFound),
@@ -423,7 +442,7 @@ impl Router for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.deliver.key(&k.session);
         inv.key(&k.doorbell).arg(request_id).arg(message);
-        match int(&self.run(inv).await?)? {
+        match int(&self.run("deliver", inv).await?)? {
             1 => Ok(true),
             0 => Err(StateError::SessionNotFound),
             _ => Ok(false),
@@ -434,7 +453,7 @@ impl Router for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.take.key(&k.session);
         inv.arg(request_id);
-        match self.run(inv).await? {
+        match self.run("take", inv).await? {
             Value::Nil => Ok(None),
             v => string(&v).map(Some),
         }
@@ -444,7 +463,7 @@ impl Router for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.forget.key(&k.session);
         inv.arg(request_id);
-        self.run(inv).await?;
+        self.run("forget", inv).await?;
         Ok(())
     }
 
@@ -452,18 +471,18 @@ impl Router for RedisStore {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.cancel.key(&k.session);
         inv.key(&k.cancellations).key(&k.doorbell).arg(request_id).arg(ms(self.inner.cfg.cancel_ttl));
-        Ok(int(&self.run(inv).await?)? == 1)
+        Ok(int(&self.run("cancel", inv).await?)? == 1)
     }
 
     async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.cancelled.key(&k.cancellations);
         inv.arg(request_id);
-        Ok(int(&self.run(inv).await?)? == 1)
+        Ok(int(&self.run("cancelled", inv).await?)? == 1)
     }
 
     async fn ping(&self) -> Result<()> {
-        let _: String = self.query(&redis::cmd("PING")).await?;
+        let _: String = self.query("ping", &redis::cmd("PING")).await?;
         Ok(())
     }
 }

@@ -1,0 +1,44 @@
+//! The state crate's metrics: how long each Redis command takes and how often it fails, by command kind (the Lua
+//! script or command name, a fixed set). Documented in docs/METRICS.md.
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use std::time::Duration;
+
+/// Redis command metrics. Cheap to clone (the vectors are shared).
+#[derive(Clone, Debug)]
+pub struct StoreMetrics {
+    duration: HistogramVec,
+    errors: IntCounterVec,
+}
+
+impl StoreMetrics {
+    /// Creates the metrics and registers them with `registry`.
+    ///
+    /// # Errors
+    /// A metric of the same name is already registered.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "mcp_redis_command_duration_seconds",
+                "Duration of one Redis command or script, from the replica's side, by kind.",
+            )
+            .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+            &["kind"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new("mcp_redis_errors_total", "Redis commands that failed or missed their deadline, by kind."),
+            &["kind"],
+        )?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        Ok(Self { duration, errors })
+    }
+
+    /// Records one command.
+    pub fn observe(&self, kind: &'static str, took: Duration, ok: bool) {
+        self.duration.with_label_values(&[kind]).observe(took.as_secs_f64());
+        if !ok {
+            self.errors.with_label_values(&[kind]).inc();
+        }
+    }
+}

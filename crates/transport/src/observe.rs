@@ -1,0 +1,120 @@
+//! What every `/mcp` request leaves behind, in one middleware: a request id (taken from `x-request-id` when it is
+//! sane, echoed back), a trace id (from a W3C `traceparent`, or new), the request metrics, one access log line,
+//! and the hardening headers. Handlers tell it what they saw (method, tool, principal, session) through a
+//! [`RpcInfo`] response extension; a request refused by an extractor has none, and is labelled by its HTTP method.
+
+use crate::AppState;
+use crate::error::{TransportError, error_body};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest as _, Sha256};
+use std::time::Instant;
+
+/// The ids of one request, for handlers (request extension).
+#[derive(Clone, Debug)]
+pub(crate) struct RequestIds {
+    /// 32 lowercase hex digits: the W3C trace id of the request.
+    pub(crate) trace_id: String,
+}
+
+/// What a handler saw, for the access log and the metrics (response extension).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RpcInfo {
+    pub(crate) method: Option<&'static str>,
+    pub(crate) tool: Option<String>,
+    pub(crate) principal: Option<String>,
+    pub(crate) session: Option<String>,
+}
+
+/// A short, stable, non-reversible tag for a session id in logs.
+pub(crate) fn short_hash(s: &str) -> String {
+    let d = Sha256::digest(s.as_bytes());
+    d[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_id(len_bytes: usize) -> String {
+    (0..len_bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+}
+
+/// Parses `traceparent: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`; all-zero ids are invalid.
+pub(crate) fn parse_traceparent(v: &str) -> Option<(String, String)> {
+    let mut parts = v.trim().split('-');
+    let (ver, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let ok = hex(ver, 2) && ver != "ff" && hex(trace, 32) && hex(span, 16) && hex(flags, 2);
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    (ok && !zero(trace) && !zero(span) && (ver != "00" || parts.next().is_none()))
+        .then(|| (trace.to_owned(), span.to_owned()))
+}
+
+fn sane_request_id(v: &HeaderValue) -> Option<String> {
+    let s = v.to_str().ok()?;
+    (!s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)))
+        .then(|| s.to_owned())
+}
+
+pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let http_method = req.method().clone();
+    let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    let request_id = req.headers().get("x-request-id").and_then(sane_request_id).unwrap_or_else(|| hex_id(12));
+    let trace_id = match req.headers().get("traceparent").and_then(|v| v.to_str().ok()).and_then(parse_traceparent) {
+        Some((t, _parent)) => t,
+        None => hex_id(16),
+    };
+    let ids = RequestIds { trace_id: trace_id.clone() };
+    req.extensions_mut().insert(ids);
+    let mut resp = if header_bytes > app.config.max_header_bytes {
+        let msg = format!("request headers larger than {} bytes", app.config.max_header_bytes);
+        let mut r =
+            (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, axum::Json(error_body(crate::code::SERVER_ERROR, &msg)))
+                .into_response();
+        r.extensions_mut().insert(RpcInfo::default());
+        r
+    } else {
+        next.run(req).await
+    };
+    let info = resp.extensions_mut().remove::<RpcInfo>().unwrap_or_default();
+    let status = resp.status();
+    let method = info.method.unwrap_or(match http_method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        _ => "OTHER",
+    });
+    let took = started.elapsed();
+    let m = &app.metrics;
+    m.requests.with_label_values(&[method, status.as_str()]).inc();
+    m.request_duration.with_label_values(&[method]).observe(took.as_secs_f64());
+    let h = resp.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        h.insert("x-request-id", v);
+    }
+    tracing::info!(
+        target: "mcpfleet::access",
+        request_id = %request_id,
+        trace_id = %trace_id,
+        http.method = %http_method,
+        rpc.method = method,
+        tool.name = info.tool.as_deref(),
+        principal = info.principal.as_deref(),
+        session = info.session.as_deref(),
+        status = status.as_u16(),
+        latency_ms = took.as_secs_f64() * 1e3,
+        "request"
+    );
+    resp
+}
+
+/// `TransportError` responses carry the info too.
+pub(crate) fn with_info(r: Result<Response, TransportError>, info: RpcInfo) -> Response {
+    let mut resp = r.into_response();
+    resp.extensions_mut().insert(info);
+    resp
+}
