@@ -19,29 +19,10 @@ fn rsa1() -> TestKey {
     TestKey::load("rsa-1", "rsa-1", Algorithm::RS256)
 }
 
-fn jwt_args(issuer: &Issuer) -> Vec<String> {
-    [
-        "--auth",
-        "jwt",
-        "--jwt-issuer",
-        &issuer.id(),
-        "--jwt-audience",
-        AUDIENCE,
-        "--jwks-url",
-        &issuer.jwks_url(),
-        "--resource-url",
-        RESOURCE,
-        "--jwks-refresh-interval-secs",
-        "1",
-    ]
-    .map(str::to_owned)
-    .to_vec()
-}
-
 async fn fleet(redis: &RedisServer, issuer: &Issuer, n: usize, extra: &[&str]) -> Fleet {
-    let mut b = Fleet::builder().replicas(n).redis(redis.url());
-    for a in jwt_args(issuer).into_iter().chain(extra.iter().map(|s| (*s).to_owned())) {
-        b = b.arg(a);
+    let mut b = Fleet::builder().replicas(n).redis(redis.url()).jwt(issuer);
+    for a in extra {
+        b = b.arg(*a);
     }
     b.start().await
 }
@@ -112,11 +93,7 @@ async fn every_bad_credential_gets_its_challenge() {
     let evil = Issuer::start(&[&evil_key]).await;
     let logs = std::env::temp_dir().join(format!("mcpfleet-auth-logs-{}", std::process::id()));
     let _ = std::fs::remove_file(&logs);
-    let mut b = Fleet::builder().replicas(2).redis(redis.url()).log_to(&logs, "debug");
-    for a in jwt_args(&issuer) {
-        b = b.arg(a);
-    }
-    let fleet = b.start().await;
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).log_to(&logs, "debug").jwt(&issuer).start().await;
     let urls = fleet.urls();
     let url = &urls[0];
     let id = issuer.id();

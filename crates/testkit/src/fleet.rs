@@ -199,6 +199,30 @@ impl FleetBuilder {
         self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout-ms").arg("500")
     }
 
+    /// `--auth jwt` against `issuer`, audience [`crate::issuer::AUDIENCE`], resource `https://mcp.test/mcp`, and a
+    /// one-second JWKS refresh interval.
+    #[must_use]
+    pub fn jwt(self, issuer: &crate::Issuer) -> Self {
+        let mut b = self;
+        for a in [
+            "--auth",
+            "jwt",
+            "--jwt-issuer",
+            &issuer.id(),
+            "--jwt-audience",
+            crate::issuer::AUDIENCE,
+            "--jwks-url",
+            &issuer.jwks_url(),
+            "--resource-url",
+            "https://mcp.test/mcp",
+            "--jwks-refresh-interval-secs",
+            "1",
+        ] {
+            b = b.arg(a);
+        }
+        b
+    }
+
     /// Appends every replica's stderr (its logs) to `path`, at `level`.
     #[must_use]
     pub fn log_to(mut self, path: impl Into<PathBuf>, level: &str) -> Self {

@@ -106,6 +106,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
         principal = info.principal.as_deref(),
         session = info.session.as_deref(),
         status = status.as_u16(),
+        outcome = if status.is_server_error() { "error" } else if status.is_client_error() { "refused" } else { "ok" },
         latency_ms = took.as_secs_f64() * 1e3,
         "request"
     );

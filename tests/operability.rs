@@ -1,0 +1,382 @@
+//! End-to-end operability: what an SRE sees. Exact counters on `/metrics` after known traffic, health and
+//! readiness, the access log and audit events, the hardening headers and timeouts, and the SIGTERM drain of a
+//! real process under load. Real processes, real Redis.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use jsonwebtoken::Algorithm;
+use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, eventually};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+/// `/metrics` as a map from `name{sorted labels}` to value.
+async fn scrape(admin: &str) -> BTreeMap<String, f64> {
+    let text = reqwest::get(format!("{admin}/metrics")).await.unwrap().text().await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut ls: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                ls.sort_unstable();
+                format!("{name}{{{}}}", ls.join(","))
+            }
+            None => series.to_owned(),
+        };
+        out.insert(key, value.parse().unwrap());
+    }
+    out
+}
+
+fn metric(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    m.get(key).copied().unwrap_or(0.0)
+}
+
+fn call(id: i64, tool: &str, args: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": args } })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_exactly_what_happened() {
+    let redis = RedisServer::start();
+    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
+    let issuer = Issuer::start(&[&key]).await;
+    let fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).start().await;
+    let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
+    let before = scrape(&admin).await;
+    assert!(before.contains_key("process_cpu_seconds_total"), "process metrics");
+    assert!(before.contains_key("process_resident_memory_bytes"));
+
+    let mut c = McpClient::new().with_token(&key.token(&issuer.id(), "alice").sign());
+    c.initialize(&url).await;
+    let ok = c.request(&url, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert!(ok["result"]["isError"].is_null());
+    let err = c.request(&url, 2, "tools/call", json!({ "name": "test_error_handling", "arguments": {} })).await;
+    assert_eq!(err["result"]["isError"], true);
+    let unknown = c.request(&url, 3, "tools/call", json!({ "name": "no_such_tool", "arguments": {} })).await;
+    assert_eq!(unknown["error"]["code"], -32602);
+    assert_eq!(c.post(&url, &call(4, "test_whoami", json!({}))).await.status(), 403);
+    let anonymous = McpClient { token: None, ..c.clone() };
+    assert_eq!(anonymous.post(&url, &call(5, "test_simple_text", json!({}))).await.status(), 401);
+    assert_eq!(c.delete(&url).await.status(), 200);
+
+    let m = scrape(&admin).await;
+    let exact = [
+        (r#"mcp_tool_calls_total{outcome="ok",tool="test_simple_text"}"#, 1.0),
+        (r#"mcp_tool_calls_total{outcome="is_error",tool="test_error_handling"}"#, 1.0),
+        (r#"mcp_tool_calls_total{outcome="protocol_error",tool="unknown"}"#, 1.0),
+        (r#"mcp_tool_calls_total{outcome="refused",tool="test_whoami"}"#, 1.0),
+        (r#"mcp_tool_call_duration_seconds_count{tool="test_simple_text"}"#, 1.0),
+        (r#"mcp_tool_call_duration_seconds_count{tool="test_error_handling"}"#, 1.0),
+        (r#"mcp_requests_total{method="initialize",status="200"}"#, 1.0),
+        (r#"mcp_requests_total{method="notifications/initialized",status="202"}"#, 1.0),
+        (r#"mcp_requests_total{method="tools/call",status="200"}"#, 3.0),
+        (r#"mcp_requests_total{method="tools/call",status="403"}"#, 1.0),
+        (r#"mcp_requests_total{method="POST",status="401"}"#, 1.0),
+        (r#"mcp_requests_total{method="DELETE",status="200"}"#, 1.0),
+        (r#"mcp_request_duration_seconds_count{method="tools/call"}"#, 4.0),
+        (r#"mcp_auth_refusals_total{reason="missing_token"}"#, 1.0),
+        (r#"mcp_auth_refusals_total{reason="insufficient_scope"}"#, 1.0),
+        ("mcp_sessions_created_total", 1.0),
+        ("mcp_sessions_deleted_total", 1.0),
+        (r#"mcp_redis_command_duration_seconds_count{kind="create"}"#, 1.0),
+        (r#"mcp_redis_command_duration_seconds_count{kind="delete"}"#, 1.0),
+        // notifications/initialized and four tools/call touch the session (the refused call too: the session
+        // check comes before the scope check); the 401 never reaches the store.
+        (r#"mcp_redis_command_duration_seconds_count{kind="touch"}"#, 5.0),
+    ];
+    for (k, v) in exact {
+        assert_eq!(metric(&m, k) - metric(&before, k), v, "{k}");
+    }
+    assert_eq!(metric(&m, r#"mcp_redis_errors_total{kind="touch"}"#), 0.0);
+    assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="call"}"#), 0.0);
+    // No unbounded label values: nothing that looks like a session id or a subject.
+    let text = reqwest::get(format!("{admin}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(!text.contains("alice") && !text.contains(c.session.as_deref().unwrap()), "an unbounded label");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_are_counted_while_they_live() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().redis(redis.url()).start().await;
+    let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
+    let mut c = McpClient::new();
+    c.initialize(&url).await;
+    let listen = SseStream::new(c.get(&url, None).await);
+    let mut s = c.call_streaming(&url, 1, "test_countdown", json!({ "count": 20, "interval_ms": 100 })).await;
+    s.next(T).await.unwrap();
+    let m = scrape(&admin).await;
+    assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="call"}"#), 1.0);
+    assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="listen"}"#), 1.0);
+    drop(listen);
+    s.collect(T).await.unwrap();
+    let admin2 = admin.clone();
+    eventually(5, "both gauges back to 0", || {
+        let a = admin2.clone();
+        async move {
+            let m = scrape(&a).await;
+            metric(&m, r#"mcp_sse_streams_open{kind="call"}"#) == 0.0
+                && metric(&m, r#"mcp_sse_streams_open{kind="listen"}"#) == 0.0
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_readiness_follow_redis() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().redis(redis.url()).short_leases().start().await;
+    let admin = fleet.replicas[0].admin();
+    let get = |path: &'static str| {
+        let admin = admin.clone();
+        async move { reqwest::get(format!("{admin}{path}")).await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get("/healthz").await, 200);
+    assert_eq!(get("/readyz").await, 200);
+    redis.signal("-STOP");
+    assert_eq!(get("/readyz").await, 503, "Redis frozen: not ready");
+    assert_eq!(get("/healthz").await, 200, "liveness does not depend on Redis");
+    redis.signal("-CONT");
+    eventually(10, "ready again", || async { get("/readyz").await == 200 }).await;
+    let body = reqwest::get(format!("{admin}/readyz")).await.unwrap().text().await.unwrap();
+    assert_eq!(body, "ready\n", "readiness says nothing about sessions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_are_hardened_and_slow_clients_are_cut_off() {
+    let fleet = Fleet::builder()
+        .arg("--header-read-timeout-secs")
+        .arg("1")
+        .arg("--body-timeout-secs")
+        .arg("1")
+        .arg("--max-header-bytes")
+        .arg("4096")
+        .start()
+        .await;
+    let url = fleet.urls()[0].clone();
+    let mut c = McpClient::new();
+    c.initialize(&url).await;
+    let resp = c
+        .http
+        .post(&url)
+        .header("x-request-id", "req-hardening-1")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .body(json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let h = resp.headers();
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["cache-control"], "no-store");
+    assert_eq!(h["x-request-id"], "req-hardening-1");
+    assert!(h.get("server").is_none(), "no server banner");
+    // Errors are hardened too, and get a request id of their own.
+    let resp = c.http.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 415);
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(resp.headers()["x-request-id"].len(), 24);
+    // SSE streams: no-store as well.
+    let s = c.get(&url, None).await;
+    assert!(s.headers()["cache-control"].to_str().unwrap().contains("no-store"));
+    drop(s);
+
+    // Oversized headers: 431.
+    let resp = c.http.post(&url).header("x-padding", "p".repeat(5000)).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 431);
+
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    // A body that never arrives: 408 after the body timeout.
+    let a = addr.clone();
+    let got = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(&a).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            tcp,
+            "POST /mcp HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{"
+        )
+        .unwrap();
+        let mut buf = [0_u8; 512];
+        let n = tcp.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
+    // A head that never ends: the connection is closed after the header read timeout.
+    let a = addr.clone();
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(&a).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(tcp, "POST /mcp HTTP/1.1\r\nHost: {a}\r\n").unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = [0_u8; 512];
+        let n = tcp.read(&mut buf);
+        (n.map(|n| String::from_utf8_lossy(&buf[..n]).into_owned()).map_err(|e| e.kind()), started.elapsed())
+    })
+    .await
+    .unwrap();
+    match closed {
+        (Ok(text), took) => {
+            assert!(took < Duration::from_secs(4), "closed after the header timeout, not the client's: {took:?}");
+            assert!(text.is_empty() || text.starts_with("HTTP/1.1 408"), "{text:?}");
+        }
+        (Err(kind), took) => panic!("the server kept a slow-header connection open: {kind:?} after {took:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_and_audit_logs_carry_ids_and_hashes_only() {
+    let redis = RedisServer::start();
+    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
+    let issuer = Issuer::start(&[&key]).await;
+    let logs = std::env::temp_dir().join(format!("mcpfleet-ops-logs-{}", std::process::id()));
+    let _ = std::fs::remove_file(&logs);
+    let fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).log_to(&logs, "info").start().await;
+    let url = fleet.urls()[0].clone();
+    let token = key.token(&issuer.id(), "alice-subject").sign();
+    let mut c = McpClient::new().with_token(&token);
+    let sid = c.initialize(&url).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let secret_arg = "a-secret-argument-value-7f3a";
+    let resp = c
+        .http
+        .post(&url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("x-request-id", "req-audit-1")
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(call(9, "json_schema_2020_12_tool", json!({ "name": secret_arg })).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // A tool failure reaches the model as isError with the request's trace id: test_sampling in a session whose
+    // client declared no sampling capability.
+    let plain = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } });
+    let resp = McpClient::new().with_token(&token).post(&url, &plain).await;
+    let plain_sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let r = c
+        .http
+        .post(&url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-session-id", &plain_sid)
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(call(10, "test_sampling", json!({ "prompt": "hi" })).to_string())
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(&format!("Trace id: {trace}")), "{r}");
+    drop(fleet);
+
+    let text = std::fs::read_to_string(&logs).unwrap();
+    let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let access = lines
+        .iter()
+        .find(|l| l["request_id"] == "req-audit-1")
+        .unwrap_or_else(|| panic!("no access line with the request id in {text}"));
+    assert_eq!(access["trace_id"], trace);
+    assert_eq!(access["rpc.method"], "tools/call");
+    assert_eq!(access["tool.name"], "json_schema_2020_12_tool");
+    assert_eq!(access["status"], 200);
+    assert_eq!(access["outcome"], "ok");
+    assert!(access["latency_ms"].as_f64().is_some());
+    let principal = access["principal"].as_str().unwrap();
+    assert_eq!(principal.len(), 24, "the principal is its opaque hash");
+    let session = access["session"].as_str().unwrap();
+    assert_eq!(session.len(), 12, "the session id only as a short hash");
+    let audit: Vec<&Value> = lines.iter().filter(|l| l["message"] == "tools/call").collect();
+    assert_eq!(audit.len(), 2, "one audit event per call: {audit:?}");
+    let a = audit.iter().find(|l| l["tool.name"] == "json_schema_2020_12_tool").unwrap();
+    assert_eq!(a["outcome"], "ok");
+    assert_eq!(a["trace_id"], trace);
+    assert_eq!(a["principal"], principal);
+    assert_eq!(a["args.sha256"].as_str().unwrap().len(), 64);
+    assert!(a["duration_ms"].as_f64().is_some());
+    let e = audit.iter().find(|l| l["tool.name"] == "test_sampling").unwrap();
+    assert_eq!(e["outcome"], "is_error");
+    assert_eq!(e["trace_id"], trace);
+    for forbidden in [secret_arg, "alice-subject", sid.as_str(), token.as_str()] {
+        assert!(!text.contains(forbidden), "the logs hold {forbidden:?}");
+    }
+    let _ = std::fs::remove_file(&logs);
+}
+
+fn progress(events: &[SseEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(SseEvent::json)
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .map(|f| f as u64)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
+    let redis = RedisServer::start();
+    let mut draining =
+        Fleet::builder().redis(redis.url()).short_leases().arg("--drain-delay-secs").arg("1").start().await;
+    let other = Fleet::builder().redis(redis.url()).short_leases().start().await;
+    let (a, b) = (draining.urls()[0].clone(), other.urls()[0].clone());
+    let admin = draining.replicas[0].admin();
+    const CLIENTS: usize = 6;
+    const COUNT: u64 = 30;
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let mut c = McpClient::new();
+        c.initialize(&b).await;
+        let s =
+            c.call_streaming(&a, 100 + i as i64, "test_countdown", json!({ "count": COUNT, "interval_ms": 100 })).await;
+        clients.push((c, s));
+    }
+    for (_, s) in &mut clients {
+        s.next(T).await.unwrap();
+    }
+    draining.replicas[0].terminate();
+    // 1. Readiness turns 503 at once, while the replica still serves (new connections included).
+    let ready = reqwest::get(format!("{admin}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let probe = McpClient::new();
+    let mut probe = probe;
+    probe.initialize(&a).await;
+    // 2-4. After the delay it stops accepting; every stream ends with a retry hint; each client resumes on B.
+    let mut tasks = Vec::new();
+    for (c, mut s) in clients {
+        let b = b.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = s.collect(Duration::from_secs(20)).await.unwrap();
+            assert!(seen.last().unwrap().retry.is_some(), "the stream ended with a retry hint");
+            let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
+            let rest = SseStream::new(c.get(&b, Some(&cursor)).await).collect(Duration::from_secs(20)).await.unwrap();
+            seen.extend(rest);
+            seen
+        }));
+    }
+    for t in tasks {
+        let seen = t.await.unwrap();
+        assert_eq!(progress(&seen), (1..=COUNT).collect::<Vec<_>>(), "every progress event exactly once");
+        let last = seen.iter().rev().find_map(SseEvent::json).unwrap();
+        assert_eq!(last["result"]["content"][0]["text"], format!("counted to {COUNT}"));
+    }
+    // 5. The process exits 0.
+    let code = tokio::task::spawn_blocking(move || draining.replicas[0].wait_exit(20)).await.unwrap();
+    assert_eq!(code, Some(0));
+}
