@@ -1,0 +1,341 @@
+//! mcpfleet-bench: a closed-loop load generator for an MCP endpoint (Streamable HTTP, 2025-11-25).
+//!
+//! It opens `--sessions` sessions (each with `initialize` and `notifications/initialized`), then every session
+//! sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in turn (as a
+//! round-robin balancer would). It reads JSON and SSE answers, and reports throughput, latency quantiles, errors by
+//! kind and 429s. Given the servers' pids it reports server CPU per call (from `/proc/<pid>/stat`); given the Redis
+//! URL, Redis commands per call (from `INFO commandstats`).
+//!
+//! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
+
+use clap::Parser;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+#[command(name = "mcpfleet-bench", about = "Closed-loop tools/call load against one or more MCP endpoints")]
+struct Args {
+    /// An MCP endpoint (http://host:port/mcp); repeat to spread requests round-robin.
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
+    /// Concurrent sessions, each a closed loop.
+    #[arg(long, default_value_t = 16)]
+    sessions: usize,
+    /// Measured duration, in seconds.
+    #[arg(long, default_value_t = 10)]
+    secs: u64,
+    /// Unmeasured warm-up, in seconds.
+    #[arg(long, default_value_t = 1)]
+    warmup_secs: u64,
+    /// The tool to call.
+    #[arg(long, default_value = "test_simple_text")]
+    tool: String,
+    /// The tool's arguments, as JSON.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    /// A bearer token to send.
+    #[arg(long)]
+    token: Option<String>,
+    /// Server process ids, for CPU per call (Linux).
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Redis URL, for Redis commands per call (INFO commandstats: commands run inside scripts count too).
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// A server's Prometheus endpoint (http://admin/metrics), repeatable: Redis round trips per call, from the
+    /// servers' own `mcp_redis_command_duration_seconds_count`.
+    #[arg(long = "metrics")]
+    metrics: Vec<String>,
+    /// A label for the report row.
+    #[arg(long, default_value = "run")]
+    label: String,
+    /// Print the Markdown table header before the row.
+    #[arg(long)]
+    header: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error("http: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("initialize failed: HTTP {0}")]
+    Initialize(u16),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("bad --args: {0}")]
+    Args(#[from] serde_json::Error),
+}
+
+/// How one call ended.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Ok,
+    IsError,
+    RpcError(i64),
+    Http(u16),
+    Transport,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ok => write!(f, "ok"),
+            Self::IsError => write!(f, "isError"),
+            Self::RpcError(c) => write!(f, "rpc {c}"),
+            Self::Http(s) => write!(f, "http {s}"),
+            Self::Transport => write!(f, "transport"),
+        }
+    }
+}
+
+struct Session {
+    http: reqwest::Client,
+    urls: Arc<Vec<String>>,
+    token: Option<String>,
+    id: String,
+}
+
+impl Session {
+    fn post(&self, url: &str, body: &Value) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string());
+        if !self.id.is_empty() {
+            rb = rb.header("mcp-session-id", &self.id);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        rb
+    }
+
+    async fn open(
+        http: reqwest::Client,
+        urls: Arc<Vec<String>>,
+        token: Option<String>,
+        n: usize,
+    ) -> Result<Self, BenchError> {
+        let mut s = Self { http, urls, token, id: String::new() };
+        let url = s.urls[n % s.urls.len()].clone();
+        let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "mcpfleet-bench", "version": "1" } } });
+        let resp = s.post(&url, &init).send().await?;
+        if !resp.status().is_success() {
+            return Err(BenchError::Initialize(resp.status().as_u16()));
+        }
+        s.id = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let _ = resp.bytes().await?;
+        let _ = s.post(&url, &json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).send().await?;
+        Ok(s)
+    }
+
+    /// One call; its outcome and whether it was a 429.
+    async fn call(&self, url: &str, body: &Value) -> Kind {
+        let Ok(resp) = self.post(url, body).send().await else { return Kind::Transport };
+        let status = resp.status().as_u16();
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let Ok(bytes) = resp.bytes().await else { return Kind::Transport };
+        if status != 200 {
+            return Kind::Http(status);
+        }
+        let message = if sse {
+            // The answer is the last `data:` line that carries a result or an error.
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .rev()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|m| m.get("result").is_some() || m.get("error").is_some())
+        } else {
+            serde_json::from_slice::<Value>(&bytes).ok()
+        };
+        match message {
+            None => Kind::Transport,
+            Some(m) if m.get("error").is_some() => Kind::RpcError(m["error"]["code"].as_i64().unwrap_or(0)),
+            Some(m) if m["result"]["isError"] == true => Kind::IsError,
+            Some(_) => Kind::Ok,
+        }
+    }
+}
+
+/// utime + stime of a process, in seconds (USER_HZ is 100 on Linux).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: fields start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+async fn redis_calls(url: &str) -> Result<u64, BenchError> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+    // cmdstat_evalsha:calls=12,usec=...; the INFO itself is not counted.
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+/// The sum of `mcp_redis_command_duration_seconds_count` over the given endpoints.
+async fn round_trips(http: &reqwest::Client, urls: &[String]) -> Result<Option<f64>, BenchError> {
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    let mut sum = 0.0;
+    for u in urls {
+        let text = http.get(u).send().await?.text().await?;
+        sum += text
+            .lines()
+            .filter(|l| l.starts_with("mcp_redis_command_duration_seconds_count"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(Some(sum))
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "an index"
+    )]
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i]
+}
+
+async fn run(a: Args) -> Result<(), BenchError> {
+    // Built together with the server, reqwest gets `rustls-no-provider` by feature unification: name ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args: Value = serde_json::from_str(&a.args)?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(a.sessions.max(1)).build()?;
+    let urls = Arc::new(a.urls.clone());
+    let mut sessions = Vec::new();
+    for n in 0..a.sessions {
+        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n).await?));
+    }
+    let body =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
+    let body = Arc::new(body);
+    let warmup_end = Instant::now() + Duration::from_secs(a.warmup_secs);
+    let end = warmup_end + Duration::from_secs(a.secs);
+    let mut tasks = Vec::new();
+    for (n, s) in sessions.iter().enumerate() {
+        let (s, body) = (s.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
+            let mut i = n;
+            loop {
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                let url = &s.urls[i % s.urls.len()];
+                i += 1;
+                let k = s.call(url, &body).await;
+                if now >= warmup_end {
+                    lat.push(now.elapsed());
+                    *kinds.entry(k).or_default() += 1;
+                }
+            }
+            (lat, kinds)
+        }));
+    }
+    // Counters are read at the end of the warm-up, when every session is in its loop.
+    tokio::time::sleep_until(warmup_end.into()).await;
+    let cpu0: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let redis0 = match &a.redis_url {
+        Some(u) => Some(redis_calls(u).await?),
+        None => None,
+    };
+    let trips0 = round_trips(&http, &a.metrics).await?;
+    let started = Instant::now();
+    let mut lat = Vec::new();
+    let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
+    for t in futures::future::join_all(tasks).await {
+        let Ok((l, k)) = t else { continue };
+        lat.extend(l);
+        for (kind, n) in k {
+            *kinds.entry(kind).or_default() += n;
+        }
+    }
+    let elapsed = started.elapsed();
+    let cpu1: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let redis1 = match &a.redis_url {
+        Some(u) => Some(redis_calls(u).await?),
+        None => None,
+    };
+    let trips1 = round_trips(&http, &a.metrics).await?;
+    lat.sort_unstable();
+    let total = lat.len() as f64;
+    let ok = kinds.get(&Kind::Ok).copied().unwrap_or(0) as f64;
+    let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
+    let cpu: Option<f64> = cpu0.iter().zip(&cpu1).map(|(a, b)| Some(b.as_ref()? - a.as_ref()?)).sum();
+    let cpu_per_call = cpu.filter(|_| total > 0.0).map_or("-".to_owned(), |c| format!("{:.3}", c / total * 1e3));
+    let redis_per_call = match (redis0, redis1) {
+        (Some(a), Some(b)) if total > 0.0 => format!("{:.2}", (b - a) as f64 / total),
+        _ => "-".to_owned(),
+    };
+    let trips_per_call = match (trips0, trips1) {
+        (Some(a), Some(b)) if total > 0.0 => format!("{:.2}", (b - a) / total),
+        _ => "-".to_owned(),
+    };
+    let errors: Vec<String> = kinds.iter().filter(|(k, _)| **k != Kind::Ok).map(|(k, n)| format!("{k}: {n}")).collect();
+    let too_many = kinds.get(&Kind::Http(429)).copied().unwrap_or(0);
+    if a.header {
+        println!(
+            "| setup | calls/s | ok | p50 ms | p95 ms | p99 ms | max ms | server CPU ms/call | Redis round trips/call | Redis cmds/call | 429 | errors |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    }
+    println!(
+        "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        a.label,
+        total / elapsed.as_secs_f64(),
+        ok,
+        ms(quantile(&lat, 0.50)),
+        ms(quantile(&lat, 0.95)),
+        ms(quantile(&lat, 0.99)),
+        ms(lat.last().copied().unwrap_or_default()),
+        cpu_per_call,
+        trips_per_call,
+        redis_per_call,
+        too_many,
+        if errors.is_empty() { "none".to_owned() } else { errors.join(", ") },
+    );
+    Ok(())
+}
+
+fn main() {
+    let a = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcpfleet-bench: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(a)) {
+        eprintln!("mcpfleet-bench: {e}");
+        std::process::exit(1);
+    }
+}

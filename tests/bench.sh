@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The load benchmark, side by side in one run: builds release binaries, starts its own redis-server on a free
+# port, and for each setup starts the replicas, runs mcpfleet-bench against them, and stops them.
+#
+#   tests/bench.sh            # 10 s per setup, 16 sessions
+#   SECS=30 SESSIONS=32 tests/bench.sh
+#
+# Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
+# two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token).
+# Columns: see docs/BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS="${SECS:-10}"
+SESSIONS="${SESSIONS:-16}"
+LOG="${LOG:-info}"
+
+cargo build --release -q -p mcpfleet -p mcpfleet-loadgen
+BIN=target/release/mcpfleet
+BENCH=target/release/mcpfleet-bench
+
+TMP="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+REDIS_PORT="$(free_port)"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+REDIS_PID=$!
+REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# start_replica ARGS... : starts one replica, appends its pid to PIDS and its URL to URLS.
+start_replica() {
+  local n="${#PIDS[@]}"
+  "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --fixtures conformance --log "$LOG" "$@" \
+    >"$TMP/out.$n" 2>"$TMP/err.$n" &
+  PIDS+=($!)
+  for _ in $(seq 100); do grep -q '^listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 100); do grep -q '^admin listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
+  URLS+=("http://$(sed -n 's/^listening on //p' "$TMP/out.$n")/mcp")
+  ADMINS+=("http://$(sed -n 's/^admin listening on //p' "$TMP/out.$n")/metrics")
+}
+
+stop_replicas() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  PIDS=()
+  URLS=()
+  ADMINS=()
+}
+
+# run LABEL REPLICAS EXTRA_BENCH_ARGS -- SERVER_ARGS...
+run() {
+  local label="$1" replicas="$2" header="$3"; shift 3
+  local bench_args=() server_args=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do bench_args+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  server_args=("$@")
+  URLS=()
+  ADMINS=()
+  for _ in $(seq "$replicas"); do start_replica "${server_args[@]}"; done
+  local url_args=() pid_args=()
+  for u in "${URLS[@]}"; do url_args+=(--url "$u"); done
+  for m in "${ADMINS[@]}"; do url_args+=(--metrics "$m"); done
+  for p in "${PIDS[@]}"; do pid_args+=(--pid "$p"); done
+  "$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $header "${bench_args[@]}"
+  stop_replicas
+}
+
+KEY="$TMP/dev-key.pem"
+TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl-secs 3600)"
+
+echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s per setup, log level $LOG, $(nproc) cores"
+run "1 replica, in-memory" 1 --header --
+run "1 replica, Redis" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
+run "3 replicas, Redis, round-robin" 3 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
+run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
+run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
