@@ -219,6 +219,10 @@ struct ServeArgs {
     /// How long a client may take to send a request body, in seconds; slower gets 408.
     #[arg(long, env = "MCPFLEET_BODY_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     body_timeout_secs: u64,
+    /// OTLP/HTTP endpoint for traces (e.g. http://otel-collector:4318); spans go to `<endpoint>/v1/traces`. Unset:
+    /// no spans are exported (trace ids still appear in logs and tool errors).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// Human-readable logs instead of JSON.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
@@ -259,6 +263,8 @@ pub struct Config {
     /// How long running calls may take to finish after shutdown begins.
     pub shutdown_grace: Duration,
     pub admin_listen: SocketAddr,
+    /// Where spans are exported (OTLP/HTTP), if anywhere.
+    pub otlp_endpoint: Option<String>,
     /// How long the server keeps serving after SIGTERM, with /readyz at 503, before it stops accepting.
     pub drain_delay: Duration,
 }
@@ -512,6 +518,15 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         log: a.log,
         shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
         admin_listen: a.admin_listen,
+        otlp_endpoint: match a.otlp_endpoint.filter(|e| !e.is_empty()) {
+            Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
+                Some(e.trim_end_matches('/').to_owned())
+            }
+            Some(e) => {
+                return Err(config_error(format!("OTEL_EXPORTER_OTLP_ENDPOINT {e:?} must be an http(s):// URL")));
+            }
+            None => None,
+        },
         drain_delay: Duration::from_secs(a.drain_delay_secs),
     })))
 }

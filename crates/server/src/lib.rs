@@ -11,6 +11,7 @@ use mcpfleet_auth::{AuthError, Authenticator, JwtAuthenticator, KeySource, NoAut
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
 use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
 use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use prometheus::Registry;
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -135,6 +136,35 @@ pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerErr
     Ok((state, registry))
 }
 
+/// Installs the global tracer provider. With an OTLP endpoint, sampled spans (parent-based, always on) go out
+/// in batches over OTLP/HTTP; without one nothing is recorded, but every span still gets real W3C ids, which the
+/// logs and tool errors carry.
+///
+/// # Errors
+/// The exporter cannot be built.
+pub fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    use opentelemetry_sdk::trace::Sampler;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("mcpfleet").build();
+    let builder = SdkTracerProvider::builder().with_resource(resource);
+    let provider = match &cfg.otlp_endpoint {
+        Some(endpoint) => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(format!("{endpoint}/v1/traces"))
+                .build()
+                .map_err(|e| ServerError::Config(format!("OTLP exporter: {e}")))?;
+            builder
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+                .with_batch_exporter(exporter)
+                .build()
+        }
+        None => builder.with_sampler(Sampler::AlwaysOff).build(),
+    };
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    Ok(provider)
+}
+
 fn init_tracing(cfg: &Config) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -211,8 +241,17 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return 1;
         }
     };
+    // reqwest (JWKS, OTLP) is built with rustls and no default crypto provider: name ring, once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     rt.block_on(async move {
         init_tracing(&cfg);
+        let telemetry = match init_telemetry(&cfg) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("mcpfleet: {e}");
+                return e.exit_code();
+            }
+        };
         let (state, registry) = match build_state(&cfg).await {
             Ok(s) => s,
             Err(e) => {
@@ -304,6 +343,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 () = &mut grace_over => tracing::warn!(calls = calls.len(), "shutdown grace over; abandoning running calls"),
             }
         }
+        // Flush the spans still in the batch (the exporter's HTTP client blocks: off the runtime's threads).
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         code
     })
 }

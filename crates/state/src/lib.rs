@@ -20,8 +20,8 @@ pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
 pub use types::{
-    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo, SessionKey,
-    StreamState, UserKey,
+    AppendOptions, Delivery, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo,
+    SessionKey, StreamState, UserKey,
 };
 
 use async_trait::async_trait;
@@ -139,7 +139,7 @@ pub trait Router: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// [`StateError::SessionNotFound`] or a store failure.
-    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool>;
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<Delivery>;
 
     /// Takes a delivered response, once.
     ///

@@ -4,9 +4,9 @@
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
 };
-use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{Delivery, EventStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
@@ -35,7 +35,8 @@ struct Session {
     streams: u64,
     holder: Option<String>,
     request_ids: HashMap<u64, String>,
-    pending: HashSet<String>,
+    /// Pending server→client requests, with the waiter's traceparent.
+    pending: HashMap<String, Option<String>>,
     responses: HashMap<String, String>,
     cancellations: HashMap<String, Instant>,
     leases: HashMap<u64, Instant>,
@@ -136,7 +137,7 @@ impl SessionStore for MemoryStore {
                 streams: 0,
                 holder: None,
                 request_ids: HashMap::new(),
-                pending: HashSet::new(),
+                pending: HashMap::new(),
                 responses: HashMap::new(),
                 cancellations: HashMap::new(),
                 leases: HashMap::new(),
@@ -207,7 +208,7 @@ impl EventStore for MemoryStore {
             s.leases.insert(stream, Instant::now() + l);
         }
         if let Some(p) = &opts.pending_request {
-            s.pending.insert(p.clone());
+            s.pending.insert(p.clone(), opts.pending_trace.clone());
         }
         Ok(g.push(key, self.max_events, stream, data, opts.is_final))
     }
@@ -301,15 +302,13 @@ impl Router for MemoryStore {
         Ok(Box::new(MemorySubscription(tx.subscribe())))
     }
 
-    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool> {
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<Delivery> {
         let mut g = self.lock();
         let s = g.live(key).ok_or(StateError::SessionNotFound)?;
-        if !s.pending.remove(request_id) {
-            return Ok(false);
-        }
+        let Some(waiter_trace) = s.pending.remove(request_id) else { return Ok(Delivery::NotPending) };
         s.responses.insert(request_id.to_owned(), message.to_owned());
         g.ring(key, Ring::Response(request_id.to_owned()));
-        Ok(true)
+        Ok(Delivery::Delivered { waiter_trace })
     }
 
     async fn take_response(&self, key: &SessionKey, request_id: &str) -> Result<Option<String>> {

@@ -160,6 +160,8 @@ pub struct AppendOptions {
     /// The event is a server→client request with this id: record it as pending so the client's response can be
     /// routed back.
     pub pending_request: Option<String>,
+    /// The W3C `traceparent` of the call waiting for that response, handed to whichever replica delivers it.
+    pub pending_trace: Option<String>,
     /// Extends the stream's lease by this much.
     pub lease: Option<Duration>,
 }
@@ -247,5 +249,21 @@ mod tests {
         assert!(SessionId::parse("short").is_none());
         assert!(SessionId::parse("aaaaaaaaaaaaaaaa aaaa").is_none());
         assert!(SessionId::parse("AAAAAAAAAAAAAAAAAAAAAA-_").is_some());
+    }
+}
+
+/// What [`Router::deliver_response`](crate::Router::deliver_response) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Stored for the waiting call, which was woken. `waiter_trace` is the `traceparent` it registered.
+    Delivered { waiter_trace: Option<String> },
+    /// No such request is pending in this session (answered already, timed out, forgotten, or never sent).
+    NotPending,
+}
+
+impl Delivery {
+    #[must_use]
+    pub fn delivered(&self) -> bool {
+        matches!(self, Self::Delivered { .. })
     }
 }

@@ -668,7 +668,7 @@ async fn routing_responses(kind: Kind) {
     wait_for(&mut sub, &Ring::Event(k)).await;
 
     let msg = r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;
-    assert!(s.deliver_response(&key, "s-1", msg).await.expect("deliver"));
+    assert!(s.deliver_response(&key, "s-1", msg).await.expect("deliver").delivered());
     wait_for(&mut sub, &Ring::Response("s-1".to_owned())).await;
     let bob = SessionKey { user: user("bob"), id: key.id.clone() };
     assert_eq!(s.take_response(&bob, "s-1").await.expect("take as bob"), None, "bob cannot take alice's response");
@@ -676,14 +676,14 @@ async fn routing_responses(kind: Kind) {
     assert_eq!(s.take_response(&key, "s-1").await.expect("take twice"), None);
 
     // Only a pending request can be answered, and only once.
-    assert!(!s.deliver_response(&key, "s-1", msg).await.expect("deliver twice"));
-    assert!(!s.deliver_response(&key, "never", msg).await.expect("deliver unknown"));
+    assert!(!s.deliver_response(&key, "s-1", msg).await.expect("deliver twice").delivered());
+    assert!(!s.deliver_response(&key, "never", msg).await.expect("deliver unknown").delivered());
     assert_eq!(s.take_response(&key, "never").await.expect("take unknown"), None);
 
     // A forgotten request refuses its late response.
     s.append(&key, k, "request 2", &pending("s-2")).await.expect("append request");
     s.forget_pending(&key, "s-2").await.expect("forget");
-    assert!(!s.deliver_response(&key, "s-2", msg).await.expect("deliver forgotten"));
+    assert!(!s.deliver_response(&key, "s-2", msg).await.expect("deliver forgotten").delivered());
     assert_eq!(s.take_response(&key, "s-2").await.expect("take forgotten"), None);
 
     // Other users and unknown sessions.
@@ -692,10 +692,19 @@ async fn routing_responses(kind: Kind) {
     assert!(matches!(r, Err(StateError::SessionNotFound)), "deliver as bob: {r:?}");
     let r = s.deliver_response(&key_for("alice"), "s-3", msg).await;
     assert!(matches!(r, Err(StateError::SessionNotFound)), "deliver to an unknown session: {r:?}");
-    assert!(s.deliver_response(&key, "s-3", "three").await.expect("deliver s-3"), "s-3 is still pending");
+    assert!(s.deliver_response(&key, "s-3", "three").await.expect("deliver s-3").delivered(), "s-3 is still pending");
     wait_for(&mut sub, &Ring::Response("s-3".to_owned())).await;
     assert_eq!(s.take_response(&key, "s-3").await.expect("take s-3").as_deref(), Some("three"));
     s.forget_pending(&key_for("carol"), "x").await.expect("forget in an unknown session");
+
+    // The waiter's traceparent travels to whoever delivers the answer.
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = AppendOptions { pending_trace: Some(tp.to_owned()), ..pending("s-4") };
+    s.append(&key, k, "request 4", &traced).await.expect("append traced request");
+    let d = s.deliver_response(&key, "s-4", "four").await.expect("deliver s-4");
+    assert_eq!(d, mcpfleet_state::Delivery::Delivered { waiter_trace: Some(tp.to_owned()) });
+    let d = s.deliver_response(&key, "s-4", "four").await.expect("deliver s-4 twice");
+    assert_eq!(d, mcpfleet_state::Delivery::NotPending);
 }
 
 async fn routing_cancellation(kind: Kind) {
@@ -797,7 +806,7 @@ async fn replicas_share_state(kind: Kind) {
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![e]);
 
     // A response delivered through b wakes a, which takes it.
-    assert!(b.deliver_response(&key, "s-1", "answer").await.expect("deliver on b"));
+    assert!(b.deliver_response(&key, "s-1", "answer").await.expect("deliver on b").delivered());
     wait_for(&mut sub, &Ring::Response("s-1".to_owned())).await;
     assert_eq!(a.take_response(&key, "s-1").await.expect("take on a").as_deref(), Some("answer"));
     assert_eq!(b.take_response(&key, "s-1").await.expect("take on b"), None);

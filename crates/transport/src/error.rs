@@ -136,6 +136,12 @@ impl From<StateError> for TransportError {
 }
 
 impl TransportError {
+    /// The HTTP status this error is answered with.
+    #[must_use]
+    pub fn status_code(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
     fn status_and_code(&self) -> (StatusCode, i64) {
         match self {
             Self::ForbiddenOrigin | Self::ForbiddenHost => (StatusCode::FORBIDDEN, code::SERVER_ERROR),

@@ -40,6 +40,8 @@ pub(crate) struct Exchange {
     principal: Principal,
     /// The request's trace id, in the audit event and in `isError` results.
     trace_id: String,
+    /// The call's MCP span, ended by [`Exchange::record`].
+    span: opentelemetry::Context,
     request_id: Value,
     progress_token: Option<Value>,
     /// The client's capabilities as stored, parsed only if a tool asks for them.
@@ -67,6 +69,8 @@ pub(crate) struct CallRequest<'a> {
     pub(crate) name: String,
     pub(crate) args: JsonObject,
     pub(crate) trace_id: String,
+    /// The call's MCP span; the exchange ends it when the call ends.
+    pub(crate) span: opentelemetry::Context,
 }
 
 impl Exchange {
@@ -78,7 +82,7 @@ impl Exchange {
         session: &SessionInfo,
         call: CallRequest<'_>,
     ) -> oneshot::Receiver<Outcome> {
-        let CallRequest { id: request_id, params, name, args, trace_id } = call;
+        let CallRequest { id: request_id, params, name, args, trace_id, span } = call;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -88,6 +92,7 @@ impl Exchange {
             key,
             principal,
             trace_id,
+            span,
             request_id,
             progress_token,
             client_capabilities_raw: session.client_capabilities.clone(),
@@ -215,6 +220,12 @@ impl Exchange {
     fn record(&self, audit: &Audit, outcome: Outcome2) {
         let took = audit.started.elapsed();
         let tool = if outcome == Outcome2::UnknownTool { "unknown" } else { audit.tool.as_str() };
+        let error_type = match outcome {
+            Outcome2::Ok => None,
+            Outcome2::IsError => Some("tool_error"),
+            other => Some(other.label()),
+        };
+        crate::trace::end(&self.span, error_type, &[]);
         let m = &self.app.metrics;
         m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
         if outcome != Outcome2::UnknownTool {
@@ -395,7 +406,12 @@ impl Exchange {
         sub: &mut Box<dyn Subscription>,
         timeout: Duration,
     ) -> Result<Value, ToolError> {
-        self.emit(msg, AppendOptions { pending_request: Some(id.to_owned()), ..AppendOptions::default() }).await?;
+        let opts = AppendOptions {
+            pending_request: Some(id.to_owned()),
+            pending_trace: crate::trace::traceparent_of(&self.span),
+            ..AppendOptions::default()
+        };
+        self.emit(msg, opts).await?;
         // The operator's --client-request-timeout caps whatever the tool asked for.
         let timeout = timeout.min(self.app.config.client_request_timeout);
         let deadline = tokio::time::sleep(timeout);

@@ -8,11 +8,12 @@ use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSI
 use crate::mcp;
 use crate::metrics::method_label;
 use crate::observe::{RequestIds, RpcInfo, with_info};
-use crate::{AppState, SUPPORTED_VERSIONS, code, random_token, sse, tail};
+use crate::{AppState, SUPPORTED_VERSIONS, code, random_token, sse, tail, trace};
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use mcpfleet_state::Delivery;
 use mcpfleet_state::{NewSession, SessionId, SessionInfo, SessionKey};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
@@ -57,19 +58,50 @@ pub(crate) async fn post(
         principal: Some(caller.user.as_str().to_owned()),
         session: h.session_tag(),
         tool: None,
+        trace_id: None,
     };
     if let Message::Request { method, params, .. } = &message
         && method == "tools/call"
     {
         info.tool = params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64));
     }
-    let r = post_message(&app, &ids, caller, h, message).await;
+    // The MCP span: parented to `params._meta.traceparent` when the request carries one, else to the HTTP span.
+    let span = match &message {
+        Message::Request { id, method, params } => {
+            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
+            let target = match method.as_str() {
+                "tools/call" | "prompts/get" => {
+                    params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64))
+                }
+                _ => None,
+            };
+            Some(trace::mcp_span(&parent, method, target.as_deref(), Some(id), info.session.as_deref()))
+        }
+        Message::Notification { method, params } => {
+            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
+            Some(trace::mcp_span(&parent, method, None, None, info.session.as_deref()))
+        }
+        Message::Response { .. } => None,
+    };
+    let mut span = trace::SpanGuard::new(span);
+    let trace_id = span.context().and_then(trace::trace_id_of).unwrap_or_else(|| ids.trace_id.clone());
+    if trace_id != ids.trace_id {
+        info.trace_id = Some(trace_id.clone());
+    }
+    let r = post_message(&app, &ids, &trace_id, &mut span, caller, h, message).await;
+    match &r {
+        Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
+        _ => {}
+    }
+    drop(span);
     with_info(r, info)
 }
 
 async fn post_message(
     app: &AppState,
     ids: &RequestIds,
+    trace_id: &str,
+    span: &mut trace::SpanGuard,
     caller: Principal,
     mut h: McpHeaders,
     message: Message,
@@ -86,10 +118,15 @@ async fn post_message(
         let key = h.session_key(&caller)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
         let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
-        return if app.store.deliver_response(&key, id, raw).await? {
-            Ok(accepted())
-        } else {
-            Err(TransportError::UnknownResponse)
+        return match app.store.deliver_response(&key, id, raw).await? {
+            Delivery::Delivered { waiter_trace } => {
+                // The answer joins the trace of the call that waits for it, wherever that call runs.
+                if let Some(cx) = waiter_trace.as_deref().and_then(|w| trace::answer_span(w, &ids.http)) {
+                    trace::end(&cx, None, &[]);
+                }
+                Ok(accepted())
+            }
+            Delivery::NotPending => Err(TransportError::UnknownResponse),
         };
     }
     let (key, info) = session(&app, &mut h, &caller).await?;
@@ -108,12 +145,16 @@ async fn post_message(
         Message::Request { id, method, params } if method == "tools/call" => {
             let name = match mcp::str_param(&params, "name") {
                 Ok(n) => n.to_owned(),
-                Err(e) => return Ok(rpc_json(&id, Err(e))),
+                Err(e) => {
+                    span.error = Some(e.0.to_string());
+                    return Ok(rpc_json(&id, Err(e)));
+                }
             };
             let args = match params.get("arguments") {
                 None => JsonObject::new(),
                 Some(Value::Object(a)) => a.clone(),
                 Some(_) => {
+                    span.error = Some(code::INVALID_PARAMS.to_string());
                     return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
                 }
             };
@@ -123,9 +164,17 @@ async fn post_message(
             if !caller.scopes.allow(&required) {
                 app.metrics.tool_calls.with_label_values(&[&mcp::truncate(&name, 64), "refused"]).inc();
                 let e = mcpfleet_auth::AuthError::InsufficientScope(required);
+                span.error = Some("insufficient_scope".to_owned());
                 return Err(auth_rejection(&app, e));
             }
-            let call = CallRequest { id, params: &params, name, args, trace_id: ids.trace_id.clone() };
+            let call = CallRequest {
+                id,
+                params: &params,
+                name,
+                args,
+                trace_id: trace_id.to_owned(),
+                span: span.take().unwrap_or_default(),
+            };
             let outcome = Exchange::start(app.clone(), key, caller, &info, call);
             match outcome.await {
                 Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
@@ -134,7 +183,11 @@ async fn post_message(
             }
         }
         Message::Request { id, method, params } => {
-            Ok(rpc_json(&id, mcp::plain(&app, &key, &caller, &method, &params).await))
+            let r = mcp::plain(&app, &key, &caller, &method, &params).await;
+            if let Err((code, _)) = &r {
+                span.error = Some(code.to_string());
+            }
+            Ok(rpc_json(&id, r))
         }
     }
 }
@@ -183,6 +236,7 @@ fn http_info(method: &'static str, caller: &Principal, h: &McpHeaders) -> RpcInf
         principal: Some(caller.user.as_str().to_owned()),
         session: h.session_tag(),
         tool: None,
+        trace_id: None,
     }
 }
 

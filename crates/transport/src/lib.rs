@@ -19,6 +19,7 @@ mod observe;
 mod origin;
 mod sse;
 mod tail;
+mod trace;
 mod well_known;
 
 pub use admin::{AdminState, admin_router};

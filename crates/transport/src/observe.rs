@@ -17,6 +17,8 @@ use std::time::Instant;
 pub(crate) struct RequestIds {
     /// 32 lowercase hex digits: the W3C trace id of the request.
     pub(crate) trace_id: String,
+    /// The HTTP server span of the request.
+    pub(crate) http: opentelemetry::Context,
 }
 
 /// What a handler saw, for the access log and the metrics (response extension).
@@ -26,6 +28,8 @@ pub(crate) struct RpcInfo {
     pub(crate) tool: Option<String>,
     pub(crate) principal: Option<String>,
     pub(crate) session: Option<String>,
+    /// The trace of the MCP span, when `params._meta` put it in another trace than the HTTP request.
+    pub(crate) trace_id: Option<String>,
 }
 
 /// A short, stable, non-reversible tag for a session id in logs.
@@ -60,11 +64,15 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
     let http_method = req.method().clone();
     let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
     let request_id = req.headers().get("x-request-id").and_then(sane_request_id).unwrap_or_else(|| hex_id(12));
-    let trace_id = match req.headers().get("traceparent").and_then(|v| v.to_str().ok()).and_then(parse_traceparent) {
-        Some((t, _parent)) => t,
-        None => hex_id(16),
-    };
-    let ids = RequestIds { trace_id: trace_id.clone() };
+    let parent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::trace::remote_parent)
+        .unwrap_or_default();
+    let http = crate::trace::http_span(http_method.as_str(), &parent);
+    let trace_id = crate::trace::trace_id_of(&http).unwrap_or_else(|| hex_id(16));
+    let ids = RequestIds { trace_id: trace_id.clone(), http: http.clone() };
     req.extensions_mut().insert(ids);
     let mut resp = if header_bytes > app.config.max_header_bytes {
         let msg = format!("request headers larger than {} bytes", app.config.max_header_bytes);
@@ -85,6 +93,9 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
         _ => "OTHER",
     });
     let took = started.elapsed();
+    let code = opentelemetry::KeyValue::new("http.response.status_code", i64::from(status.as_u16()));
+    crate::trace::end(&http, status.is_server_error().then(|| status.as_str()), &[code]);
+    let trace_id = info.trace_id.clone().unwrap_or(trace_id);
     let m = &app.metrics;
     m.requests.with_label_values(&[method, status.as_str()]).inc();
     m.request_duration.with_label_values(&[method]).observe(took.as_secs_f64());

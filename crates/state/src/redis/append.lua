@@ -1,5 +1,6 @@
 -- Commits one event, then rings the doorbell.
--- KEYS: session, events, leases, doorbell ; ARGV: stream, data, final ('1'|'0'), maxlen, pending_request, lease_ms
+-- KEYS: session, events, leases, doorbell ; ARGV: stream, data, final ('1'|'0'), maxlen, pending_request, lease_ms,
+-- waiter traceparent (the pending request's value is '<stream>|<traceparent>')
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then return {0} end
 local k = ARGV[1]
@@ -17,7 +18,7 @@ else
     redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[6]), k)
   end
 end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'pq:' .. ARGV[5], k) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'pq:' .. ARGV[5], k .. '|' .. ARGV[7]) end
 redis.call('PEXPIRE', KEYS[2], pttl)
 redis.call('PEXPIRE', KEYS[3], pttl)
 redis.call('PUBLISH', KEYS[4], 'e:' .. k)

@@ -20,7 +20,7 @@ mod subscriber;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState,
 };
-use crate::{EventStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{Delivery, EventStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -354,7 +354,8 @@ impl EventStore for RedisStore {
             .arg(if opts.is_final { "1" } else { "0" })
             .arg(self.maxlen())
             .arg(opts.pending_request.as_deref().unwrap_or(""))
-            .arg(opts.lease.map(|d| ms(d).to_string()).unwrap_or_default());
+            .arg(opts.lease.map(|d| ms(d).to_string()).unwrap_or_default())
+            .arg(opts.pending_trace.as_deref().unwrap_or(""));
         let (code, rest) = status(self.run("append", inv).await?)?;
         match (code, rest.as_slice()) {
             (1, [id]) => event_id(stream, id),
@@ -438,14 +439,18 @@ impl Router for RedisStore {
         Ok(Box::new(self.inner.subscriber.subscribe(k.doorbell).await?))
     }
 
-    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<bool> {
+    async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<Delivery> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.deliver.key(&k.session);
         inv.key(&k.doorbell).arg(request_id).arg(message);
-        match int(&self.run("deliver", inv).await?)? {
-            1 => Ok(true),
-            0 => Err(StateError::SessionNotFound),
-            _ => Ok(false),
+        let (code, rest) = status(self.run("deliver", inv).await?)?;
+        match (code, rest.as_slice()) {
+            (1, [trace]) => {
+                let t = string(trace)?;
+                Ok(Delivery::Delivered { waiter_trace: (!t.is_empty()).then_some(t) })
+            }
+            (0, _) => Err(StateError::SessionNotFound),
+            _ => Ok(Delivery::NotPending),
         }
     }
 
