@@ -213,7 +213,16 @@ async fn every_bad_credential_gets_its_challenge() {
     let jwt_typ = good().header("typ", json!("application/at+jwt")).sign();
     expect("typ application/at+jwt", &with_token(url, &jwt_typ).await, 200, &[], t);
 
-    drop(fleet);
+    // A graceful stop flushes the replicas' log writers (a kill could lose the last lines).
+    let mut fleet = fleet;
+    for r in &mut fleet.replicas {
+        r.terminate();
+    }
+    let exits =
+        tokio::task::spawn_blocking(move || fleet.replicas.iter_mut().map(|r| r.wait_exit(30)).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
     let log = std::fs::read_to_string(&logs).unwrap();
     assert!(log.contains("DEBUG") || log.contains("\"level\""), "the replicas logged nothing: {log:.200}");
     let marker_payload = query_token.split('.').nth(1).unwrap();

@@ -284,7 +284,16 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     assert_eq!(r["result"]["isError"], true, "{r}");
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains(&format!("Trace id: {trace}")), "{r}");
-    drop(fleet);
+    // A graceful stop flushes the replicas' log writers (a kill could lose the last lines).
+    let mut fleet = fleet;
+    for r in &mut fleet.replicas {
+        r.terminate();
+    }
+    let exits =
+        tokio::task::spawn_blocking(move || fleet.replicas.iter_mut().map(|r| r.wait_exit(30)).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
 
     let text = std::fs::read_to_string(&logs).unwrap();
     let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();

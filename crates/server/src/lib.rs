@@ -165,15 +165,23 @@ pub fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
     Ok(provider)
 }
 
-fn init_tracing(cfg: &Config) {
+/// Logs go to stderr through a writer thread: a request's log line costs a channel send, not a `write(2)` on the
+/// request path. It is not lossy: when the writer falls behind, callers wait rather than drop lines (the audit
+/// events must all be there). The guard flushes on drop, at exit.
+fn init_tracing(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("mcpfleet-log")
+        .finish(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if cfg.dev {
         builder.pretty().init();
     } else {
         builder.json().flatten_event(true).init();
     }
+    guard
 }
 
 /// `--auth dev`: one ready-to-use token, with every scope the server knows, on the second line of stdout.
@@ -244,7 +252,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     // reqwest (JWKS, OTLP) is built with rustls and no default crypto provider: name ring, once.
     let _ = rustls::crypto::ring::default_provider().install_default();
     rt.block_on(async move {
-        init_tracing(&cfg);
+        let _log_guard = init_tracing(&cfg);
         let telemetry = match init_telemetry(&cfg) {
             Ok(p) => p,
             Err(e) => {
