@@ -7,7 +7,7 @@
 
 use jsonwebtoken::Algorithm;
 use mcpfleet_testkit::issuer::{AUDIENCE, now};
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, server_bin};
+use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, scrape, server_bin};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -381,6 +381,13 @@ async fn keys_rotate_without_a_restart_and_survive_an_issuer_outage() {
         assert_eq!(with_token(u, &old_token).await.status, 200);
         assert_eq!(with_token(u, &old_token).await.status, 200);
     }
+    let admin = fleet.replicas[0].admin();
+    let m = scrape(&admin).await;
+    assert_eq!(m[r#"mcp_jwks_refresh_total{result="ok"}"#], 1.0, "one load at start");
+    assert_eq!(m["mcp_jwks_keys"], 1.0);
+    assert!(m["mcp_jwks_last_success_timestamp_seconds"] > 1.7e9);
+    assert_eq!(m[r#"mcp_token_verifications_total{result="verified"}"#], 1.0);
+    assert_eq!(m[r#"mcp_token_verifications_total{result="cached"}"#], 1.0, "the second use was remembered");
 
     // Rotation: the issuer publishes a new key and drops the old one. A token with the new kid works on every
     // replica (an unknown kid triggers a refresh, at most once per second here); the old key stops working.
@@ -411,6 +418,10 @@ async fn keys_rotate_without_a_restart_and_survive_an_issuer_outage() {
         assert_eq!(s.status, 401, "{s:?}");
     }
     assert!(issuer.fetches() >= fetches, "down means refused");
+    let m = scrape(&admin).await;
+    assert!(m[r#"mcp_jwks_refresh_total{result="error"}"#] >= 1.0, "the failed refresh is counted");
+    assert_eq!(m["mcp_jwks_keys"], 1.0, "the last good keys are kept");
+    assert!(m[r#"mcp_token_verifications_total{result="rejected"}"#] >= 2.0);
 
     // A replica that starts while the issuer is down has no keys: 503 with Retry-After, not a misleading 401.
     let late = self::fleet(&redis, &issuer, 1, &[]).await;

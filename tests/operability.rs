@@ -5,32 +5,13 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, eventually};
+use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, eventually, scrape};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
-
-/// `/metrics` as a map from `name{sorted labels}` to value.
-async fn scrape(admin: &str) -> BTreeMap<String, f64> {
-    let text = reqwest::get(format!("{admin}/metrics")).await.unwrap().text().await.unwrap();
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        let key = match series.split_once('{') {
-            Some((name, labels)) => {
-                let mut ls: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
-                ls.sort_unstable();
-                format!("{name}{{{}}}", ls.join(","))
-            }
-            None => series.to_owned(),
-        };
-        out.insert(key, value.parse().unwrap());
-    }
-    out
-}
 
 fn metric(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)

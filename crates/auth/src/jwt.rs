@@ -85,6 +85,7 @@ pub struct JwtAuthenticator {
     settings: JwtSettings,
     keys: KeySource,
     verified: Verified,
+    metrics: Option<crate::AuthMetrics>,
 }
 
 impl std::fmt::Debug for JwtAuthenticator {
@@ -130,7 +131,20 @@ fn now_secs() -> u64 {
 impl JwtAuthenticator {
     #[must_use]
     pub fn new(settings: JwtSettings, keys: KeySource) -> Self {
-        Self { settings, keys, verified: Verified::default() }
+        Self { settings, keys, verified: Verified::default(), metrics: None }
+    }
+
+    /// Counts verifications in `metrics` (`mcp_token_verifications_total`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::AuthMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count(&self, result: &str) {
+        if let Some(m) = &self.metrics {
+            m.verifications.with_label_values(&[result]).inc();
+        }
     }
 
     #[must_use]
@@ -147,11 +161,20 @@ impl JwtAuthenticator {
         let generation = self.keys.generation();
         let leeway = self.settings.leeway.as_secs();
         if let Some(p) = self.verified.get(&digest, generation, leeway) {
+            self.count("cached");
             return Ok(p);
         }
-        let (principal, exp) = self.verify_uncached(token).await?;
-        self.verified.put(digest, &principal, exp, generation);
-        Ok(principal)
+        match self.verify_uncached(token).await {
+            Ok((principal, exp)) => {
+                self.count("verified");
+                self.verified.put(digest, &principal, exp, generation);
+                Ok(principal)
+            }
+            Err(e) => {
+                self.count("rejected");
+                Err(e)
+            }
+        }
     }
 
     async fn verify_uncached(&self, token: &str) -> Result<(Principal, u64), AuthError> {

@@ -252,6 +252,7 @@ struct Cache {
 /// interval when a token names an unknown `kid`. A failed refresh keeps the last good keys.
 pub struct RemoteJwks {
     origin: Origin,
+    metrics: Option<crate::AuthMetrics>,
     min_refresh: Duration,
     state: RwLock<Cache>,
     refresh: tokio::sync::Mutex<()>,
@@ -299,6 +300,7 @@ impl RemoteJwks {
     fn new(origin: Origin, min_refresh: Duration) -> Self {
         Self {
             origin,
+            metrics: None,
             min_refresh,
             state: RwLock::new(Cache {
                 keys: None,
@@ -310,6 +312,13 @@ impl RemoteJwks {
             refresh: tokio::sync::Mutex::new(()),
             refreshing: AtomicBool::new(false),
         }
+    }
+
+    /// Records loads in `metrics` (`mcp_jwks_*`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::AuthMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn loads(&self) -> u64 {
@@ -375,10 +384,20 @@ impl RemoteJwks {
                 c.keys = Some(Arc::new(set));
                 c.fresh_until = Instant::now() + ttl;
                 c.loads += 1;
+                drop(c);
+                if let Some(m) = &self.metrics {
+                    m.refreshes.with_label_values(&["ok"]).inc();
+                    m.keys.set(i64::try_from(n).unwrap_or(i64::MAX));
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    m.last_refresh.set(now.as_secs_f64());
+                }
                 tracing::info!(keys = n, ttl_secs = ttl.as_secs(), "verification keys loaded");
                 Ok(n)
             }
             Err(e) => {
+                if let Some(m) = &self.metrics {
+                    m.refreshes.with_label_values(&["error"]).inc();
+                }
                 let kept = self.snapshot().0.is_some();
                 tracing::warn!(error = %e, keeping_last_good_keys = kept, "verification keys not refreshed");
                 Err(e)

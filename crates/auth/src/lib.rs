@@ -22,11 +22,13 @@ mod error;
 mod jwt;
 mod keys;
 mod metadata;
+mod metrics;
 
 pub use error::AuthError;
 pub use jwt::{JwtAuthenticator, JwtSettings, TypPolicy};
 pub use keys::{KeySet, KeySource, RemoteJwks};
 pub use metadata::{ProtectedResource, WELL_KNOWN, split_url};
+pub use metrics::AuthMetrics;
 
 use async_trait::async_trait;
 use http::request::Parts;

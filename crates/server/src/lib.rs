@@ -7,7 +7,7 @@ pub use mcpfleet_transport::{AppState, serve};
 
 use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
-use mcpfleet_auth::{AuthError, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
+use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
 use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
 use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
@@ -47,19 +47,20 @@ impl From<AuthError> for ServerError {
 
 /// The authenticator a config asks for. A JWKS URL that cannot be fetched at start is not fatal: requests get 503
 /// until the first load succeeds (the issuer may start after us); a key file must be usable at once.
-async fn build_auth(auth: &AuthConfig) -> Result<Arc<dyn Authenticator>, ServerError> {
+async fn build_auth(auth: &AuthConfig, metrics: AuthMetrics) -> Result<Arc<dyn Authenticator>, ServerError> {
     Ok(match auth {
         AuthConfig::None => Arc::new(NoAuth::default()),
         AuthConfig::Dev { key_file, required_scopes } => {
             let issuer = DevIssuer::load_or_create(key_file)?;
             let keys = KeySource::Static(Arc::new(issuer.key_set()));
-            Arc::new(JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys))
+            Arc::new(JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys).with_metrics(metrics))
         }
         AuthConfig::Jwt { settings, keys, refresh_interval } => {
             let remote = match keys {
                 KeysFrom::Url { url, timeout } => RemoteJwks::url(url.clone(), *timeout, *refresh_interval)?,
                 KeysFrom::File(path) => RemoteJwks::file(path.clone(), *refresh_interval),
-            };
+            }
+            .with_metrics(metrics.clone());
             match (remote.load().await, keys) {
                 (Ok(_), _) => {}
                 (Err(e), KeysFrom::File(path)) => {
@@ -69,7 +70,7 @@ async fn build_auth(auth: &AuthConfig) -> Result<Arc<dyn Authenticator>, ServerE
                     tracing::error!(error = %e, "cannot load the issuer's keys yet; requests get 503 until they load");
                 }
             }
-            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(Arc::new(remote))))
+            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(Arc::new(remote))).with_metrics(metrics))
         }
     })
 }
@@ -86,6 +87,7 @@ pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerErr
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).map_err(metrics_error)?;
     let store_metrics = StoreMetrics::register(&registry).map_err(metrics_error)?;
     let transport_metrics = TransportMetrics::register(&registry).map_err(metrics_error)?;
+    let auth_metrics = AuthMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
             let rc = RedisConfig {
@@ -127,7 +129,7 @@ pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerErr
     let state = AppState {
         store,
         catalog,
-        auth: build_auth(&cfg.auth).await?,
+        auth: build_auth(&cfg.auth, auth_metrics).await?,
         config: Arc::new(transport),
         shutdown: CancellationToken::new(),
         calls: tokio_util::task::TaskTracker::new(),

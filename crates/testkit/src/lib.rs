@@ -24,6 +24,30 @@ pub fn init_tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A replica's `/metrics` (at `admin`, `http://host:port`) as a map from `name{sorted labels}` to value, e.g.
+/// `mcp_tool_calls_total{outcome="ok",tool="x"}`.
+///
+/// # Panics
+/// If the endpoint cannot be read or parsed.
+pub async fn scrape(admin: &str) -> std::collections::BTreeMap<String, f64> {
+    init_tls();
+    let text = reqwest::get(format!("{admin}/metrics")).await.expect("GET /metrics").text().await.expect("body");
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (series, value) = line.rsplit_once(' ').expect("a sample line");
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut ls: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                ls.sort_unstable();
+                format!("{name}{{{}}}", ls.join(","))
+            }
+            None => series.to_owned(),
+        };
+        out.insert(key, value.parse().expect("a number"));
+    }
+    out
+}
+
 /// Waits until `f` returns true, polling every 20 ms, or panics after `secs` seconds.
 ///
 /// # Panics
