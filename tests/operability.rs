@@ -2,8 +2,6 @@
 //! readiness, the access log and audit events, the hardening headers and timeouts, and the SIGTERM drain of a
 //! real process under load. Real processes, real Redis.
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
-
 use jsonwebtoken::Algorithm;
 use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, eventually, scrape};
 use serde_json::{Value, json};
