@@ -6,10 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  echo "installing redis-server"
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi
-fi
+apt_install() {
+  echo "installing $*"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "$@"; else sudo apt-get update -qq && sudo apt-get install -y -qq "$@"; fi
+}
+# The suites start their own redis-server and talk to it with redis-cli; the testkit signals processes with
+# /bin/kill (procps), not the shell builtin; npm fetches Node 22 and the conformance suite.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then apt_install redis-server; fi
+if ! type -P kill >/dev/null 2>&1; then apt_install procps; fi
+if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
 
 tools=.tools
 if [ ! -x "$tools/node_modules/.bin/node" ] || [ ! -f "$tools/node_modules/@modelcontextprotocol/conformance/dist/index.js" ] \
