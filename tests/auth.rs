@@ -27,6 +27,23 @@ async fn fleet(redis: &RedisServer, issuer: &Issuer, n: usize, extra: &[&str]) -
     b.start().await
 }
 
+/// A fleet with `--auth jwt` against an issuer publishing `rsa-1`. Bind the fields in this order (`redis`,
+/// `issuer`, `key`, `fleet`) so that the replicas are dropped first.
+struct Setup {
+    fleet: Fleet,
+    key: TestKey,
+    issuer: Issuer,
+    redis: RedisServer,
+}
+
+async fn rsa_fleet(n: usize, extra: &[&str]) -> Setup {
+    let redis = RedisServer::start();
+    let key = rsa1();
+    let issuer = Issuer::start(&[&key]).await;
+    let fleet = fleet(&redis, &issuer, n, extra).await;
+    Setup { fleet, key, issuer, redis }
+}
+
 fn init_body() -> Value {
     json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "auth-tests", "version": "1" } } })
@@ -214,14 +231,7 @@ async fn every_bad_credential_gets_its_challenge() {
     expect("typ application/at+jwt", &with_token(url, &jwt_typ).await, 200, &[], t);
 
     // A graceful stop flushes the replicas' log writers (a kill could lose the last lines).
-    let mut fleet = fleet;
-    for r in &mut fleet.replicas {
-        r.terminate();
-    }
-    let exits =
-        tokio::task::spawn_blocking(move || fleet.replicas.iter_mut().map(|r| r.wait_exit(30)).collect::<Vec<_>>())
-            .await
-            .unwrap();
+    let exits = fleet.stop_gracefully().await;
     assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
     let log = std::fs::read_to_string(&logs).unwrap();
     assert!(log.contains("DEBUG") || log.contains("\"level\""), "the replicas logged nothing: {log:.200}");
@@ -258,10 +268,8 @@ async fn each_algorithm_verifies_and_its_key_pins_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scopes_gate_the_endpoint_and_each_tool() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 2, &["--tool-scope", "test_simple_text=tools:text"]).await;
+    let Setup { redis: _redis, issuer, key, fleet } =
+        rsa_fleet(2, &["--tool-scope", "test_simple_text=tools:text"]).await;
     let urls = fleet.urls();
     let id = issuer.id();
 
@@ -317,10 +325,7 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_belong_to_their_subject_and_survive_a_token_refresh() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 2, &[]).await;
+    let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(2, &[]).await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let id = issuer.id();
 
@@ -449,10 +454,7 @@ async fn keys_rotate_without_a_restart_and_survive_an_issuer_outage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_cached_for_their_max_age() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 1, &[]).await;
+    let Setup { redis, issuer, key, fleet } = rsa_fleet(1, &[]).await;
     let url = fleet.urls()[0].clone();
     let token = key.token(&issuer.id(), "alice").sign();
     assert_eq!(issuer.fetches(), 1, "one fetch at start");
@@ -477,10 +479,7 @@ async fn keys_are_cached_for_their_max_age() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_token_still_expires() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 1, &["--jwt-leeway", "0"]).await;
+    let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &["--jwt-leeway", "0"]).await;
     let url = fleet.urls()[0].clone();
     let token = key.token(&issuer.id(), "alice").claim("exp", json!(now() + 2)).sign();
     assert_eq!(with_token(&url, &token).await.status, 200);
@@ -493,10 +492,8 @@ async fn a_remembered_token_still_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_is_public_and_cors_open() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 1, &["--authorization-server", "https://login.test"]).await;
+    let Setup { redis: _redis, issuer: _issuer, key: _, fleet } =
+        rsa_fleet(1, &["--authorization-server", "https://login.test"]).await;
     let base = fleet.bases()[0].clone();
     let http = reqwest::Client::new();
     for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"] {
@@ -528,10 +525,7 @@ async fn metadata_is_public_and_cors_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_localhost_listener_answers_localhost_names_only() {
-    let redis = RedisServer::start();
-    let key = rsa1();
-    let issuer = Issuer::start(&[&key]).await;
-    let fleet = fleet(&redis, &issuer, 1, &[]).await;
+    let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &[]).await;
     let url = fleet.urls()[0].clone();
     let token = key.token(&issuer.id(), "alice").sign();
     let post = |host: Option<&str>, origin: Option<&str>| {

@@ -3,15 +3,11 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_testkit::{Fleet, McpClient, RedisServer, SseEvent, eventually};
+use mcpfleet_testkit::{Fleet, McpClient, RedisServer, SseEvent, data_messages, eventually, progress_values};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
-
-fn data_messages(events: &[SseEvent]) -> Vec<Value> {
-    events.iter().filter(|e| !e.data.is_empty()).filter_map(SseEvent::json).collect()
-}
 
 /// Reads events until `n` of them carry a message; returns every event read.
 async fn read_messages(s: &mut mcpfleet_testkit::SseStream, n: usize) -> Vec<SseEvent> {
@@ -27,14 +23,6 @@ async fn write_outage(redis: &RedisServer, d: Duration) {
     assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "1"]).trim(), "OK");
     tokio::time::sleep(d).await;
     assert_eq!(redis.raw(&["CONFIG", "SET", "min-replicas-to-write", "0"]).trim(), "OK");
-}
-
-fn progress_values(msgs: &[Value]) -> Vec<u64> {
-    msgs.iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .filter_map(|m| m["params"]["progress"].as_f64())
-        .map(|f| f as u64)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,14 +184,7 @@ async fn server_to_client_request_answered_via_b_and_cancellation_via_c() {
     client.initialize(&a).await;
 
     let mut s = client.call_streaming(&a, 11, "test_sampling", json!({ "prompt": "hello fleet" })).await;
-    let request = loop {
-        let e = s.next(T).await.unwrap().expect("stream open");
-        if let Some(m) = e.json()
-            && m["method"] == "sampling/createMessage"
-        {
-            break m;
-        }
-    };
+    let request = s.until_method("sampling/createMessage", T).await.unwrap();
     assert_eq!(request["params"]["messages"][0]["content"]["text"], "hello fleet");
     let reply = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
         "role": "assistant", "content": { "type": "text", "text": "answer via B" }, "model": "m", "stopReason": "endTurn" } });
@@ -865,12 +846,7 @@ async fn cancelling_a_call_voids_its_pending_client_request() {
     let mut client = McpClient::new();
     client.initialize(&a).await;
     let mut s = client.call_streaming(&a, 51, "test_sampling", json!({ "prompt": "never answered" })).await;
-    let request = loop {
-        let m = s.next(T).await.unwrap().unwrap().json();
-        if let Some(m) = m.filter(|m| m["method"] == "sampling/createMessage") {
-            break m;
-        }
-    };
+    let request = s.until_method("sampling/createMessage", T).await.unwrap();
     let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 51 } });
     assert_eq!(client.post(&b, &cancel).await.status(), 202);
     let rest = data_messages(&s.collect(T).await.unwrap());

@@ -3,7 +3,10 @@
 //! real process under load. Real processes, real Redis.
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, eventually, scrape};
+use mcpfleet_testkit::{
+    Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, data_messages, eventually, progress_values,
+    scrape,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -139,17 +142,8 @@ async fn responses_are_hardened_and_slow_clients_are_cut_off() {
     let url = fleet.urls()[0].clone();
     let mut c = McpClient::new();
     c.initialize(&url).await;
-    let resp = c
-        .http
-        .post(&url)
-        .header("x-request-id", "req-hardening-1")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", c.session.clone().unwrap())
-        .body(json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" }).to_string())
-        .send()
-        .await
-        .unwrap();
+    let ping = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" });
+    let resp = c.post_with(&url, &ping, &[("x-request-id", "req-hardening-1")]).await;
     assert_eq!(resp.status(), 200);
     let h = resp.headers();
     assert_eq!(h["x-content-type-options"], "nosniff");
@@ -224,20 +218,9 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let sid = c.initialize(&url).await;
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let secret_arg = "a-secret-argument-value-7f3a";
-    let resp = c
-        .http
-        .post(&url)
-        .header("authorization", format!("Bearer {token}"))
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("x-request-id", "req-audit-1")
-        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(call(9, "json_schema_2020_12_tool", json!({ "name": secret_arg })).to_string())
-        .send()
-        .await
-        .unwrap();
+    let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let body = call(9, "json_schema_2020_12_tool", json!({ "name": secret_arg }));
+    let resp = c.post_with(&url, &body, &[("x-request-id", "req-audit-1"), ("traceparent", &traceparent)]).await;
     assert_eq!(resp.status(), 200);
     // A tool failure reaches the model as isError with the request's trace id: test_sampling in a session whose
     // client declared no sampling capability.
@@ -245,18 +228,10 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } });
     let resp = McpClient::new().with_token(&token).post(&url, &plain).await;
     let plain_sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
-    let r = c
-        .http
-        .post(&url)
-        .header("authorization", format!("Bearer {token}"))
-        .header("mcp-session-id", &plain_sid)
-        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(call(10, "test_sampling", json!({ "prompt": "hi" })).to_string())
-        .send()
+    let plain_client = McpClient { session: Some(plain_sid), ..c.clone() };
+    let r = plain_client
+        .post_with(&url, &call(10, "test_sampling", json!({ "prompt": "hi" })), &[("traceparent", &traceparent)])
         .await
-        .unwrap()
         .json::<Value>()
         .await
         .unwrap();
@@ -264,14 +239,7 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains(&format!("Trace id: {trace}")), "{r}");
     // A graceful stop flushes the replicas' log writers (a kill could lose the last lines).
-    let mut fleet = fleet;
-    for r in &mut fleet.replicas {
-        r.terminate();
-    }
-    let exits =
-        tokio::task::spawn_blocking(move || fleet.replicas.iter_mut().map(|r| r.wait_exit(30)).collect::<Vec<_>>())
-            .await
-            .unwrap();
+    let exits = fleet.stop_gracefully().await;
     assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
 
     let text = std::fs::read_to_string(&logs).unwrap();
@@ -305,16 +273,6 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
         assert!(!text.contains(forbidden), "the logs hold {forbidden:?}");
     }
     let _ = std::fs::remove_file(&logs);
-}
-
-fn progress(events: &[SseEvent]) -> Vec<u64> {
-    events
-        .iter()
-        .filter_map(SseEvent::json)
-        .filter(|m| m["method"] == "notifications/progress")
-        .filter_map(|m| m["params"]["progress"].as_f64())
-        .map(|f| f as u64)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,7 +318,11 @@ async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
     }
     for t in tasks {
         let seen = t.await.unwrap();
-        assert_eq!(progress(&seen), (1..=COUNT).collect::<Vec<_>>(), "every progress event exactly once");
+        assert_eq!(
+            progress_values(&data_messages(&seen)),
+            (1..=COUNT).collect::<Vec<_>>(),
+            "every progress event exactly once"
+        );
         let last = seen.iter().rev().find_map(SseEvent::json).unwrap();
         assert_eq!(last["result"]["content"][0]["text"], format!("counted to {COUNT}"));
     }

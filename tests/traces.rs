@@ -38,18 +38,8 @@ async fn spans_follow_traceparent_meta_and_cross_replica_answers() {
     let p1 = "b7ad6b7169203331";
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": { "name": "test_simple_text", "arguments": {} } });
-    let resp = c
-        .http
-        .post(&b)
-        .header("x-test-user", "tracer")
-        .header("mcp-session-id", c.session.clone().unwrap())
-        .header("traceparent", format!("00-{t1}-{p1}-01"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let header_parent = format!("00-{t1}-{p1}-01");
+    let resp = c.post_with(&b, &body, &[("traceparent", &header_parent)]).await;
     assert_eq!(resp.status(), 200);
     let trace1 = TraceId::from_hex(t1).unwrap();
     eventually(5, "the tools/call span", || async {
@@ -77,18 +67,7 @@ async fn spans_follow_traceparent_meta_and_cross_replica_answers() {
     let p2 = "00f067aa0ba902b7";
     let body = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "test_error_handling", "arguments": {}, "_meta": { "traceparent": format!("00-{t2}-{p2}-01") } } });
-    let resp = c
-        .http
-        .post(&a)
-        .header("x-test-user", "tracer")
-        .header("mcp-session-id", c.session.clone().unwrap())
-        .header("traceparent", format!("00-{t1}-{p1}-01"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = c.post_with(&a, &body, &[("traceparent", &header_parent)]).await;
     let r: Value = resp.json().await.unwrap();
     assert_eq!(r["result"]["isError"], true);
     let trace2 = TraceId::from_hex(t2).unwrap();
@@ -107,14 +86,7 @@ async fn spans_follow_traceparent_meta_and_cross_replica_answers() {
     // 3. Across replicas: test_sampling runs on A; the client answers the sampling request through B. B's span
     //    for the answer is a child of the call's span on A.
     let mut s = c.call_streaming(&a, 3, "test_sampling", json!({ "prompt": "trace me" })).await;
-    let request = loop {
-        let e = s.next(T).await.unwrap().expect("stream open");
-        if let Some(m) = e.json()
-            && m["method"] == "sampling/createMessage"
-        {
-            break m;
-        }
-    };
+    let request = s.until_method("sampling/createMessage", T).await.unwrap();
     let reply = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
         "role": "assistant", "content": { "type": "text", "text": "traced" }, "model": "m", "stopReason": "endTurn" } });
     assert_eq!(c.post(&b, &reply).await.status(), 202);

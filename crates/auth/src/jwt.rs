@@ -147,11 +147,6 @@ impl JwtAuthenticator {
         }
     }
 
-    #[must_use]
-    pub fn settings(&self) -> &JwtSettings {
-        &self.settings
-    }
-
     /// Verifies one token and returns its principal (without the endpoint scope check).
     ///
     /// # Errors
@@ -203,6 +198,8 @@ impl JwtAuthenticator {
             return Err(AuthError::InvalidToken("unknown signing key"));
         }
         let key = self.keys.key(kid, header.alg).await?;
+        // The lookup only returns a key that may verify this algorithm; the pin is the point, so it is checked
+        // again where the key is used.
         if !key.algorithms.contains(&header.alg) {
             return Err(AuthError::InvalidToken("the token algorithm is not allowed for its key"));
         }

@@ -306,15 +306,18 @@ fn default_dev_key_file() -> PathBuf {
     std::env::temp_dir().join("mcpfleet-dev-key.pem")
 }
 
+/// The scheme and the host (without port; an IPv6 host keeps its brackets) of an `http(s)://` URL.
+fn scheme_and_host(url: &str) -> Option<(&str, &str)> {
+    let (origin, _) = split_url(url)?;
+    let (scheme, authority) = origin.split_once("://")?;
+    let host =
+        if authority.starts_with('[') { &authority[..=authority.find(']')?] } else { authority.split(':').next()? };
+    Some((scheme, host))
+}
+
 /// A URL whose host is loopback (`localhost`, `127.0.0.0/8`, `[::1]`).
 fn loopback_url(url: &str) -> bool {
-    split_url(url).is_some_and(|(origin, _)| {
-        let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
-        let host = if authority.starts_with('[') {
-            authority.split(']').next().map(|h| format!("{h}]")).unwrap_or_default()
-        } else {
-            authority.split(':').next().unwrap_or_default().to_owned()
-        };
+    scheme_and_host(url).is_some_and(|(_, host)| {
         host == "localhost" || host == "[::1]" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
     })
 }
@@ -437,24 +440,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
     }
     // DNS-rebinding protection: a loopback listener answers loopback names only; a public one, by default, only
     // the name in its resource URL.
-    let public = resource_url.as_deref().filter(|_| !a.listen.ip().is_loopback()).and_then(split_url);
-    let default_origins = match public {
-        Some((origin, _)) => vec![format!(
-            "{}:*",
-            origin.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(origin, |(o, _)| o)
-        )],
-        None => vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
-    };
-    let default_hosts = match public {
-        Some((origin, _)) => {
-            let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
-            let host = authority
-                .rsplit_once(':')
-                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-                .map_or(authority, |(h, _)| h);
-            vec![format!("{host}:*")]
-        }
-        None => vec!["localhost:*".into(), "127.0.0.1:*".into(), "[::1]:*".into()],
+    let public = resource_url.as_deref().filter(|_| !a.listen.ip().is_loopback()).and_then(scheme_and_host);
+    let (default_origins, default_hosts) = match public {
+        Some((scheme, host)) => (vec![format!("{scheme}://{host}:*")], vec![format!("{host}:*")]),
+        None => (
+            vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()],
+            vec!["localhost:*".into(), "127.0.0.1:*".into(), "[::1]:*".into()],
+        ),
     };
     let protected_resource = resource_url.map(|resource| ProtectedResource {
         resource,

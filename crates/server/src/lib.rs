@@ -47,15 +47,17 @@ impl From<AuthError> for ServerError {
 
 /// The authenticator a config asks for. A JWKS URL that cannot be fetched at start is not fatal: requests get 503
 /// until the first load succeeds (the issuer may start after us); a key file must be usable at once.
-async fn build_auth(auth: &AuthConfig, metrics: AuthMetrics) -> Result<Arc<dyn Authenticator>, ServerError> {
-    Ok(match auth {
-        AuthConfig::None => Arc::new(NoAuth::default()),
-        AuthConfig::Dev { key_file, required_scopes } => {
-            let issuer = DevIssuer::load_or_create(key_file)?;
+async fn build_auth(
+    auth: &AuthConfig,
+    dev: Option<&DevIssuer>,
+    metrics: AuthMetrics,
+) -> Result<Arc<dyn Authenticator>, ServerError> {
+    Ok(match (auth, dev) {
+        (AuthConfig::Dev { required_scopes, .. }, Some(issuer)) => {
             let keys = KeySource::Static(Arc::new(issuer.key_set()));
             Arc::new(JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys).with_metrics(metrics))
         }
-        AuthConfig::Jwt { settings, keys, refresh_interval } => {
+        (AuthConfig::Jwt { settings, keys, refresh_interval }, _) => {
             let remote = match keys {
                 KeysFrom::Url { url, timeout } => RemoteJwks::url(url.clone(), *timeout, *refresh_interval)?,
                 KeysFrom::File(path) => RemoteJwks::file(path.clone(), *refresh_interval),
@@ -72,7 +74,19 @@ async fn build_auth(auth: &AuthConfig, metrics: AuthMetrics) -> Result<Arc<dyn A
             }
             Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(Arc::new(remote))).with_metrics(metrics))
         }
+        (AuthConfig::None, _) => Arc::new(NoAuth::default()),
+        // Never serve a dev configuration unauthenticated.
+        (AuthConfig::Dev { .. }, None) => return Err(ServerError::Config("--auth dev: no dev issuer key".to_owned())),
     })
+}
+
+/// What [`build_state`] builds: the state the listener serves, the registry the admin listener exposes, and the
+/// dev issuer when `--auth dev` asked for one (its key file is read once).
+#[derive(Debug)]
+pub struct Built {
+    pub state: AppState,
+    pub registry: Registry,
+    pub dev: Option<DevIssuer>,
 }
 
 /// Builds the shared state from a parsed config: the metrics registry (with process metrics), the store
@@ -80,7 +94,7 @@ async fn build_auth(auth: &AuthConfig, metrics: AuthMetrics) -> Result<Arc<dyn A
 ///
 /// # Errors
 /// Redis unreachable at start; an unusable key file.
-pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerError> {
+pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
     let registry = Registry::new();
     let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
     #[cfg(target_os = "linux")]
@@ -123,19 +137,21 @@ pub async fn build_state(cfg: &Config) -> Result<(AppState, Registry), ServerErr
         pr.scopes_supported.sort();
         pr.scopes_supported.dedup();
     }
-    if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
-        transport.dev_jwks = Some(DevIssuer::load_or_create(key_file)?.jwks());
-    }
+    let dev = match &cfg.auth {
+        AuthConfig::Dev { key_file, .. } => Some(DevIssuer::load_or_create(key_file)?),
+        _ => None,
+    };
+    transport.dev_jwks = dev.as_ref().map(DevIssuer::jwks);
     let state = AppState {
         store,
         catalog,
-        auth: build_auth(&cfg.auth, auth_metrics).await?,
+        auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics).await?,
         config: Arc::new(transport),
         shutdown: CancellationToken::new(),
         calls: tokio_util::task::TaskTracker::new(),
         metrics: transport_metrics,
     };
-    Ok((state, registry))
+    Ok(Built { state, registry, dev })
 }
 
 /// Installs the global tracer provider. With an OTLP endpoint, sampled spans (parent-based, always on) go out
@@ -186,12 +202,10 @@ fn init_tracing(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
-/// `--auth dev`: one ready-to-use token, with every scope the server knows, on the second line of stdout.
-fn print_dev_token(key_file: &std::path::Path, state: &AppState) {
+/// `--auth dev`: one ready-to-use token, with every scope the server knows, on the third line of stdout.
+fn print_dev_token(issuer: &DevIssuer, state: &AppState) {
     let scope = state.config.protected_resource.as_ref().map(|p| p.scopes_supported.join(" ")).unwrap_or_default();
-    match DevIssuer::load_or_create(key_file)
-        .and_then(|i| i.mint("dev", &scope, None, std::time::Duration::from_secs(24 * 3600)))
-    {
+    match issuer.mint("dev", &scope, None, std::time::Duration::from_secs(24 * 3600)) {
         Ok(token) => println!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `mcpfleet token`): {token}"),
         Err(e) => tracing::error!(error = %e, "cannot mint the dev token"),
     }
@@ -262,7 +276,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 return e.exit_code();
             }
         };
-        let (state, registry) = match build_state(&cfg).await {
+        let Built { state, registry, dev } = match build_state(&cfg).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
@@ -290,8 +304,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         // Tests and supervisors read the bound addresses from these two lines.
         println!("listening on {addr}");
         println!("admin listening on {admin_addr}");
-        if let AuthConfig::Dev { key_file, .. } = &cfg.auth {
-            print_dev_token(key_file, &state);
+        if let Some(issuer) = &dev {
+            print_dev_token(issuer, &state);
         }
         // The drain: the first signal fires `draining` (/readyz turns 503 at once); the server keeps serving for
         // --drain-delay-secs, then fires `shutdown` (stop accepting, end every SSE stream with a retry hint).

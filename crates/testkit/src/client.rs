@@ -95,6 +95,37 @@ impl SseStream {
         }
         Ok(out)
     }
+
+    /// Reads events until a server→client request for `method` arrives; returns that message.
+    ///
+    /// # Errors
+    /// Timeout, a broken connection, or a stream that ended first.
+    pub async fn until_method(&mut self, method: &str, timeout: Duration) -> Result<Value, String> {
+        loop {
+            let e = self.next(timeout).await?.ok_or_else(|| format!("the stream ended before {method}"))?;
+            if let Some(m) = e.json().filter(|m| m["method"] == method) {
+                return Ok(m);
+            }
+        }
+    }
+}
+
+/// The JSON-RPC messages among `events` (priming events and keep-alives carry none).
+#[must_use]
+pub fn data_messages(events: &[SseEvent]) -> Vec<Value> {
+    events.iter().filter(|e| !e.data.is_empty()).filter_map(SseEvent::json).collect()
+}
+
+/// The `progress` values of the `notifications/progress` among `messages`, in order.
+#[must_use]
+pub fn progress_values(messages: &[Value]) -> Vec<u64> {
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "progress counts in the tests")]
+    messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .map(|f| f as u64)
+        .collect()
 }
 
 impl McpClient {
@@ -142,13 +173,22 @@ impl McpClient {
     /// # Panics
     /// On a connection error.
     pub async fn post(&self, url: &str, body: &Value) -> reqwest::Response {
-        self.headers(self.http.post(url))
+        self.post_with(url, body, &[]).await
+    }
+
+    /// POSTs one JSON-RPC message with extra headers (e.g. `traceparent`, `x-request-id`) besides the client's own.
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn post_with(&self, url: &str, body: &Value, extra: &[(&str, &str)]) -> reqwest::Response {
+        let mut rb = self
+            .headers(self.http.post(url))
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("POST")
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in extra {
+            rb = rb.header(*k, *v);
+        }
+        rb.body(body.to_string()).send().await.expect("POST")
     }
 
     /// Initializes a session and sends `notifications/initialized`; keeps the session id.

@@ -155,6 +155,20 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Stops every process replica with SIGTERM and waits (up to 30 s) for each to exit, so that they flush their
+    /// logs; their exit codes.
+    ///
+    /// # Panics
+    /// If the waiting task fails.
+    pub async fn stop_gracefully(mut self) -> Vec<Option<i32>> {
+        for r in &mut self.replicas {
+            r.terminate();
+        }
+        tokio::task::spawn_blocking(move || self.replicas.iter_mut().map(|r| r.wait_exit(30)).collect())
+            .await
+            .expect("wait for the replicas")
+    }
+
     #[must_use]
     pub fn builder() -> FleetBuilder {
         crate::init_tls();
@@ -282,20 +296,13 @@ impl FleetBuilder {
             .spawn()
             .expect("spawn mcpfleet");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read listen line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read admin line");
-        let admin = line
-            .trim()
-            .strip_prefix("admin listening on ")
-            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
-            .to_owned();
+        let mut address = |prefix: &str| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("read stdout");
+            line.trim().strip_prefix(prefix).unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}")).to_owned()
+        };
+        let addr = address("listening on ");
+        let admin = address("admin listening on ");
         Replica::Process { child, addr, admin, stdout }
     }
 
@@ -305,7 +312,7 @@ impl FleetBuilder {
         else {
             panic!("not a serve command");
         };
-        let (mut state, _registry) = mcpfleet::build_state(&cfg).await.expect("state");
+        let mut state = mcpfleet::build_state(&cfg).await.expect("state").state;
         state.auth = Arc::new(HeaderAuth);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();

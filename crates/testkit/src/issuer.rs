@@ -166,8 +166,12 @@ impl TokenBuilder {
     /// A signing failure.
     #[must_use]
     pub fn sign(&self) -> String {
-        let message = format!("{}.{}", b64json(&self.header), b64json(&self.claims));
-        let sig = jsonwebtoken::crypto::sign(message.as_bytes(), &self.key, self.alg).expect("sign");
+        self.sign_as(&self.header, &self.key, self.alg)
+    }
+
+    fn sign_as(&self, header: &Map<String, Value>, key: &EncodingKey, alg: Algorithm) -> String {
+        let message = format!("{}.{}", b64json(header), b64json(&self.claims));
+        let sig = jsonwebtoken::crypto::sign(message.as_bytes(), key, alg).expect("sign");
         format!("{message}.{sig}")
     }
 
@@ -187,10 +191,7 @@ impl TokenBuilder {
     pub fn hs256_with(&self, public_pem: &[u8]) -> String {
         let mut header = self.header.clone();
         header.insert("alg".into(), json!("HS256"));
-        let message = format!("{}.{}", b64json(&header), b64json(&self.claims));
-        let key = EncodingKey::from_secret(public_pem).expect("hmac key");
-        let sig = jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).expect("sign");
-        format!("{message}.{sig}")
+        self.sign_as(&header, &EncodingKey::from_secret(public_pem).expect("hmac key"), Algorithm::HS256)
     }
 }
 
@@ -266,11 +267,6 @@ impl Issuer {
     /// Replaces the published keys (a rotation).
     pub fn publish(&self, keys: &[&TestKey]) {
         let doc = json!({ "keys": keys.iter().map(|k| k.jwk(true)).collect::<Vec<_>>() });
-        *self.state.jwks.lock().expect("jwks") = doc;
-    }
-
-    /// Publishes a raw document.
-    pub fn publish_raw(&self, doc: Value) {
         *self.state.jwks.lock().expect("jwks") = doc;
     }
 

@@ -158,13 +158,13 @@ impl Exchange {
                 }
                 () = self.cancel.cancelled() => {
                     call.abort();
-                    self.record(&audit, Outcome2::Cancelled);
+                    self.record(&audit, CallEnd::Cancelled);
                     self.finish_cancelled().await;
                     return;
                 }
                 () = self.lost.cancelled() => {
                     call.abort();
-                    self.record(&audit, Outcome2::SessionGone);
+                    self.record(&audit, CallEnd::SessionGone);
                     self.session_gone().await;
                     return;
                 }
@@ -192,7 +192,7 @@ impl Exchange {
                     Some(Ring::Cancel(id)) if id == my_id => self.cancel.cancel(),
                     Some(Ring::Closed) | None => {
                         call.abort();
-                        self.record(&audit, Outcome2::SessionGone);
+                        self.record(&audit, CallEnd::SessionGone);
                         self.session_gone().await;
                         return;
                     }
@@ -217,18 +217,18 @@ impl Exchange {
 
     /// Counts the call in `mcp_tool_calls_total` and `mcp_tool_call_duration_seconds`, and writes its audit event:
     /// tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never the arguments).
-    fn record(&self, audit: &Audit, outcome: Outcome2) {
+    fn record(&self, audit: &Audit, outcome: CallEnd) {
         let took = audit.started.elapsed();
-        let tool = if outcome == Outcome2::UnknownTool { "unknown" } else { audit.tool.as_str() };
+        let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
         let error_type = match outcome {
-            Outcome2::Ok => None,
-            Outcome2::IsError => Some("tool_error"),
+            CallEnd::Ok => None,
+            CallEnd::IsError => Some("tool_error"),
             other => Some(other.label()),
         };
         crate::trace::end(&self.span, error_type, &[]);
         let m = &self.app.metrics;
         m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
-        if outcome != Outcome2::UnknownTool {
+        if outcome != CallEnd::UnknownTool {
             m.tool_duration.with_label_values(&[tool]).observe(took.as_secs_f64());
         }
         tracing::info!(
@@ -610,7 +610,7 @@ fn args_digest(args: &JsonObject) -> String {
 
 /// How a call ended, for the metrics and the audit event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome2 {
+enum CallEnd {
     Ok,
     IsError,
     ProtocolError,
@@ -619,7 +619,7 @@ enum Outcome2 {
     SessionGone,
 }
 
-impl Outcome2 {
+impl CallEnd {
     fn label(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -631,13 +631,13 @@ impl Outcome2 {
     }
 }
 
-fn outcome_of(result: &Result<Value, (i64, String)>) -> Outcome2 {
+fn outcome_of(result: &Result<Value, (i64, String)>) -> CallEnd {
     match result {
-        Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => Outcome2::IsError,
-        Ok(_) => Outcome2::Ok,
+        Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => CallEnd::IsError,
+        Ok(_) => CallEnd::Ok,
         Err((code, msg)) if *code == crate::code::INVALID_PARAMS && msg.starts_with("unknown tool") => {
-            Outcome2::UnknownTool
+            CallEnd::UnknownTool
         }
-        Err(_) => Outcome2::ProtocolError,
+        Err(_) => CallEnd::ProtocolError,
     }
 }

@@ -50,21 +50,11 @@ pub(crate) async fn post(
     h: McpHeaders,
     Rpc(message): Rpc,
 ) -> Response {
-    let mut info = RpcInfo {
-        method: Some(match &message {
-            Message::Request { method, .. } | Message::Notification { method, .. } => method_label(method),
-            Message::Response { .. } => "response",
-        }),
-        principal: Some(caller.user.as_str().to_owned()),
-        session: h.session_tag(),
-        tool: None,
-        trace_id: None,
+    let label = match &message {
+        Message::Request { method, .. } | Message::Notification { method, .. } => method_label(method),
+        Message::Response { .. } => "response",
     };
-    if let Message::Request { method, params, .. } = &message
-        && method == "tools/call"
-    {
-        info.tool = params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64));
-    }
+    let mut info = rpc_info(label, &caller, &h);
     // The MCP span: parented to `params._meta.traceparent` when the request carries one, else to the HTTP span.
     let span = match &message {
         Message::Request { id, method, params } => {
@@ -75,7 +65,11 @@ pub(crate) async fn post(
                 }
                 _ => None,
             };
-            Some(trace::mcp_span(&parent, method, target.as_deref(), Some(id), info.session.as_deref()))
+            let span = trace::mcp_span(&parent, method, target.as_deref(), Some(id), info.session.as_deref());
+            if method == "tools/call" {
+                info.tool = target;
+            }
+            Some(span)
         }
         Message::Notification { method, params } => {
             let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
@@ -106,11 +100,10 @@ async fn post_message(
     mut h: McpHeaders,
     message: Message,
 ) -> Result<Response> {
-    let app = app.clone();
     if let Message::Request { id, method, params } = &message
         && method == "initialize"
     {
-        return initialize(&app, &caller, id, params).await;
+        return initialize(app, &caller, id, params).await;
     }
     h.version()?;
     if let Message::Response { id, raw } = message {
@@ -129,7 +122,7 @@ async fn post_message(
             Delivery::NotPending => Err(TransportError::UnknownResponse),
         };
     }
-    let (key, info) = session(&app, &mut h, &caller).await?;
+    let (key, info) = session(app, &mut h, &caller).await?;
     match message {
         Message::Notification { method, params } => {
             if method == "notifications/cancelled"
@@ -165,7 +158,7 @@ async fn post_message(
                 app.metrics.tool_calls.with_label_values(&[&mcp::truncate(&name, 64), "refused"]).inc();
                 let e = mcpfleet_auth::AuthError::InsufficientScope(required);
                 span.error = Some("insufficient_scope".to_owned());
-                return Err(auth_rejection(&app, e));
+                return Err(auth_rejection(app, e));
             }
             let call = CallRequest {
                 id,
@@ -178,12 +171,12 @@ async fn post_message(
             let outcome = Exchange::start(app.clone(), key, caller, &info, call);
             match outcome.await {
                 Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-                Ok(Outcome::Sse(rx)) => Ok(sse::response(&app, rx, "call")),
+                Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call")),
                 Err(_) => Err(TransportError::SessionNotFound),
             }
         }
         Message::Request { id, method, params } => {
-            let r = mcp::plain(&app, &key, &caller, &method, &params).await;
+            let r = mcp::plain(app, &key, &caller, &method, &params).await;
             if let Err((code, _)) = &r {
                 span.error = Some(code.to_string());
             }
@@ -230,7 +223,8 @@ async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &
     Ok(resp)
 }
 
-fn http_info(method: &'static str, caller: &Principal, h: &McpHeaders) -> RpcInfo {
+/// What the access log and the metrics learn of a request: its method label, the caller's hash and the session's.
+fn rpc_info(method: &'static str, caller: &Principal, h: &McpHeaders) -> RpcInfo {
     RpcInfo {
         method: Some(method),
         principal: Some(caller.user.as_str().to_owned()),
@@ -246,7 +240,7 @@ pub(crate) async fn get(
     _accepts: AcceptsEventStream,
     mut h: McpHeaders,
 ) -> Response {
-    let info = http_info("GET", &caller, &h);
+    let info = rpc_info("GET", &caller, &h);
     let r = async {
         h.version()?;
         let cursor = h.last_event_id()?;
@@ -258,7 +252,7 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn delete(State(app): State<AppState>, Caller(caller): Caller, mut h: McpHeaders) -> Response {
-    let info = http_info("DELETE", &caller, &h);
+    let info = rpc_info("DELETE", &caller, &h);
     let r = async {
         h.version()?;
         let key = h.session_key(&caller)?;

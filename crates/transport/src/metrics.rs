@@ -117,16 +117,6 @@ impl TransportMetrics {
         Ok(m)
     }
 
-    /// Metrics registered nowhere (tests, embedding).
-    ///
-    /// # Panics
-    /// Never: a fresh registry has no duplicates.
-    #[must_use]
-    pub fn detached() -> Self {
-        #[expect(clippy::expect_used, reason = "a fresh registry cannot hold a duplicate")]
-        Self::register(&Registry::new()).expect("fresh registry")
-    }
-
     /// An open SSE stream, counted until the guard drops.
     pub(crate) fn stream_guard(&self, kind: &'static str) -> StreamGuard {
         let g = self.sse_open.with_label_values(&[kind]);

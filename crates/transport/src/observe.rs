@@ -42,17 +42,6 @@ fn hex_id(len_bytes: usize) -> String {
     (0..len_bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
 }
 
-/// Parses `traceparent: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`; all-zero ids are invalid.
-pub(crate) fn parse_traceparent(v: &str) -> Option<(String, String)> {
-    let mut parts = v.trim().split('-');
-    let (ver, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let ok = hex(ver, 2) && ver != "ff" && hex(trace, 32) && hex(span, 16) && hex(flags, 2);
-    let zero = |s: &str| s.bytes().all(|b| b == b'0');
-    (ok && !zero(trace) && !zero(span) && (ver != "00" || parts.next().is_none()))
-        .then(|| (trace.to_owned(), span.to_owned()))
-}
-
 fn sane_request_id(v: &HeaderValue) -> Option<String> {
     let s = v.to_str().ok()?;
     (!s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)))

@@ -19,18 +19,28 @@ use serde_json::Value;
 
 const TRACER: &str = "mcpfleet";
 
-/// A `Context` whose remote parent is the `traceparent` value, if it is valid W3C.
+/// A `Context` whose remote parent is the `traceparent` value (`00-<32 hex trace id>-<16 hex span id>-<2 hex
+/// flags>`), if it is valid W3C: lowercase hex, ids not all zero, version not `ff`, nothing after the flags in
+/// version 00.
 pub(crate) fn remote_parent(traceparent: &str) -> Option<Context> {
-    let (trace, span) = crate::observe::parse_traceparent(traceparent)?;
-    let flags = traceparent.trim().rsplit('-').next().and_then(|f| u8::from_str_radix(f, 16).ok()).unwrap_or(0);
+    let mut parts = traceparent.trim().split('-');
+    let (ver, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !(hex(ver, 2) && ver != "ff" && hex(trace, 32) && hex(span, 16) && hex(flags, 2)) {
+        return None;
+    }
+    if ver == "00" && parts.next().is_some() {
+        return None;
+    }
     let sc = SpanContext::new(
-        TraceId::from_hex(&trace).ok()?,
-        SpanId::from_hex(&span).ok()?,
-        TraceFlags::new(flags & 1),
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(u8::from_str_radix(flags, 16).ok()? & 1),
         true,
         TraceState::default(),
     );
-    Some(Context::new().with_remote_span_context(sc))
+    // All-zero ids are invalid, and an invalid context is no parent.
+    sc.is_valid().then(|| Context::new().with_remote_span_context(sc))
 }
 
 /// The parent named by `params._meta.traceparent` (MCP context propagation), if any.
