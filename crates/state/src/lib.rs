@@ -1,6 +1,8 @@
 //! mcpfleet-state owns everything a session leaves behind between two HTTP requests: the session record, the
-//! per-session event log used to resume SSE streams, the in-flight leases, and the routing of messages between
-//! replicas (responses to server→client requests, cancellations, notifications and the termination broadcast).
+//! per-session event log used to resume SSE streams, the in-flight leases, the routing of messages between
+//! replicas (responses to server→client requests, cancellations, notifications and the termination broadcast),
+//! and the atomic counters that limits are made of (token buckets, fixed windows, leased slots), under the same
+//! per-user hash tag so that one call admits a request.
 //!
 //! Two implementations sit behind the [`Store`] trait: [`RedisStore`], the production one that lets any replica
 //! answer any request, and [`MemoryStore`], the embedded default for a single process. One contract suite
@@ -10,12 +12,17 @@
 //! what they mean.
 
 mod error;
+mod limits;
 mod memory;
 mod metrics;
 mod redis;
 mod types;
 
 pub use error::StateError;
+pub use limits::{
+    Admission, Admitted, BucketReading, BucketSpec, Refusal, SessionOp, SlotSet, SlotSpec, TokenBucket, WindowReading,
+    WindowSpec,
+};
 pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
@@ -173,6 +180,34 @@ pub trait Router: Send + Sync + std::fmt::Debug {
     async fn ping(&self) -> Result<()>;
 }
 
+/// The counters limits are made of. The limits crate decides what they mean.
+#[async_trait]
+pub trait LimitStore: Send + Sync + std::fmt::Debug {
+    /// Checks and applies everything one request needs, atomically and in one round trip (see [`Admission`]).
+    ///
+    /// # Errors
+    /// A store failure or timeout; nothing is applied then (or, after a timeout, possibly all of it).
+    async fn admit(&self, admission: &Admission<'_>) -> Result<Admitted>;
+
+    /// Extends a slot's lease. Returns false if the slot is gone (released, or its lease ran out).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool>;
+
+    /// Frees a slot.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()>;
+
+    /// Gives back one use of a window (a call admitted, then refused before it ran).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()>;
+}
+
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router {}
-impl<T: SessionStore + EventStore + Router> Store for T {}
+pub trait Store: SessionStore + EventStore + Router + LimitStore {}
+impl<T: SessionStore + EventStore + Router + LimitStore> Store for T {}

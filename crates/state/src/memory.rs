@@ -1,10 +1,12 @@
 //! The embedded default for one process: the same contract as Redis, with maps and broadcast channels.
 //! It is single-replica only: two processes never see each other's sessions.
 
+use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
+use crate::types::UserKey;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
 };
-use crate::{Delivery, EventStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{Delivery, EventStore, LimitStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,6 +27,18 @@ struct Inner {
     last_id: (u64, u64),
     /// Calls since the last sweep of expired sessions and idle doorbells.
     since_sweep: usize,
+    /// Token buckets by (user, name), with the time they are full again.
+    buckets: HashMap<(UserKey, String), (TokenBucket, Instant)>,
+    /// Fixed windows by (user, name): uses and end.
+    windows: HashMap<(UserKey, String), (u64, Instant)>,
+    /// Leased slots by (user, set): token → lease expiry.
+    slots: HashMap<(UserKey, SlotSet), HashMap<String, Instant>>,
+}
+
+/// Seconds on the monotonic clock, for the bucket maths.
+fn clock(t: Instant) -> f64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    t.saturating_duration_since(*EPOCH.get_or_init(Instant::now)).as_secs_f64()
 }
 
 #[derive(Debug)]
@@ -41,6 +55,28 @@ struct Session {
     cancellations: HashMap<String, Instant>,
     leases: HashMap<u64, Instant>,
     events: VecDeque<Event>,
+}
+
+impl Session {
+    fn new(s: &NewSession) -> Self {
+        Self {
+            info: SessionInfo {
+                protocol_version: s.protocol_version.clone(),
+                client_capabilities: s.client_capabilities.clone(),
+                log_level: None,
+            },
+            ttl: s.idle_ttl,
+            expires: Instant::now() + s.idle_ttl,
+            streams: 0,
+            holder: None,
+            request_ids: HashMap::new(),
+            pending: HashMap::new(),
+            responses: HashMap::new(),
+            cancellations: HashMap::new(),
+            leases: HashMap::new(),
+            events: VecDeque::new(),
+        }
+    }
 }
 
 const CANCEL_TTL: Duration = Duration::from_secs(60);
@@ -86,6 +122,18 @@ impl Inner {
             s.cancellations.retain(|_, exp| *exp > now);
         }
         self.doorbells.retain(|_, tx| tx.receiver_count() > 0);
+        self.buckets.retain(|_, (_, full)| *full > now);
+        self.windows.retain(|_, (_, end)| *end > now);
+        for set in self.slots.values_mut() {
+            set.retain(|_, exp| *exp > now);
+        }
+        self.slots.retain(|_, set| !set.is_empty());
+    }
+
+    fn live_slots(&mut self, user: &UserKey, set: SlotSet, now: Instant) -> &mut HashMap<String, Instant> {
+        let slots = self.slots.entry((user.clone(), set)).or_default();
+        slots.retain(|_, exp| *exp > now);
+        slots
     }
 
     fn next_id(&mut self, stream: u64) -> EventId {
@@ -124,26 +172,7 @@ impl SessionStore for MemoryStore {
         if g.live(key).is_some() {
             return Err(StateError::Conflict);
         }
-        g.sessions.insert(
-            key.clone(),
-            Session {
-                info: SessionInfo {
-                    protocol_version: s.protocol_version.clone(),
-                    client_capabilities: s.client_capabilities.clone(),
-                    log_level: None,
-                },
-                ttl: s.idle_ttl,
-                expires: Instant::now() + s.idle_ttl,
-                streams: 0,
-                holder: None,
-                request_ids: HashMap::new(),
-                pending: HashMap::new(),
-                responses: HashMap::new(),
-                cancellations: HashMap::new(),
-                leases: HashMap::new(),
-                events: VecDeque::new(),
-            },
-        );
+        g.sessions.insert(key.clone(), Session::new(s));
         Ok(())
     }
 
@@ -277,6 +306,117 @@ impl EventStore for MemoryStore {
             }
             _ => Ok(None),
         }
+    }
+}
+
+#[async_trait]
+impl LimitStore for MemoryStore {
+    async fn admit(&self, a: &Admission<'_>) -> Result<Admitted> {
+        let mut g = self.lock();
+        let now = Instant::now();
+        let mut out = Admitted { refused: None, bucket: None, session: None, slots_used: None, window: None };
+        if let Some(b) = a.bucket {
+            let entry = g
+                .buckets
+                .entry((a.user.clone(), b.name.clone()))
+                .or_insert_with(|| (TokenBucket::full(b.capacity, clock(now)), now));
+            if entry.1 <= now {
+                entry.0 = TokenBucket::full(b.capacity, clock(now));
+            }
+            let r = entry.0.take(clock(now), b.capacity, b.per_second, 1.0);
+            if r.allowed {
+                entry.1 = now + r.wait;
+            }
+            out.bucket = Some(r);
+            if !r.allowed {
+                out.refused = Some(Refusal::Bucket);
+                return Ok(out);
+            }
+        }
+        match a.session {
+            SessionOp::None => {}
+            SessionOp::Touch(id) => {
+                let key = SessionKey { user: a.user.clone(), id: id.clone() };
+                match g.live(&key) {
+                    Some(s) => {
+                        s.expires = now + s.ttl;
+                        out.session = Some(s.info.clone());
+                    }
+                    None => {
+                        out.refused = Some(Refusal::SessionNotFound);
+                        return Ok(out);
+                    }
+                }
+            }
+            SessionOp::Create { id, session, max_sessions } => {
+                let key = SessionKey { user: a.user.clone(), id: id.clone() };
+                if g.live(&key).is_some() {
+                    out.refused = Some(Refusal::SessionConflict);
+                    return Ok(out);
+                }
+                let open = g.sessions.iter().filter(|(k, s)| k.user == *a.user && s.expires > now).count();
+                let open = u64::try_from(open).unwrap_or(u64::MAX);
+                if max_sessions > 0 && open >= max_sessions {
+                    out.refused = Some(Refusal::Sessions { open });
+                    return Ok(out);
+                }
+                g.sessions.insert(key, Session::new(session));
+            }
+        }
+        let mut slot_used = None;
+        if let Some(slot) = a.slot {
+            let used = u64::try_from(g.live_slots(a.user, slot.set, now).len()).unwrap_or(u64::MAX);
+            if slot.cap > 0 && used >= slot.cap {
+                out.slots_used = Some(used);
+                out.refused = Some(Refusal::Slots { used });
+                return Ok(out);
+            }
+            slot_used = Some(used);
+        }
+        if let Some(w) = a.window {
+            let k = (a.user.clone(), w.name.clone());
+            if let Some((used, end)) = g.windows.get(&k).copied().filter(|(_, end)| *end > now)
+                && used >= w.limit
+            {
+                out.window = Some(WindowReading { used, reset: end - now });
+                out.refused = Some(Refusal::Window);
+                out.slots_used = slot_used;
+                return Ok(out);
+            }
+        }
+        if let (Some(slot), Some(used)) = (a.slot, slot_used) {
+            g.live_slots(a.user, slot.set, now).insert(slot.token.clone(), now + slot.ttl);
+            out.slots_used = Some(used + 1);
+        }
+        if let Some(w) = a.window {
+            let e = g.windows.entry((a.user.clone(), w.name.clone())).or_insert((0, now + w.window));
+            if e.1 <= now {
+                *e = (0, now + w.window);
+            }
+            e.0 += 1;
+            out.window = Some(WindowReading { used: e.0, reset: e.1 - now });
+        }
+        Ok(out)
+    }
+
+    async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool> {
+        let mut g = self.lock();
+        let now = Instant::now();
+        Ok(g.live_slots(user, set, now).get_mut(token).map(|exp| *exp = now + ttl).is_some())
+    }
+
+    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()> {
+        let mut g = self.lock();
+        g.live_slots(user, set, Instant::now()).remove(token);
+        Ok(())
+    }
+
+    async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()> {
+        let mut g = self.lock();
+        if let Some(e) = g.windows.get_mut(&(user.clone(), name.to_owned())) {
+            e.0 = e.0.saturating_sub(1);
+        }
+        Ok(())
     }
 }
 

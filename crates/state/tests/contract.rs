@@ -10,8 +10,9 @@
 #![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
 
 use mcpfleet_state::{
-    AppendOptions, Event, EventId, LeaseToken, MemoryStore, NewSession, OpenStream, RedisConfig, RedisStore, Ring,
-    STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, StateError, Store, StreamState, Subscription, UserKey,
+    Admission, Admitted, AppendOptions, BucketSpec, Event, EventId, LeaseToken, MemoryStore, NewSession, OpenStream,
+    RedisConfig, RedisStore, Refusal, Ring, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet,
+    SlotSpec, StateError, Store, StreamState, Subscription, UserKey, WindowSpec,
 };
 use mcpfleet_testkit::RedisServer;
 use std::sync::Arc;
@@ -147,6 +148,9 @@ contract!(
     routing_doorbells_are_per_session,
     routing_shared_subscriptions,
     replicas_share_state,
+    limits_bucket,
+    limits_session_cap,
+    limits_slots_and_windows,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -310,7 +314,7 @@ async fn sessions_idle_ttl(kind: Kind) {
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![a]);
     assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Running);
     if let Some(keys) = h.redis_keys() {
-        assert_eq!(keys.len(), 3, "session, log and leases: {keys:?}");
+        assert_eq!(keys.len(), 4, "session, log, leases and the user's session index: {keys:?}");
     }
 
     // Without touches it is gone after the TTL, with everything it owned.
@@ -830,4 +834,146 @@ async fn replicas_share_state(kind: Kind) {
         // Delivered answers and cancellation markers live in the session's own keys: nothing outlives it.
         assert!(keys.is_empty(), "keys left after delete: {keys:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Limits
+
+fn admission<'a>(user: &'a UserKey) -> Admission<'a> {
+    Admission { user, session: SessionOp::None, bucket: None, slot: None, window: None }
+}
+
+async fn admit(s: &dyn Store, a: &Admission<'_>) -> Admitted {
+    s.admit(a).await.expect("admit")
+}
+
+/// Every key of the Redis run has a TTL (limits never leave a key behind forever).
+fn assert_all_keys_expire(h: &Harness) {
+    let Some(server) = h.redis() else { return };
+    for k in h.redis_keys().expect("keys") {
+        let ttl: i64 = server.raw(&["PTTL", &k]).trim().parse().expect("pttl");
+        assert!(ttl > 0, "{k} has no TTL ({ttl})");
+    }
+}
+
+async fn limits_bucket(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let (alice, bob) = (user("alice"), user("bob"));
+    let spec = BucketSpec { name: "tb".to_owned(), capacity: 3.0, per_second: 2.0 };
+    for left in [2.0, 1.0, 0.0] {
+        let a = Admission { bucket: Some(&spec), ..admission(&alice) };
+        let r = admit(s, &a).await;
+        assert_eq!(r.refused, None);
+        let b = r.bucket.expect("reading");
+        assert!(b.allowed && (b.tokens - left).abs() < 0.1, "{b:?}");
+    }
+    let a = Admission { bucket: Some(&spec), ..admission(&alice) };
+    let r = admit(s, &a).await;
+    assert_eq!(r.refused, Some(Refusal::Bucket));
+    let b = r.bucket.expect("reading");
+    assert!(!b.allowed);
+    assert!(b.wait > Duration::from_millis(300) && b.wait <= Duration::from_millis(500), "{b:?}");
+    // A refused request names nothing else: the session it names is not touched.
+    let key = session(s, LONG).await;
+    let a = Admission { bucket: Some(&spec), session: SessionOp::Touch(&key.id), ..admission(&alice) };
+    assert_eq!(admit(s, &a).await.session, None);
+    // Another user's bucket is untouched.
+    let a = Admission { bucket: Some(&spec), ..admission(&bob) };
+    assert_eq!(admit(s, &a).await.refused, None);
+    // A token comes back after 1/rate.
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    let a = Admission { bucket: Some(&spec), session: SessionOp::Touch(&key.id), ..admission(&alice) };
+    let r = admit(s, &a).await;
+    assert_eq!(r.refused, None);
+    assert_eq!(r.session.map(|i| i.protocol_version).as_deref(), Some("2025-06-18"));
+    assert_all_keys_expire(&h);
+}
+
+async fn limits_session_cap(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let alice = user("alice");
+    let ns = new_session(LONG);
+    let ids: Vec<SessionId> = (0..3).map(|_| session_id()).collect();
+    for id in &ids[..2] {
+        let a = Admission { session: SessionOp::Create { id, session: &ns, max_sessions: 2 }, ..admission(&alice) };
+        assert_eq!(admit(s, &a).await.refused, None);
+    }
+    let a =
+        Admission { session: SessionOp::Create { id: &ids[2], session: &ns, max_sessions: 2 }, ..admission(&alice) };
+    assert_eq!(admit(s, &a).await.refused, Some(Refusal::Sessions { open: 2 }));
+    // Bob has his own count.
+    let bob = user("bob");
+    let a = Admission { session: SessionOp::Create { id: &ids[2], session: &ns, max_sessions: 2 }, ..admission(&bob) };
+    assert_eq!(admit(s, &a).await.refused, None);
+    // Ending a session frees its place.
+    let first = SessionKey { user: alice.clone(), id: ids[0].clone() };
+    assert!(s.delete_session(&first).await.expect("delete"));
+    let a =
+        Admission { session: SessionOp::Create { id: &ids[2], session: &ns, max_sessions: 2 }, ..admission(&alice) };
+    assert_eq!(admit(s, &a).await.refused, None);
+    // So does an idle expiry.
+    let short = new_session(Duration::from_millis(300));
+    let carol = user("carol");
+    let a =
+        Admission { session: SessionOp::Create { id: &ids[0], session: &short, max_sessions: 1 }, ..admission(&carol) };
+    assert_eq!(admit(s, &a).await.refused, None);
+    let a =
+        Admission { session: SessionOp::Create { id: &ids[1], session: &short, max_sessions: 1 }, ..admission(&carol) };
+    assert_eq!(admit(s, &a).await.refused, Some(Refusal::Sessions { open: 1 }));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(admit(s, &a).await.refused, None);
+    assert_all_keys_expire(&h);
+}
+
+async fn limits_slots_and_windows(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let alice = user("alice");
+    let key = session(s, LONG).await;
+    let slot = |t: &str, ttl: Duration| SlotSpec { set: SlotSet::Calls, cap: 2, token: t.to_owned(), ttl };
+    let win = WindowSpec { name: "tool.x".to_owned(), limit: 2, window: Duration::from_millis(800) };
+    let (a1, a2, a3) = (slot("a1", LONG), slot("a2", Duration::from_millis(300)), slot("a3", LONG));
+    let r = admit(
+        s,
+        &Admission { slot: Some(&a1), window: Some(&win), session: SessionOp::Touch(&key.id), ..admission(&alice) },
+    )
+    .await;
+    assert_eq!((r.refused, r.slots_used, r.window.map(|w| w.used)), (None, Some(1), Some(1)));
+    assert!(r.session.is_some());
+    let r = admit(s, &Admission { slot: Some(&a2), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(2)));
+    // Full: the slot is refused and the window is not charged.
+    let r = admit(s, &Admission { slot: Some(&a3), window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!(r.refused, Some(Refusal::Slots { used: 2 }));
+    let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!(r.window.map(|w| w.used), Some(2), "a refused slot must not use the window");
+    // The window is used up; a refusal takes no slot.
+    s.release_slot(&alice, SlotSet::Calls, "a1").await.expect("release");
+    let r = admit(s, &Admission { slot: Some(&a3), window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!(r.refused, Some(Refusal::Window));
+    let w = r.window.expect("reading");
+    assert!(w.used == 2 && w.reset <= Duration::from_millis(800), "{w:?}");
+    // A refund gives one use back.
+    s.refund_window(&alice, "tool.x").await.expect("refund");
+    let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.window.map(|w| w.used)), (None, Some(2)));
+    // A renewed slot stays; an unrenewed one lapses.
+    assert!(!s.renew_slot(&alice, SlotSet::Calls, "a1", LONG).await.expect("renew released"));
+    let r = admit(s, &Admission { slot: Some(&a1), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(2)));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(s.renew_slot(&alice, SlotSet::Calls, "a1", LONG).await.expect("renew"));
+    assert!(!s.renew_slot(&alice, SlotSet::Calls, "a2", LONG).await.expect("renew lapsed"));
+    let r = admit(s, &Admission { slot: Some(&a3), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(2)));
+    // Sets are per user and per kind.
+    let streams = SlotSpec { set: SlotSet::Streams, ..slot("s1", LONG) };
+    assert_eq!(admit(s, &Admission { slot: Some(&streams), ..admission(&alice) }).await.slots_used, Some(1));
+    // The window ends and starts again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.window.map(|w| w.used)), (None, Some(1)));
+    assert_all_keys_expire(&h);
 }

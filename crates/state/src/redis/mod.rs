@@ -10,6 +10,10 @@
 //! | `<p>{u:<user>}:ls:<sid>` | zset | open streams, scored by lease expiry (ms, from the Redis clock) |
 //! | `<p>{u:<user>}:cx:<sid>` | zset | cancelled request ids, scored by marker expiry (60 s) |
 //! | `<p>{u:<user>}:db:<sid>` | channel | the session's doorbell |
+//! | `<p>{u:<user>}:ss` | zset | the user's open sessions, scored by idle expiry (ms): the session cap counts it |
+//! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `t` (tokens), `ts` (last update, ms); expires when full |
+//! | `<p>{u:<user>}:cs` / `:cc` | zset | leased slots (open SSE streams / calls in flight), scored by lease expiry |
+//! | `<p>{u:<user>}:q:<tool>` | string | a fixed-window counter; expires when its window ends |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection ([`redis::aio::ConnectionManager`]); replays and admin calls use the deadpool pool; doorbell
@@ -17,10 +21,12 @@
 
 mod subscriber;
 
+use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
+use crate::types::UserKey;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState,
 };
-use crate::{Delivery, EventStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{Delivery, EventStore, LimitStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -62,8 +68,9 @@ impl RedisConfig {
 }
 
 struct Scripts {
-    create: Script,
-    touch: Script,
+    admit: Script,
+    slot: Script,
+    refund: Script,
     open: Script,
     append: Script,
     renew: Script,
@@ -82,8 +89,9 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            create: Script::new(include_str!("create.lua")),
-            touch: Script::new(include_str!("touch.lua")),
+            admit: Script::new(include_str!("admit.lua")),
+            slot: Script::new(include_str!("slot.lua")),
+            refund: Script::new(include_str!("refund.lua")),
             open: Script::new(include_str!("open.lua")),
             append: Script::new(include_str!("append.lua")),
             renew: Script::new(include_str!("renew.lua")),
@@ -128,6 +136,7 @@ struct Keys {
     leases: String,
     doorbell: String,
     cancellations: String,
+    index: String,
 }
 
 impl RedisStore {
@@ -158,10 +167,19 @@ impl RedisStore {
         Ok(Self { inner })
     }
 
+    /// The prefix and hash tag of every key of `user`.
+    fn user_base(&self, user: &UserKey) -> String {
+        format!("{}{{u:{}}}", self.inner.cfg.prefix, user.as_str())
+    }
+
     fn keys(&self, key: &SessionKey) -> Keys {
-        let base = format!("{}{{u:{}}}", self.inner.cfg.prefix, key.user.as_str());
-        let sid = key.id.as_str();
+        self.keys_of(&key.user, key.id.as_str())
+    }
+
+    fn keys_of(&self, user: &UserKey, sid: &str) -> Keys {
+        let base = self.user_base(user);
         Keys {
+            index: format!("{base}:ss"),
             session: format!("{base}:s:{sid}"),
             events: format!("{base}:ev:{sid}"),
             leases: format!("{base}:ls:{sid}"),
@@ -278,31 +296,23 @@ fn event_id(stream: u64, v: &Value) -> Result<EventId> {
 #[async_trait]
 impl SessionStore for RedisStore {
     async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
-        let k = self.keys(key);
-        let mut inv = self.inner.scripts.create.key(&k.session);
-        inv.arg(ms(s.idle_ttl)).arg(&s.protocol_version).arg(&s.client_capabilities).arg(&s.client_info);
-        match int(&self.run("create", inv).await?)? {
-            1 => Ok(()),
-            _ => Err(StateError::Conflict),
+        let a = Admission {
+            user: &key.user,
+            session: SessionOp::Create { id: &key.id, session: s, max_sessions: 0 },
+            bucket: None,
+            slot: None,
+            window: None,
+        };
+        match self.admit(&a).await?.refused {
+            None => Ok(()),
+            Some(_) => Err(StateError::Conflict),
         }
     }
 
     async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
-        let k = self.keys(key);
-        let mut inv = self.inner.scripts.touch.key(&k.session);
-        inv.key(&k.events).key(&k.leases);
-        let v = self.run("touch", inv).await?;
-        if v == Value::Nil {
-            return Ok(None);
-        }
-        let a = array(v)?;
-        let [pv, caps, lvl] = a.as_slice() else { return Err(StateError::Protocol("bad touch reply")) };
-        let lvl = string(lvl)?;
-        Ok(Some(SessionInfo {
-            protocol_version: string(pv)?,
-            client_capabilities: string(caps)?,
-            log_level: (!lvl.is_empty()).then_some(lvl),
-        }))
+        let a =
+            Admission { user: &key.user, session: SessionOp::Touch(&key.id), bucket: None, slot: None, window: None };
+        Ok(self.admit(&a).await?.session)
     }
 
     async fn set_log_level(&self, key: &SessionKey, level: &str) -> Result<bool> {
@@ -315,7 +325,7 @@ impl SessionStore for RedisStore {
     async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.delete.key(&k.session);
-        inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell);
+        inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell).key(&k.index).arg(key.id.as_str());
         Ok(int(&self.run_pooled("delete", inv).await?)? == 1)
     }
 }
@@ -368,7 +378,7 @@ impl EventStore for RedisStore {
     async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
         let k = self.keys(key);
         let mut inv = self.inner.scripts.renew.key(&k.session);
-        inv.key(&k.events).key(&k.leases).arg(stream).arg(ms(ttl)).arg(&token.0);
+        inv.key(&k.events).key(&k.leases).key(&k.index).arg(stream).arg(ms(ttl)).arg(&token.0).arg(key.id.as_str());
         Ok(int(&self.run("renew", inv).await?)? == 1)
     }
 
@@ -488,6 +498,122 @@ impl Router for RedisStore {
 
     async fn ping(&self) -> Result<()> {
         let _: String = self.query("ping", &redis::cmd("PING")).await?;
+        Ok(())
+    }
+}
+
+/// A reply field that is empty when absent.
+fn opt_u64(v: &Value) -> Result<Option<u64>> {
+    let s = string(v)?;
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|_| StateError::Protocol("expected a count"))
+}
+
+fn millis(v: &Value) -> Result<Duration> {
+    Ok(Duration::from_millis(u64::try_from(int(v)?.max(0)).unwrap_or(0)))
+}
+
+#[async_trait]
+impl LimitStore for RedisStore {
+    async fn admit(&self, a: &Admission<'_>) -> Result<Admitted> {
+        let base = self.user_base(a.user);
+        let sid = match a.session {
+            SessionOp::None => "-",
+            SessionOp::Touch(id) | SessionOp::Create { id, .. } => id.as_str(),
+        };
+        let k = self.keys_of(a.user, sid);
+        let bucket_key = match a.bucket {
+            Some(b) => format!("{base}:{}", b.name),
+            None => format!("{base}:tb"),
+        };
+        let slot_key = format!("{base}:{}", a.slot.map_or("cc", |s| s.set.suffix()));
+        let window_key = format!("{base}:q:{}", a.window.map_or("-", |w| w.name.as_str()));
+        let mut inv = self.inner.scripts.admit.key(&bucket_key);
+        inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index).key(&slot_key).key(&window_key);
+        match a.bucket {
+            Some(b) => inv.arg(b.capacity).arg(b.per_second),
+            None => inv.arg("").arg(""),
+        };
+        match a.session {
+            SessionOp::None => inv.arg("").arg(sid).arg(0).arg(0).arg("").arg("").arg(""),
+            SessionOp::Touch(_) => inv.arg("touch").arg(sid).arg(0).arg(0).arg("").arg("").arg(""),
+            SessionOp::Create { session: s, max_sessions, .. } => inv
+                .arg("create")
+                .arg(sid)
+                .arg(max_sessions)
+                .arg(ms(s.idle_ttl))
+                .arg(&s.protocol_version)
+                .arg(&s.client_capabilities)
+                .arg(&s.client_info),
+        };
+        match a.slot {
+            Some(s) => inv.arg(s.cap).arg(&s.token).arg(ms(s.ttl)),
+            None => inv.arg("").arg("").arg(0),
+        };
+        match a.window {
+            Some(w) => inv.arg(w.limit).arg(ms(w.window)),
+            None => inv.arg("").arg(0),
+        };
+        let (code, rest) = status(self.run("admit", inv).await?)?;
+        let [tokens, wait, pv, caps, lvl, slots, wused, wreset] = rest.as_slice() else {
+            return Err(StateError::Protocol("bad admit reply"));
+        };
+        let refused = match code {
+            0 => None,
+            1 => Some(Refusal::Bucket),
+            2 => Some(Refusal::SessionNotFound),
+            3 => Some(Refusal::SessionConflict),
+            4 => Some(Refusal::Sessions { open: opt_u64(slots)?.unwrap_or(0) }),
+            5 => Some(Refusal::Slots { used: opt_u64(slots)?.unwrap_or(0) }),
+            6 => Some(Refusal::Window),
+            _ => return Err(StateError::Protocol("bad admit code")),
+        };
+        let bucket = match a.bucket {
+            Some(_) => {
+                let t: f64 = string(tokens)?.parse().map_err(|_| StateError::Protocol("bad token count"))?;
+                Some(BucketReading { allowed: refused != Some(Refusal::Bucket), tokens: t, wait: millis(wait)? })
+            }
+            None => None,
+        };
+        let touched = matches!(a.session, SessionOp::Touch(_)) && matches!(code, 0 | 5 | 6);
+        let session = if touched {
+            let lvl = string(lvl)?;
+            Some(SessionInfo {
+                protocol_version: string(pv)?,
+                client_capabilities: string(caps)?,
+                log_level: (!lvl.is_empty()).then_some(lvl),
+            })
+        } else {
+            None
+        };
+        let window = match opt_u64(wused)? {
+            Some(used) => Some(WindowReading { used, reset: millis(wreset)? }),
+            None => None,
+        };
+        let slots_used = if matches!(code, 4) { None } else { opt_u64(slots)? };
+        Ok(Admitted { refused, bucket, session, slots_used, window })
+    }
+
+    async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool> {
+        let key = format!("{}:{}", self.user_base(user), set.suffix());
+        let mut inv = self.inner.scripts.slot.key(&key);
+        inv.arg("renew").arg(token).arg(ms(ttl));
+        Ok(int(&self.run("slot", inv).await?)? == 1)
+    }
+
+    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()> {
+        let key = format!("{}:{}", self.user_base(user), set.suffix());
+        let mut inv = self.inner.scripts.slot.key(&key);
+        inv.arg("release").arg(token).arg(0);
+        self.run("slot", inv).await?;
+        Ok(())
+    }
+
+    async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()> {
+        let key = format!("{}:q:{name}", self.user_base(user));
+        self.run("refund", self.inner.scripts.refund.key(&key)).await?;
         Ok(())
     }
 }

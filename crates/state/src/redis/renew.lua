@@ -1,6 +1,7 @@
--- Renews a stream's lease. A live stream is activity: it extends the session's idle TTL (and its log's and
--- leases') too, so a session in use never expires under a running call or an open GET stream.
--- KEYS: session, events, leases ; ARGV: stream, lease_ms, token
+-- Renews a stream's lease. A live stream is activity: it extends the session's idle TTL (and its log's, leases'
+-- and entry in the user's session index) too, so a session in use never expires under a running call or an open
+-- GET stream.
+-- KEYS: session, events, leases, session index ; ARGV: stream, lease_ms, token, session id
 local ttl = redis.call('HGET', KEYS[1], 'ttl')
 if not ttl then return 0 end
 if ARGV[1] == '0' and redis.call('HGET', KEYS[1], 'g') ~= ARGV[3] then return 0 end
@@ -11,4 +12,6 @@ redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('ZADD', KEYS[4], now + tonumber(ttl), ARGV[4])
+if redis.call('PTTL', KEYS[4]) < tonumber(ttl) then redis.call('PEXPIRE', KEYS[4], ttl) end
 return 1
