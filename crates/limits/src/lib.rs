@@ -1,0 +1,672 @@
+//! mcpfleet-limits owns the limits that keep a principal (usually an over-eager model) inside what the operator
+//! set, for the whole fleet at once: the transport's per-principal token bucket, per-tool quotas in fixed windows,
+//! and caps on a principal's open sessions, open SSE streams and tool calls in flight. It decides; the state
+//! crate's [`LimitStore`] counts, atomically, in one round trip that also checks the request's session.
+//!
+//! Around the store it keeps three things per replica: a cache of principals refused until a known time (refused
+//! again locally, without a store call, so that a flood does not reach Redis), a circuit breaker that stops calling
+//! a failing store for a moment, and the fail-open bucket (`FailMode::Open`).
+//!
+//! This crate must not depend on HTTP, axum, the transport, tools or Redis: it speaks the state crate's traits,
+//! and the transport turns its refusals into statuses and headers.
+
+mod config;
+mod metrics;
+
+pub use config::{FailMode, LimitsConfig, Quota, RateLimit, parse_duration};
+pub use metrics::{Kind, LimitMetrics};
+
+use mcpfleet_state::{
+    Admission, Admitted, BucketReading, BucketSpec, LimitStore, Refusal, SessionInfo, SessionOp, SlotSet, SlotSpec,
+    StateError, TokenBucket, UserKey, WindowSpec,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The most principals the local caches remember; beyond it, expired entries go, then everything.
+const CACHE_CAP: usize = 65_536;
+
+/// The caps a principal can reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cap {
+    Sessions,
+    Streams,
+    Inflight,
+}
+
+impl fmt::Display for Cap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Sessions => "open sessions",
+            Self::Streams => "open SSE streams",
+            Self::Inflight => "tool calls in flight",
+        })
+    }
+}
+
+impl Cap {
+    /// The flag that sets this cap.
+    #[must_use]
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Sessions => "--max-sessions-per-user",
+            Self::Streams => "--max-streams-per-user",
+            Self::Inflight => "--max-inflight-per-user",
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            Self::Sessions => Kind::Sessions,
+            Self::Streams => Kind::Streams,
+            Self::Inflight => Kind::Inflight,
+        }
+    }
+}
+
+/// Why a limit refused, or could not decide. Only the transport turns these into HTTP and JSON-RPC.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("invalid limits configuration: {0}")]
+    Config(String),
+    #[error("rate limit exceeded: retry after {retry_after} s")]
+    RateLimited { retry_after: u64 },
+    #[error("quota for tool {tool} used up ({quota}): retry after {retry_after} s")]
+    QuotaExhausted { tool: String, quota: Quota, retry_after: u64 },
+    #[error("too many {cap} for this principal (cap {limit})")]
+    CapReached { cap: Cap, limit: u64 },
+    #[error("session not found")]
+    SessionNotFound,
+    #[error("session id already exists")]
+    SessionConflict,
+    #[error("limits cannot be checked: state store unavailable")]
+    Unavailable {
+        retry_after: u64,
+        #[source]
+        source: Option<StateError>,
+    },
+}
+
+/// The state of a principal's bucket after a decision, for the `RateLimit-Policy` and `RateLimit` headers (IETF
+/// draft `httpapi-ratelimit-headers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateStatus {
+    /// The bucket's capacity (`q`).
+    pub limit: u32,
+    /// How long an empty bucket takes to fill, in seconds (`w`).
+    pub window: u64,
+    /// Requests that would pass now (`r`).
+    pub remaining: u64,
+    /// Seconds until the next request passes when none is left, else until the bucket is full again (`t`).
+    pub reset: u64,
+}
+
+impl RateStatus {
+    /// The `RateLimit-Policy` header value, e.g. `"user";q=60;w=60`.
+    #[must_use]
+    pub fn policy_header(&self) -> String {
+        format!("\"user\";q={};w={}", self.limit, self.window)
+    }
+
+    /// The `RateLimit` header value, e.g. `"user";r=0;t=1`.
+    #[must_use]
+    pub fn header(&self) -> String {
+        format!("\"user\";r={};t={}", self.remaining, self.reset)
+    }
+}
+
+/// A quota after an allowed call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaStatus {
+    pub quota: Quota,
+    pub used: u64,
+    pub reset: Duration,
+}
+
+/// A refusal, with the bucket's state when the bucket was consulted (the headers go on every response).
+#[derive(Debug)]
+pub struct Refused {
+    pub rate: Option<RateStatus>,
+    pub error: LimitError,
+}
+
+/// What one request asks to be admitted for.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The verified principal.
+    pub user: &'a UserKey,
+    /// The peer address: set only under `--auth none`, where it keys the bucket instead of the principal.
+    pub peer: Option<IpAddr>,
+    /// The session to check or create (the limiter fills in the session cap).
+    pub session: SessionOp<'a>,
+    /// A slot to lease: an SSE stream or a call in flight.
+    pub slot: Option<SlotSet>,
+    /// The tool being called and its effective quota (see [`Limiter::quota_for`]).
+    pub quota: Option<(&'a str, Quota)>,
+}
+
+impl<'a> Request<'a> {
+    /// A request of `user` that needs only the bucket.
+    #[must_use]
+    pub fn new(user: &'a UserKey, peer: Option<IpAddr>) -> Self {
+        Self { user, peer, session: SessionOp::None, slot: None, quota: None }
+    }
+}
+
+/// An admitted request.
+#[derive(Debug, Default)]
+pub struct Granted {
+    pub rate: Option<RateStatus>,
+    /// The touched session.
+    pub session: Option<SessionInfo>,
+    /// The leased slot: hold it (see [`Limiter::hold`]) for as long as the stream or call lives.
+    pub slot: Option<SlotLease>,
+    pub quota: Option<QuotaStatus>,
+}
+
+/// A slot taken by admission.
+#[derive(Debug)]
+pub struct SlotLease {
+    user: UserKey,
+    set: SlotSet,
+    token: String,
+}
+
+/// Decides every limit of a replica. Shared by all requests (`Arc`).
+pub struct Limiter {
+    store: Arc<dyn LimitStore>,
+    cfg: LimitsConfig,
+    metrics: LimitMetrics,
+    /// Principals (and peers) refused by their bucket, until when.
+    denied: Mutex<HashMap<(UserKey, String), Instant>>,
+    /// The fail-open buckets.
+    local: Mutex<HashMap<(UserKey, String), TokenBucket>>,
+    breaker: Breaker,
+    epoch: Instant,
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl Limiter {
+    #[must_use]
+    pub fn new(store: Arc<dyn LimitStore>, cfg: LimitsConfig, metrics: LimitMetrics) -> Self {
+        Self {
+            store,
+            cfg,
+            metrics,
+            denied: Mutex::new(HashMap::new()),
+            local: Mutex::new(HashMap::new()),
+            breaker: Breaker::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    #[must_use]
+    pub fn config(&self) -> &LimitsConfig {
+        &self.cfg
+    }
+
+    /// The quota that applies to `tool`: the operator's (`--quota`), else the tool's own.
+    #[must_use]
+    pub fn quota_for(&self, tool: &str, declared: Option<Quota>) -> Option<Quota> {
+        match self.cfg.quotas.get(tool) {
+            Some(q) => *q,
+            None => declared,
+        }
+    }
+
+    /// The `RateLimit-Policy` header value, when a bucket is configured.
+    #[must_use]
+    pub fn policy_header(&self) -> Option<String> {
+        self.cfg
+            .rate
+            .map(|r| RateStatus { limit: r.burst, window: r.window_secs(), remaining: 0, reset: 0 }.policy_header())
+    }
+
+    fn bucket(&self, req: &Request<'_>) -> Option<BucketSpec> {
+        let r = self.cfg.rate?;
+        let name = match req.peer {
+            Some(ip) => format!("tb:{ip}"),
+            None => "tb".to_owned(),
+        };
+        Some(BucketSpec { name, capacity: f64::from(r.burst), per_second: r.per_second })
+    }
+
+    fn cap(&self, set: SlotSet) -> (Cap, u64) {
+        match set {
+            SlotSet::Streams => (Cap::Streams, self.cfg.max_streams),
+            SlotSet::Calls => (Cap::Inflight, self.cfg.max_inflight),
+        }
+    }
+
+    /// Admits `req`: checks and applies its bucket, session, slot and quota in at most one store call.
+    ///
+    /// # Errors
+    /// [`Refused`]: a limit refused (with the time to come back), the session does not exist for this user, or
+    /// the store could not decide.
+    pub async fn admit(&self, req: &Request<'_>) -> Result<Granted, Refused> {
+        let now = Instant::now();
+        let bucket = self.bucket(req);
+        if let Some(b) = &bucket
+            && let Some(until) = self.denied_until(req.user, &b.name, now)
+        {
+            self.metrics.decision(Kind::Rate, "denied_cached");
+            let wait = until - now;
+            return Err(self.rate_refusal(wait, 0));
+        }
+        if self.breaker.is_open(now) {
+            self.metrics.store_failure("breaker_open");
+            return self.store_down(req, bucket.as_ref(), now, None);
+        }
+        let slot =
+            req.slot.map(|set| SlotSpec { set, cap: self.cap(set).1, token: random_token(), ttl: self.cfg.slot_ttl });
+        let window = req.quota.map(|(tool, q)| WindowSpec { name: tool.to_owned(), limit: q.limit, window: q.window });
+        let session = match req.session {
+            SessionOp::Create { id, session, .. } => {
+                SessionOp::Create { id, session, max_sessions: self.cfg.max_sessions }
+            }
+            other => other,
+        };
+        let a = Admission {
+            user: req.user,
+            session,
+            bucket: bucket.as_ref(),
+            slot: slot.as_ref(),
+            window: window.as_ref(),
+        };
+        match self.store.admit(&a).await {
+            Ok(r) => {
+                self.breaker.success();
+                self.decide(req, bucket.as_ref(), slot, r, now)
+            }
+            Err(e) => {
+                self.metrics.store_failure(if matches!(e, StateError::Timeout(_)) { "timeout" } else { "error" });
+                self.breaker.failure(now, &self.cfg);
+                self.store_down(req, bucket.as_ref(), now, Some(e))
+            }
+        }
+    }
+
+    fn rate_status(&self, r: &BucketReading) -> Option<RateStatus> {
+        let rate = self.cfg.rate?;
+        let remaining = r.tokens.max(0.0).floor();
+        let reset = if remaining < 1.0 {
+            config::whole_secs((1.0 - r.tokens) / rate.per_second).max(1)
+        } else {
+            config::whole_secs(r.wait.as_secs_f64())
+        };
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "non-negative, at most the burst")]
+        let remaining = remaining as u64;
+        Some(RateStatus { limit: rate.burst, window: rate.window_secs(), remaining, reset })
+    }
+
+    fn rate_refusal(&self, wait: Duration, remaining: u64) -> Refused {
+        let retry_after = config::whole_secs(wait.as_secs_f64()).max(1);
+        let rate = self.cfg.rate.map(|r| RateStatus {
+            limit: r.burst,
+            window: r.window_secs(),
+            remaining,
+            reset: retry_after,
+        });
+        Refused { rate, error: LimitError::RateLimited { retry_after } }
+    }
+
+    fn decide(
+        &self,
+        req: &Request<'_>,
+        bucket: Option<&BucketSpec>,
+        slot: Option<SlotSpec>,
+        r: Admitted,
+        now: Instant,
+    ) -> Result<Granted, Refused> {
+        let mut rate = None;
+        if let (Some(b), Some(reading)) = (bucket, &r.bucket) {
+            if !reading.allowed {
+                self.metrics.decision(Kind::Rate, "denied");
+                self.deny(req.user, &b.name, now + reading.wait);
+                return Err(self.rate_refusal(reading.wait, 0));
+            }
+            self.metrics.allowed(Kind::Rate, b.capacity - reading.tokens, b.capacity);
+            rate = self.rate_status(reading);
+        }
+        let refuse = |error| Err(Refused { rate, error });
+        match r.refused {
+            None => {}
+            Some(Refusal::Bucket) => return refuse(LimitError::RateLimited { retry_after: 1 }),
+            Some(Refusal::SessionNotFound) => return refuse(LimitError::SessionNotFound),
+            Some(Refusal::SessionConflict) => return refuse(LimitError::SessionConflict),
+            Some(Refusal::Sessions { .. }) => {
+                self.metrics.decision(Kind::Sessions, "denied");
+                return refuse(LimitError::CapReached { cap: Cap::Sessions, limit: self.cfg.max_sessions });
+            }
+            Some(Refusal::Slots { .. }) => {
+                let (cap, limit) = self.cap(slot.as_ref().map_or(SlotSet::Calls, |s| s.set));
+                self.metrics.decision(cap.kind(), "denied");
+                return refuse(LimitError::CapReached { cap, limit });
+            }
+            Some(Refusal::Window) => {
+                self.metrics.decision(Kind::Quota, "denied");
+                // A window refuses only when the request named one.
+                let (tool, quota) = req.quota.unwrap_or(("", Quota::new(0, Duration::ZERO)));
+                let reset = r.window.map_or(quota.window, |w| w.reset);
+                let retry_after = config::whole_secs(reset.as_secs_f64()).max(1);
+                return refuse(LimitError::QuotaExhausted { tool: tool.to_owned(), quota, retry_after });
+            }
+        }
+        if matches!(req.session, SessionOp::Create { .. }) && self.cfg.max_sessions > 0 {
+            self.metrics.decision(Kind::Sessions, "allowed");
+        }
+        let slot = slot.map(|s| {
+            let (cap, limit) = self.cap(s.set);
+            #[expect(clippy::cast_precision_loss, reason = "small counts")]
+            self.metrics.allowed(cap.kind(), r.slots_used.unwrap_or(0) as f64, limit as f64);
+            SlotLease { user: req.user.clone(), set: s.set, token: s.token }
+        });
+        let quota = match (req.quota, r.window) {
+            (Some((_, quota)), Some(w)) => {
+                #[expect(clippy::cast_precision_loss, reason = "small counts")]
+                self.metrics.allowed(Kind::Quota, w.used as f64, quota.limit as f64);
+                Some(QuotaStatus { quota, used: w.used, reset: w.reset })
+            }
+            _ => None,
+        };
+        Ok(Granted { rate, session: r.session, slot, quota })
+    }
+
+    /// The store could not decide. Closed: 503. Open: the bucket is decided on this replica's share of it, and
+    /// the request passes only if it needs nothing else from the store.
+    fn store_down(
+        &self,
+        req: &Request<'_>,
+        bucket: Option<&BucketSpec>,
+        now: Instant,
+        source: Option<StateError>,
+    ) -> Result<Granted, Refused> {
+        let retry_after = config::whole_secs(self.cfg.breaker_cooldown.as_secs_f64()).max(1);
+        let unavailable = |rate| Err(Refused { rate, error: LimitError::Unavailable { retry_after, source } });
+        let (Some(b), FailMode::Open) = (bucket, self.cfg.fail_mode) else {
+            self.metrics.decision(Kind::Rate, "unavailable");
+            return unavailable(None);
+        };
+        let replicas = f64::from(self.cfg.replicas.max(1));
+        let (capacity, per_second) = ((b.capacity / replicas).max(1.0), b.per_second / replicas);
+        let t = (now - self.epoch).as_secs_f64();
+        let reading = {
+            let mut local = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            if local.len() >= CACHE_CAP {
+                local.clear();
+            }
+            let entry =
+                local.entry((req.user.clone(), b.name.clone())).or_insert_with(|| TokenBucket::full(capacity, t));
+            entry.take(t, capacity, per_second, 1.0)
+        };
+        self.metrics.fail_open(reading.allowed);
+        if !reading.allowed {
+            self.deny(req.user, &b.name, now + reading.wait);
+            return Err(self.rate_refusal(reading.wait, 0));
+        }
+        let rate = self.rate_status(&reading);
+        let needs_store = !matches!(req.session, SessionOp::None) || req.slot.is_some() || req.quota.is_some();
+        if needs_store {
+            return unavailable(rate);
+        }
+        Ok(Granted { rate, ..Granted::default() })
+    }
+
+    fn deny(&self, user: &UserKey, name: &str, until: Instant) {
+        let mut d = self.denied.lock().unwrap_or_else(PoisonError::into_inner);
+        if d.len() >= CACHE_CAP {
+            let now = Instant::now();
+            d.retain(|_, t| *t > now);
+            if d.len() >= CACHE_CAP {
+                d.clear();
+            }
+        }
+        d.insert((user.clone(), name.to_owned()), until);
+    }
+
+    fn denied_until(&self, user: &UserKey, name: &str, now: Instant) -> Option<Instant> {
+        let d = self.denied.lock().unwrap_or_else(PoisonError::into_inner);
+        d.get(&(user.clone(), name.to_owned())).copied().filter(|t| *t > now)
+    }
+
+    /// Holds a leased slot: renews it while the guard lives, and frees it when the guard drops.
+    #[must_use]
+    pub fn hold(&self, lease: SlotLease) -> SlotGuard {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (store, ttl) = (self.store.clone(), self.cfg.slot_ttl);
+        let (user, set, token) = (lease.user.clone(), lease.set, lease.token.clone());
+        tokio::spawn(async move {
+            tokio::pin!(stopped);
+            let mut next = ttl / 3;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    () = tokio::time::sleep(next) => match store.renew_slot(&user, set, &token, ttl).await {
+                        Ok(true) => next = ttl / 3,
+                        Ok(false) => {
+                            tracing::debug!(?set, "slot lease lapsed; no longer counted");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "slot renewal failed");
+                            next = ttl / 10;
+                        }
+                    },
+                }
+            }
+            if let Err(e) = store.release_slot(&user, set, &token).await {
+                // Its lease frees it.
+                tracing::debug!(error = %e, "slot release failed");
+            }
+        });
+        SlotGuard { _stop: stop }
+    }
+
+    /// Gives back the quota a call used when it was refused before it ran (an unknown tool or invalid arguments).
+    pub async fn refund(&self, user: &UserKey, tool: &str) {
+        if let Err(e) = self.store.refund_window(user, tool).await {
+            tracing::warn!(error = %e, "quota refund failed");
+        }
+    }
+}
+
+/// Keeps a slot leased; dropping it frees the slot (or, if the process dies, the lease runs out).
+#[derive(Debug)]
+pub struct SlotGuard {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Stops calling a failing store for a moment: after `breaker_threshold` failures in a row, admissions skip the
+/// store for `breaker_cooldown`, then try again.
+#[derive(Debug, Default)]
+struct Breaker {
+    failures: AtomicU32,
+    open_until: Mutex<Option<Instant>>,
+}
+
+impl Breaker {
+    fn is_open(&self, now: Instant) -> bool {
+        let g = self.open_until.lock().unwrap_or_else(PoisonError::into_inner);
+        g.is_some_and(|t| t > now)
+    }
+
+    fn failure(&self, now: Instant, cfg: &LimitsConfig) {
+        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= cfg.breaker_threshold {
+            *self.open_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(now + cfg.breaker_cooldown);
+            tracing::warn!(
+                cooldown_ms = cfg.breaker_cooldown.as_millis(),
+                "limits store failing; circuit breaker open"
+            );
+        }
+    }
+
+    fn success(&self) {
+        if self.failures.swap(0, Ordering::Relaxed) > 0 {
+            *self.open_until.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+}
+
+/// 144 random bits, base64url: a slot's token.
+fn random_token() -> String {
+    use base64::Engine as _;
+    let bytes: [u8; 18] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcpfleet_state::{Admitted, BucketReading};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A store that answers from a scripted bucket on tokio's (paused) clock, or fails; it counts its calls.
+    #[derive(Debug)]
+    struct FakeStore {
+        calls: AtomicUsize,
+        down: std::sync::atomic::AtomicBool,
+        bucket: Mutex<Option<TokenBucket>>,
+        epoch: Instant,
+    }
+
+    impl FakeStore {
+        fn new() -> Arc<Self> {
+            Arc::new(Self {
+                calls: AtomicUsize::new(0),
+                down: false.into(),
+                bucket: Mutex::new(None),
+                epoch: Instant::now(),
+            })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl LimitStore for FakeStore {
+        async fn admit(&self, a: &Admission<'_>) -> mcpfleet_state::Result<Admitted> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            if self.down.load(Ordering::Relaxed) {
+                return Err(StateError::Timeout(Duration::from_millis(10)));
+            }
+            let b = a.bucket.expect("bucket");
+            let t = (Instant::now() - self.epoch).as_secs_f64();
+            let mut g = self.bucket.lock().expect("lock");
+            let bucket = g.get_or_insert_with(|| TokenBucket::full(b.capacity, t));
+            let r: BucketReading = bucket.take(t, b.capacity, b.per_second, 1.0);
+            Ok(Admitted {
+                refused: (!r.allowed).then_some(Refusal::Bucket),
+                bucket: Some(r),
+                session: None,
+                slots_used: None,
+                window: None,
+            })
+        }
+        async fn renew_slot(&self, _: &UserKey, _: SlotSet, _: &str, _: Duration) -> mcpfleet_state::Result<bool> {
+            Ok(true)
+        }
+        async fn release_slot(&self, _: &UserKey, _: SlotSet, _: &str) -> mcpfleet_state::Result<()> {
+            Ok(())
+        }
+        async fn refund_window(&self, _: &UserKey, _: &str) -> mcpfleet_state::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn limiter(store: Arc<FakeStore>, cfg: LimitsConfig) -> Limiter {
+        Limiter::new(store, cfg, LimitMetrics::unregistered().expect("metrics"))
+    }
+
+    fn cfg(burst: u32, per_second: f64) -> LimitsConfig {
+        LimitsConfig { rate: Some(RateLimit { burst, per_second }), ..LimitsConfig::default() }
+    }
+
+    async fn passes(l: &Limiter, user: &UserKey) -> Result<RateStatus, u64> {
+        match l.admit(&Request::new(user, None)).await {
+            Ok(g) => Ok(g.rate.expect("rate status")),
+            Err(Refused { error: LimitError::RateLimited { retry_after }, .. }) => Err(retry_after),
+            Err(other) => panic!("unexpected refusal: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_denied_principal_is_refused_locally_until_its_retry_time() {
+        let store = FakeStore::new();
+        let l = limiter(store.clone(), cfg(2, 0.25));
+        let alice = UserKey::new("alice").expect("key");
+        let s = passes(&l, &alice).await.expect("first");
+        assert_eq!((s.limit, s.window, s.remaining, s.reset), (2, 8, 1, 4));
+        let s = passes(&l, &alice).await.expect("second");
+        assert_eq!((s.remaining, s.reset), (0, 4));
+        assert_eq!(passes(&l, &alice).await, Err(4));
+        assert_eq!(store.calls.load(Ordering::Relaxed), 3);
+        // Until the bucket has a token again, refusals come from the local cache, with the time left.
+        for (advance, retry) in [(1000, 3), (1500, 2), (500, 1), (999, 1)] {
+            tokio::time::advance(Duration::from_millis(advance)).await;
+            assert_eq!(passes(&l, &alice).await, Err(retry));
+        }
+        assert_eq!(store.calls.load(Ordering::Relaxed), 3, "no store call while refused locally");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let s = passes(&l, &alice).await.expect("on time");
+        assert_eq!((s.remaining, s.reset), (0, 4));
+        assert_eq!(store.calls.load(Ordering::Relaxed), 4);
+        // Another principal is never refused by alice's cache.
+        let bob = UserKey::new("bob").expect("key");
+        assert_eq!(passes(&l, &bob).await, Err(4), "the fake shares one bucket; the store decided");
+        assert_eq!(store.calls.load(Ordering::Relaxed), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_open_decides_on_a_local_share_and_closed_refuses() {
+        let store = FakeStore::new();
+        store.down.store(true, Ordering::Relaxed);
+        let alice = UserKey::new("alice").expect("key");
+
+        let closed = limiter(store.clone(), cfg(6, 3.0));
+        match closed.admit(&Request::new(&alice, None)).await {
+            Err(Refused { error: LimitError::Unavailable { retry_after: 1, .. }, rate: None }) => {}
+            other => panic!("closed mode must refuse with 503: {other:?}"),
+        }
+
+        // Open over 3 replicas: this replica's share is 2 at once and 1 a second.
+        let open = limiter(store.clone(), LimitsConfig { fail_mode: FailMode::Open, replicas: 3, ..cfg(6, 3.0) });
+        assert!(passes(&open, &alice).await.is_ok());
+        assert!(passes(&open, &alice).await.is_ok());
+        assert_eq!(passes(&open, &alice).await, Err(1));
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        assert!(passes(&open, &alice).await.is_ok());
+        // A request that needs its session still fails closed, even with a token.
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        let sid = mcpfleet_state::SessionId::parse("AAAAAAAAAAAAAAAAAAAAAAAA").expect("sid");
+        let req = Request { session: SessionOp::Touch(&sid), ..Request::new(&alice, None) };
+        match open.admit(&req).await {
+            Err(Refused { error: LimitError::Unavailable { .. }, rate: Some(_) }) => {}
+            other => panic!("session checks fail closed: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_breaker_stops_calling_a_failing_store_then_tries_again() {
+        let store = FakeStore::new();
+        store.down.store(true, Ordering::Relaxed);
+        let l = limiter(store.clone(), cfg(5, 1.0));
+        let alice = UserKey::new("alice").expect("key");
+        for _ in 0..10 {
+            assert!(l.admit(&Request::new(&alice, None)).await.is_err());
+        }
+        assert_eq!(store.calls.load(Ordering::Relaxed), 3, "three failures open the breaker");
+        store.down.store(false, Ordering::Relaxed);
+        tokio::time::advance(Duration::from_millis(1001)).await;
+        assert!(passes(&l, &alice).await.is_ok());
+        assert!(passes(&l, &alice).await.is_ok());
+        assert_eq!(store.calls.load(Ordering::Relaxed), 5);
+    }
+}
