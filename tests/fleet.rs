@@ -172,7 +172,7 @@ async fn delete_on_b_closes_a_stream_and_404s_everywhere() {
         assert_eq!(client.get(u, None).await.status(), 404);
         assert_eq!(client.delete(u).await.status(), 404);
     }
-    assert_eq!(redis.keys(), Vec::<String>::new(), "every key of the session went with it");
+    assert_eq!(session_keys(&redis), Vec::<String>::new(), "every key of the session went with it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +221,7 @@ async fn another_principal_cannot_use_resume_or_delete_a_session_nor_tell_it_exi
     bob.session = alice.session.clone();
     let mut nobody = McpClient::new().as_user("bob");
     nobody.session = Some("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".to_owned());
-    let keys_before = redis.keys();
+    let keys_before = session_keys(&redis);
     for u in [&a, &b] {
         let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
         let (r1, r2) = (bob.post(u, &list).await, nobody.post(u, &list).await);
@@ -235,9 +235,15 @@ async fn another_principal_cannot_use_resume_or_delete_a_session_nor_tell_it_exi
         assert_eq!(bob.get(u, Some(&cursor)).await.status(), 404);
         assert_eq!(bob.delete(u).await.status(), 404);
     }
-    assert_eq!(redis.keys(), keys_before, "refused requests wrote nothing");
+    // Bob's requests took tokens from his bucket (a request is a request); alice's session state is untouched.
+    assert_eq!(session_keys(&redis), keys_before, "refused requests wrote nothing");
     let r = alice.request(&b, 2, "ping", json!({})).await;
     assert_eq!(r["result"], json!({}));
+}
+
+/// Every key but the principals' token buckets (which outlive sessions, and expire once full).
+fn session_keys(redis: &RedisServer) -> Vec<String> {
+    redis.keys().into_iter().filter(|k| !k.ends_with(":tb") && !k.contains(":tb:")).collect()
 }
 
 fn write_counts(redis: &RedisServer) -> Vec<(String, u64)> {
@@ -248,8 +254,18 @@ fn write_counts(redis: &RedisServer) -> Vec<(String, u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_write_nothing_and_get_clear_errors() {
     let redis = RedisServer::start();
-    // A small body limit, so that the 413 case fits in socket buffers and the client can read the answer.
-    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--max-body-bytes").arg("4096").start().await;
+    // A small body limit, so that the 413 case fits in socket buffers and the client can read the answer. The
+    // rate limit is off: every refused request would still take a token (a write to its bucket), and this test
+    // is about the session state.
+    let fleet = Fleet::builder()
+        .replicas(1)
+        .redis(redis.url())
+        .arg("--max-body-bytes")
+        .arg("4096")
+        .arg("--rate-burst")
+        .arg("0")
+        .start()
+        .await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -353,8 +369,8 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
         .arg("1")
         .arg("--lease-ttl-ms")
         .arg("900")
-        .arg("--redis-timeout-ms")
-        .arg("300")
+        .arg("--redis-timeout")
+        .arg("300ms")
         .start()
         .await;
     let urls = fleet.urls();
@@ -382,9 +398,10 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
     assert_eq!(r.status(), 404, "expired session is gone");
 }
 
-/// The hot path: a `tools/call` on an existing session that answers with JSON. The budget is 2 round trips;
-/// it takes 1 (one EVALSHA of touch.lua, which runs HMGET + 3×PEXPIRE inside Redis). PINGs are left out: they
-/// are each replica's once-a-second connection heartbeats, not part of the call.
+/// The hot path: a `tools/call` on an existing session that answers with JSON, with the rate limit on and no
+/// cap or quota to count. The budget is 2 round trips; it takes 1 (one EVALSHA of admit.lua: the bucket, then the
+/// session touch, inside Redis). PINGs are left out: they are each replica's once-a-second connection heartbeats,
+/// not part of the call. (tests/limits.rs counts the admission with every limit on.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tools_call_costs_one_redis_round_trip() {
     let redis = RedisServer::start();
@@ -408,7 +425,8 @@ async fn one_tools_call_costs_one_redis_round_trip() {
         .collect();
     delta.sort();
     println!("commands for one tools/call: {delta:?}");
-    assert_eq!(delta, vec![("evalsha".to_owned(), 1), ("hmget".to_owned(), 1), ("pexpire".to_owned(), 3)]);
+    let expected = [("evalsha", 1), ("hmget", 2), ("hset", 1), ("pexpire", 4), ("pttl", 1), ("zadd", 1)];
+    assert_eq!(delta, expected.map(|(c, n)| (c.to_owned(), n)).to_vec());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,7 +511,7 @@ fn bad_config_exits_64_with_one_line() {
         vec!["serve", "--allowed-origins", ":*"],
         vec!["serve", "--redis-url", "http://example"],
         vec!["serve", "--lease-ttl-ms", "1"],
-        vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl-ms", "1000", "--redis-timeout-ms", "500"],
+        vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl-ms", "1000", "--redis-timeout", "500ms"],
         vec!["serve", "--session-idle-ttl-secs", "1", "--lease-ttl-ms", "6000"],
         vec!["serve", "--auth", "magic"],
     ] {
@@ -504,7 +522,7 @@ fn bad_config_exits_64_with_one_line() {
         assert!(err.starts_with("mcpfleet: "), "{err}");
     }
     let unreachable = std::process::Command::new(&bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout-ms", "300"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout", "300ms"])
         .output()
         .unwrap();
     assert_eq!(unreachable.status.code(), Some(69), "Redis unreachable at start");
@@ -585,7 +603,7 @@ async fn trimmed_cursor_gets_410_not_an_empty_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_gives_503_with_retry_after_and_recovers() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--redis-timeout-ms").arg("300").start().await;
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--redis-timeout").arg("300ms").start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;

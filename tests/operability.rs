@@ -27,14 +27,27 @@ async fn metrics_count_exactly_what_happened() {
     let redis = RedisServer::start();
     let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
     let issuer = Issuer::start(&[&key]).await;
-    let fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).start().await;
+    // Eight requests' worth of tokens that do not come back during the test, and one test_simple_text an hour.
+    let fleet = Fleet::builder()
+        .redis(redis.url())
+        .jwt(&issuer)
+        .arg("--rate-burst")
+        .arg("8")
+        .arg("--rate-per-second")
+        .arg("0.001")
+        .arg("--quota")
+        .arg("test_simple_text=1/1h")
+        .start()
+        .await;
     let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
     let before = scrape(&admin).await;
     assert!(before.contains_key("process_cpu_seconds_total"), "process metrics");
     assert!(before.contains_key("process_resident_memory_bytes"));
 
+    // Tokens 1 and 2.
     let mut c = McpClient::new().with_token(&key.token(&issuer.id(), "alice").sign());
     c.initialize(&url).await;
+    // 3 to 6: ok, isError, unknown tool, missing scope.
     let ok = c.request(&url, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
     assert!(ok["result"]["isError"].is_null());
     let err = c.request(&url, 2, "tools/call", json!({ "name": "test_error_handling", "arguments": {} })).await;
@@ -42,9 +55,20 @@ async fn metrics_count_exactly_what_happened() {
     let unknown = c.request(&url, 3, "tools/call", json!({ "name": "no_such_tool", "arguments": {} })).await;
     assert_eq!(unknown["error"]["code"], -32602);
     assert_eq!(c.post(&url, &call(4, "test_whoami", json!({}))).await.status(), 403);
+    // Not identified: no token taken.
     let anonymous = McpClient { token: None, ..c.clone() };
     assert_eq!(anonymous.post(&url, &call(5, "test_simple_text", json!({}))).await.status(), 401);
+    // 7: the quota refuses, as a tool result.
+    let quota = c.request(&url, 6, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert_eq!(quota["result"]["isError"], true);
+    // 8: the last token.
     assert_eq!(c.delete(&url).await.status(), 200);
+    // The bucket is empty: refused by Redis, then locally.
+    for id in [7, 8] {
+        let r = c.post(&url, &call(id, "test_simple_text", json!({}))).await;
+        assert_eq!(r.status(), 429);
+        assert!(r.headers().contains_key("retry-after"));
+    }
 
     let m = scrape(&admin).await;
     let exact = [
@@ -52,29 +76,42 @@ async fn metrics_count_exactly_what_happened() {
         (r#"mcp_tool_calls_total{outcome="is_error",tool="test_error_handling"}"#, 1.0),
         (r#"mcp_tool_calls_total{outcome="protocol_error",tool="unknown"}"#, 1.0),
         (r#"mcp_tool_calls_total{outcome="refused",tool="test_whoami"}"#, 1.0),
+        (r#"mcp_tool_calls_total{outcome="refused_by_limit",tool="test_simple_text"}"#, 3.0),
         (r#"mcp_tool_call_duration_seconds_count{tool="test_simple_text"}"#, 1.0),
         (r#"mcp_tool_call_duration_seconds_count{tool="test_error_handling"}"#, 1.0),
         (r#"mcp_requests_total{method="initialize",status="200"}"#, 1.0),
         (r#"mcp_requests_total{method="notifications/initialized",status="202"}"#, 1.0),
-        (r#"mcp_requests_total{method="tools/call",status="200"}"#, 3.0),
+        (r#"mcp_requests_total{method="tools/call",status="200"}"#, 4.0),
         (r#"mcp_requests_total{method="tools/call",status="403"}"#, 1.0),
+        (r#"mcp_requests_total{method="tools/call",status="429"}"#, 2.0),
         (r#"mcp_requests_total{method="POST",status="401"}"#, 1.0),
         (r#"mcp_requests_total{method="DELETE",status="200"}"#, 1.0),
-        (r#"mcp_request_duration_seconds_count{method="tools/call"}"#, 4.0),
+        (r#"mcp_request_duration_seconds_count{method="tools/call"}"#, 7.0),
         (r#"mcp_auth_refusals_total{reason="missing_token"}"#, 1.0),
         (r#"mcp_auth_refusals_total{reason="insufficient_scope"}"#, 1.0),
         ("mcp_sessions_created_total", 1.0),
         ("mcp_sessions_deleted_total", 1.0),
-        (r#"mcp_redis_command_duration_seconds_count{kind="create"}"#, 1.0),
+        (r#"mcp_limit_decisions_total{kind="rate",outcome="allowed"}"#, 8.0),
+        (r#"mcp_limit_decisions_total{kind="rate",outcome="denied"}"#, 1.0),
+        (r#"mcp_limit_decisions_total{kind="rate",outcome="denied_cached"}"#, 1.0),
+        (r#"mcp_limit_decisions_total{kind="quota",outcome="allowed"}"#, 1.0),
+        (r#"mcp_limit_decisions_total{kind="quota",outcome="denied"}"#, 1.0),
+        // Tokens 7 and 8 left the bucket ≥ 80 % used; the 8th emptied it. The one allowed call used the quota up.
+        (r#"mcp_limit_near_limit_total{kind="rate"}"#, 2.0),
+        (r#"mcp_limit_exhausted_total{kind="rate"}"#, 1.0),
+        (r#"mcp_limit_exhausted_total{kind="quota"}"#, 1.0),
+        (r#"mcp_limit_fail_open_total{outcome="allowed"}"#, 0.0),
+        // One admission per request that took a token from Redis: initialize (with the session's creation),
+        // notifications/initialized, the three tools/call that ran, the scope refusal (charged after), the quota
+        // refusal, DELETE (then its delete), and the first 429. The second 429 never reached Redis; the 401
+        // never reached the store.
+        (r#"mcp_redis_command_duration_seconds_count{kind="admit"}"#, 9.0),
         (r#"mcp_redis_command_duration_seconds_count{kind="delete"}"#, 1.0),
-        // notifications/initialized and four tools/call touch the session (the refused call too: the session
-        // check comes before the scope check); the 401 never reaches the store.
-        (r#"mcp_redis_command_duration_seconds_count{kind="touch"}"#, 5.0),
     ];
     for (k, v) in exact {
         assert_eq!(metric(&m, k) - metric(&before, k), v, "{k}");
     }
-    assert_eq!(metric(&m, r#"mcp_redis_errors_total{kind="touch"}"#), 0.0);
+    assert_eq!(metric(&m, r#"mcp_redis_errors_total{kind="admit"}"#), 0.0);
     assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="call"}"#), 0.0);
     // No unbounded label values: nothing that looks like a session id or a subject.
     let text = reqwest::get(format!("{admin}/metrics")).await.unwrap().text().await.unwrap();
@@ -211,7 +248,14 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let issuer = Issuer::start(&[&key]).await;
     let logs = std::env::temp_dir().join(format!("mcpfleet-ops-logs-{}", std::process::id()));
     let _ = std::fs::remove_file(&logs);
-    let fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).log_to(&logs, "info").start().await;
+    let fleet = Fleet::builder()
+        .redis(redis.url())
+        .jwt(&issuer)
+        .log_to(&logs, "info")
+        .arg("--quota")
+        .arg("test_costly=1/1h")
+        .start()
+        .await;
     let url = fleet.urls()[0].clone();
     let token = key.token(&issuer.id(), "alice-subject").sign();
     let mut c = McpClient::new().with_token(&token);
@@ -238,6 +282,10 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     assert_eq!(r["result"]["isError"], true, "{r}");
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains(&format!("Trace id: {trace}")), "{r}");
+    // A call refused by its quota is audited too.
+    for id in [11, 12] {
+        assert_eq!(c.post(&url, &call(id, "test_costly", json!({ "topic": secret_arg }))).await.status(), 200);
+    }
     // A graceful stop flushes the replicas' log writers (a kill could lose the last lines).
     let exits = fleet.stop_gracefully().await;
     assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
@@ -259,7 +307,7 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let session = access["session"].as_str().unwrap();
     assert_eq!(session.len(), 12, "the session id only as a short hash");
     let audit: Vec<&Value> = lines.iter().filter(|l| l["message"] == "tools/call").collect();
-    assert_eq!(audit.len(), 2, "one audit event per call: {audit:?}");
+    assert_eq!(audit.len(), 4, "one audit event per call: {audit:?}");
     let a = audit.iter().find(|l| l["tool.name"] == "json_schema_2020_12_tool").unwrap();
     assert_eq!(a["outcome"], "ok");
     assert_eq!(a["trace_id"], trace);
@@ -269,6 +317,9 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let e = audit.iter().find(|l| l["tool.name"] == "test_sampling").unwrap();
     assert_eq!(e["outcome"], "is_error");
     assert_eq!(e["trace_id"], trace);
+    let costly: Vec<&&Value> = audit.iter().filter(|l| l["tool.name"] == "test_costly").collect();
+    assert_eq!(costly.iter().map(|l| l["outcome"].as_str().unwrap()).collect::<Vec<_>>(), ["ok", "refused_by_limit"]);
+    assert_eq!(costly[0]["args.sha256"], costly[1]["args.sha256"], "the same arguments, the same hash");
     for forbidden in [secret_arg, "alice-subject", sid.as_str(), token.as_str()] {
         assert!(!text.contains(forbidden), "the logs hold {forbidden:?}");
     }

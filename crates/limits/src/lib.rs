@@ -144,7 +144,7 @@ pub struct Request<'a> {
     pub peer: Option<IpAddr>,
     /// The session to check or create (the limiter fills in the session cap).
     pub session: SessionOp<'a>,
-    /// A slot to lease: an SSE stream or a call in flight.
+    /// A slot to lease: an SSE stream or a call in flight (ignored when its cap is 0).
     pub slot: Option<SlotSet>,
     /// The tool being called and its effective quota (see [`Limiter::quota_for`]).
     pub quota: Option<(&'a str, Quota)>,

@@ -5,6 +5,7 @@
 use crate::ServerError;
 use clap::{Parser, Subcommand, ValueEnum};
 use mcpfleet_auth::{JwtSettings, ProtectedResource, TypPolicy, dev, split_url};
+use mcpfleet_limits::{FailMode, LimitsConfig, Quota, RateLimit};
 use mcpfleet_transport::HostPattern;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -98,6 +99,52 @@ pub enum Fixtures {
     Conformance,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RateFailMode {
+    Closed,
+    Open,
+}
+
+fn redis_timeout(s: &str) -> Result<Duration, String> {
+    let d = mcpfleet_limits::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(10) || d > Duration::from_secs(60) {
+        return Err("must be between 10ms and 60s".to_owned());
+    }
+    Ok(d)
+}
+
+fn rate_per_second(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && (0.001..=1_000_000.0).contains(&r) => Ok(r),
+        _ => Err("must be a number between 0.001 and 1000000".to_owned()),
+    }
+}
+
+/// `TOOL=LIMIT/WINDOW` or `TOOL=off`, repeatable; a tool named twice is an error.
+fn quotas(raw: &[String]) -> Result<BTreeMap<String, Option<Quota>>, ServerError> {
+    let mut map = BTreeMap::new();
+    for entry in raw.iter().filter(|e| !e.trim().is_empty()) {
+        let (tool, q) =
+            entry.split_once('=').map(|(t, q)| (t.trim(), q.trim())).filter(|(t, _)| valid_tool_name(t)).ok_or_else(
+                || config_error(format!("invalid --quota {entry:?}: expected TOOL=LIMIT/WINDOW or TOOL=off")),
+            )?;
+        let q = if q == "off" {
+            None
+        } else {
+            Some(q.parse::<Quota>().map_err(|e| config_error(format!("--quota {tool}: {e}")))?)
+        };
+        if map.insert(tool.to_owned(), q).is_some() {
+            return Err(config_error(format!("--quota {tool} is given twice")));
+        }
+    }
+    Ok(map)
+}
+
+/// An MCP tool name: `[A-Za-z0-9_.-]{1,128}`.
+fn valid_tool_name(s: &str) -> bool {
+    (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
     /// Address to listen on. The endpoint is /mcp.
@@ -110,9 +157,38 @@ struct ServeArgs {
     /// Prefix of every Redis key and channel.
     #[arg(long, env = "MCPFLEET_REDIS_PREFIX", default_value = "mcp:")]
     redis_prefix: String,
-    /// Deadline of every Redis call, in milliseconds.
-    #[arg(long, env = "MCPFLEET_REDIS_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    redis_timeout_ms: u64,
+    /// Deadline of every Redis call (also connecting, and waiting for a pooled connection), like 2s or 250ms;
+    /// 10ms to 60s. A missed deadline is a 503 with Retry-After.
+    #[arg(long, env = "MCPFLEET_REDIS_TIMEOUT", default_value = "2s", value_parser = redis_timeout)]
+    redis_timeout: Duration,
+    /// Requests a principal may make at once: the capacity of its token bucket, shared by every replica. 0 turns
+    /// the rate limit off.
+    #[arg(long, env = "MCPFLEET_RATE_BURST", default_value_t = 60, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    rate_burst: u32,
+    /// Requests per second a principal's bucket refills.
+    #[arg(long, env = "MCPFLEET_RATE_PER_SECOND", default_value_t = 1.0, value_parser = rate_per_second)]
+    rate_per_second: f64,
+    /// A per-principal quota on a tool, TOOL=LIMIT/WINDOW (like search=10/1h; WINDOW in ms, s, m, h or d), over
+    /// the tool's own; TOOL=off lifts the tool's own. Repeatable.
+    #[arg(long, env = "MCPFLEET_QUOTAS", value_delimiter = ',')]
+    quota: Vec<String>,
+    /// Open sessions per principal across the fleet; 0 means no cap.
+    #[arg(long, env = "MCPFLEET_MAX_SESSIONS_PER_USER", default_value_t = 64)]
+    max_sessions_per_user: u64,
+    /// Open SSE (GET) streams per principal across the fleet; 0 means no cap.
+    #[arg(long, env = "MCPFLEET_MAX_STREAMS_PER_USER", default_value_t = 16)]
+    max_streams_per_user: u64,
+    /// Tool calls in flight per principal across the fleet; 0 means no cap.
+    #[arg(long, env = "MCPFLEET_MAX_INFLIGHT_PER_USER", default_value_t = 16)]
+    max_inflight_per_user: u64,
+    /// When Redis cannot answer: closed refuses with 503 (default); open decides the rate limit on a local
+    /// bucket of burst ÷ --replicas per replica (session checks, caps and quotas still fail closed), and counts
+    /// every such decision in mcp_limit_fail_open_total.
+    #[arg(long, env = "MCPFLEET_RATE_FAIL_MODE", value_enum, default_value = "closed")]
+    rate_fail_mode: RateFailMode,
+    /// How many replicas run: sizes the fail-open bucket (--rate-fail-mode open).
+    #[arg(long, env = "MCPFLEET_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    replicas: u32,
     /// Approximate number of events kept per session for resumption.
     #[arg(long, env = "MCPFLEET_MAX_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(16..=1_000_000))]
     max_events: u64,
@@ -267,6 +343,7 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// How long the server keeps serving after SIGTERM, with /readyz at 503, before it stops accepting.
     pub drain_delay: Duration,
+    pub limits: LimitsConfig,
 }
 
 /// `mcpfleet token`.
@@ -457,7 +534,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
     });
     let redis = match a.redis_url {
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") => {
-            Some(RedisSettings { url, prefix: a.redis_prefix, timeout: Duration::from_millis(a.redis_timeout_ms) })
+            Some(RedisSettings { url, prefix: a.redis_prefix, timeout: a.redis_timeout })
         }
         Some(_) => return Err(config_error("--redis-url must start with redis://, rediss:// or unix://")),
         None => None,
@@ -470,13 +547,29 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
             a.session_idle_ttl_secs, a.lease_ttl_ms
         )));
     }
-    if redis.is_some() && a.lease_ttl_ms < 3 * a.redis_timeout_ms {
+    if redis.is_some() && lease_ttl < 3 * a.redis_timeout {
         // A lease is renewed every third of its life; a renewal that may take a whole Redis timeout must fit.
         return Err(config_error(format!(
-            "--lease-ttl-ms ({}) must be at least 3 × --redis-timeout-ms ({})",
-            a.lease_ttl_ms, a.redis_timeout_ms
+            "--lease-ttl-ms ({}) must be at least 3 × --redis-timeout ({} ms)",
+            a.lease_ttl_ms,
+            a.redis_timeout.as_millis()
         )));
     }
+    let limits = LimitsConfig {
+        rate: (a.rate_burst > 0).then_some(RateLimit { burst: a.rate_burst, per_second: a.rate_per_second }),
+        quotas: quotas(&a.quota)?,
+        max_sessions: a.max_sessions_per_user,
+        max_streams: a.max_streams_per_user,
+        max_inflight: a.max_inflight_per_user,
+        fail_mode: match a.rate_fail_mode {
+            RateFailMode::Closed => FailMode::Closed,
+            RateFailMode::Open => FailMode::Open,
+        },
+        replicas: a.replicas,
+        // A dead replica's slots are free as soon as its stream leases run out.
+        slot_ttl: lease_ttl,
+        ..LimitsConfig::default()
+    };
     let transport = mcpfleet_transport::TransportConfig {
         allowed_origins: patterns("--allowed-origins", a.allowed_origins.as_deref().unwrap_or(&default_origins))?,
         allowed_hosts: patterns("--allowed-hosts", a.allowed_hosts.as_deref().unwrap_or(&default_hosts))?,
@@ -493,6 +586,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         max_header_bytes: usize::try_from(a.max_header_bytes).unwrap_or(usize::MAX),
         header_read_timeout: Duration::from_secs(a.header_read_timeout_secs),
         body_timeout: Duration::from_secs(a.body_timeout_secs),
+        rate_key_by_peer: mode == AuthMode::None,
         ..mcpfleet_transport::TransportConfig::default()
     };
     if transport.allowed_hosts.is_empty() {
@@ -520,6 +614,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
             None => None,
         },
         drain_delay: Duration::from_secs(a.drain_delay_secs),
+        limits,
     })))
 }
 

@@ -8,6 +8,7 @@ pub use mcpfleet_transport::{AppState, serve};
 use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
+use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
 use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
 use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
@@ -102,6 +103,7 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
     let store_metrics = StoreMetrics::register(&registry).map_err(metrics_error)?;
     let transport_metrics = TransportMetrics::register(&registry).map_err(metrics_error)?;
     let auth_metrics = AuthMetrics::register(&registry).map_err(metrics_error)?;
+    let limit_metrics = LimitMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
             let rc = RedisConfig {
@@ -125,6 +127,16 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
         Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
         None => Arc::new(EmptyCatalog),
     };
+    // A quota for a tool that does not exist is a typo that would silently limit nothing.
+    let known: Vec<String> = catalog
+        .tools()
+        .iter()
+        .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str).map(str::to_owned))
+        .collect();
+    if let Some(unknown) = cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
+        return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
+    }
+    let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
         // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
@@ -150,6 +162,7 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
         shutdown: CancellationToken::new(),
         calls: tokio_util::task::TaskTracker::new(),
         metrics: transport_metrics,
+        limits,
     };
     Ok(Built { state, registry, dev })
 }

@@ -210,7 +210,7 @@ impl FleetBuilder {
     /// lost replicas and outages run in seconds.
     #[must_use]
     pub fn short_leases(self) -> Self {
-        self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout-ms").arg("500")
+        self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout").arg("500ms")
     }
 
     /// `--auth jwt` against `issuer`, audience [`crate::issuer::AUDIENCE`], resource `https://mcp.test/mcp`, and a
@@ -257,9 +257,18 @@ impl FleetBuilder {
         if let Some(u) = &self.redis_url {
             a.extend(["--redis-url".to_owned(), u.clone()]);
         }
-        // Every replica gets its own admin port, and a SIGTERM that stops accepting at once, unless the test says
-        // otherwise.
-        for (flag, value) in [("--admin-listen", "127.0.0.1:0"), ("--drain-delay-secs", "0")] {
+        // Every replica gets its own admin port, a SIGTERM that stops accepting at once, and limits no ordinary
+        // test reaches (the suites run many requests as one anonymous principal), unless the test says otherwise.
+        let defaults = [
+            ("--admin-listen", "127.0.0.1:0"),
+            ("--drain-delay-secs", "0"),
+            ("--rate-burst", "1000000"),
+            ("--rate-per-second", "1000000"),
+            ("--max-sessions-per-user", "0"),
+            ("--max-streams-per-user", "0"),
+            ("--max-inflight-per-user", "0"),
+        ];
+        for (flag, value) in defaults {
             if !self.args.iter().any(|x| x == flag) {
                 a.extend([flag.to_owned(), value.to_owned()]);
             }

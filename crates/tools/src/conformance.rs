@@ -13,6 +13,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The scope `test_whoami` declares, so that tests see a tool-declared scope enforced.
 pub const WHOAMI_SCOPE: &str = "fixtures:whoami";
 
+/// The quota `test_costly` declares, so that tests see a tool-declared quota enforced.
+pub const COSTLY_QUOTA: crate::Quota = crate::Quota::new(3, Duration::from_secs(3600));
+
 /// The conformance catalog.
 #[derive(Debug, Default)]
 pub struct ConformanceCatalog;
@@ -128,6 +131,11 @@ impl Catalog for ConformanceCatalog {
                 "Changes test://watched-resource and notifies the session's stream",
             ),
             no_args("test_whoami", "Says who called, from the verified token (auth tests; needs fixtures:whoami)"),
+            tool(
+                "test_costly",
+                "Stands for an expensive operation: at most 3 calls per hour per user (limits tests)",
+                closed(json!({ "topic": bounded_string(64) }), &["topic"]),
+            ),
         ]
     }
 
@@ -240,8 +248,13 @@ impl Catalog for ConformanceCatalog {
                         .to_string(),
                 )])
             }
+            "test_costly" => ok(vec![text(format!("report on {}", string_arg(&args, "topic")?))]),
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
         }
+    }
+
+    fn tool_quota(&self, tool: &str) -> Option<crate::Quota> {
+        (tool == "test_costly").then_some(COSTLY_QUOTA)
     }
 
     fn tool_scopes(&self, tool: &str) -> Vec<String> {

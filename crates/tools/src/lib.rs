@@ -10,6 +10,7 @@ mod empty;
 
 pub use empty::EmptyCatalog;
 pub use mcpfleet_auth::{Principal, Scopes};
+pub use mcpfleet_limits::Quota;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -99,6 +100,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// the tool from `tools/list` for callers without them; the operator can add more (`--tool-scope`).
     fn tool_scopes(&self, _tool: &str) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The tool's own quota per principal (at most this many calls per window), for expensive tools. The limits
+    /// crate enforces it across the fleet; the operator can override it (`--quota TOOL=LIMIT/WINDOW`, or `off`).
+    fn tool_quota(&self, _tool: &str) -> Option<Quota> {
+        None
     }
 
     /// Runs one tool.

@@ -4,6 +4,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mcpfleet_auth::{AuthError, ProtectedResource};
+use mcpfleet_limits::{Cap, LimitError};
 use mcpfleet_state::StateError;
 use serde_json::{Value, json};
 
@@ -26,6 +27,8 @@ pub mod code {
     pub const CURSOR_GONE: i64 = -32004;
     /// The state store is unavailable.
     pub const UNAVAILABLE: i64 = -32005;
+    /// A limit refused the request (429): the rate limit or a per-principal cap. `error.data` says which.
+    pub const LIMITED: i64 = -32006;
 }
 
 /// Why the transport refused a request.
@@ -71,6 +74,19 @@ pub enum TransportError {
     /// No token verification key has been loaded yet.
     #[error("token verification is temporarily unavailable")]
     AuthUnavailable,
+    /// A limit refused the request, or could not be checked.
+    #[error(transparent)]
+    Limit(LimitError),
+}
+
+impl From<LimitError> for TransportError {
+    fn from(e: LimitError) -> Self {
+        match e {
+            LimitError::SessionNotFound => Self::SessionNotFound,
+            LimitError::SessionConflict => Self::Unavailable(StateError::Conflict),
+            other => Self::Limit(other),
+        }
+    }
 }
 
 /// Turns the auth crate's verdict into the RFC 6750 / MCP challenge: 401 without `error` when no credentials were
@@ -135,7 +151,55 @@ impl From<StateError> for TransportError {
     }
 }
 
+/// What a caller reads in a limit refusal: a message that names the limit and what to do, and `error.data` with
+/// the limit's kind and numbers.
+fn limit_message(e: &LimitError) -> (String, Value) {
+    match e {
+        LimitError::RateLimited { retry_after } => (
+            format!("rate limit exceeded for this principal: retry after {retry_after} s"),
+            json!({ "limit": "rate", "retryAfter": retry_after }),
+        ),
+        LimitError::CapReached { cap, limit } => {
+            let what = match cap {
+                Cap::Sessions => "end one with DELETE, or let it expire",
+                Cap::Streams => "close one of your open GET streams first",
+                Cap::Inflight => "wait for one of your running calls to finish",
+            };
+            let kind = match cap {
+                Cap::Sessions => "sessions",
+                Cap::Streams => "streams",
+                Cap::Inflight => "inflight",
+            };
+            (format!("too many {cap} for this principal (cap {limit}): {what}"), json!({ "limit": kind, "cap": limit }))
+        }
+        LimitError::QuotaExhausted { tool, quota, retry_after } => (
+            format!("quota for tool {tool} used up ({quota}): retry after {retry_after} s"),
+            json!({ "limit": "quota", "tool": tool, "retryAfter": retry_after }),
+        ),
+        LimitError::Unavailable { source, .. } => {
+            let cause = source.as_ref().map(ToString::to_string).unwrap_or_else(|| "circuit breaker open".to_owned());
+            tracing::warn!(cause = %cause, "limits store unavailable");
+            ("service temporarily unavailable".to_owned(), Value::Null)
+        }
+        other => (other.to_string(), Value::Null),
+    }
+}
+
 impl TransportError {
+    /// `Retry-After`, in whole seconds, for refusals that can name a time.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Unavailable(_) | Self::AuthUnavailable => Some(1),
+            Self::Limit(
+                LimitError::RateLimited { retry_after }
+                | LimitError::QuotaExhausted { retry_after, .. }
+                | LimitError::Unavailable { retry_after, .. },
+            ) => Some(*retry_after),
+            Self::Limit(LimitError::CapReached { cap: Cap::Streams | Cap::Inflight, .. }) => Some(1),
+            _ => None,
+        }
+    }
+
     /// The HTTP status this error is answered with.
     #[must_use]
     pub fn status_code(&self) -> StatusCode {
@@ -160,6 +224,10 @@ impl TransportError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Unauthorized { status, .. } => (*status, code::SERVER_ERROR),
             Self::AuthUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
+            Self::Limit(LimitError::Unavailable { .. } | LimitError::Config(_)) => {
+                (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)
+            }
+            Self::Limit(_) => (StatusCode::TOO_MANY_REQUESTS, code::LIMITED),
         }
     }
 }
@@ -173,8 +241,17 @@ pub fn error_body(code: i64, message: &str) -> Value {
 impl IntoResponse for TransportError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
+        let mut body = None;
         let message = match &self {
             Self::Parse => "Parse error".to_owned(),
+            Self::Limit(e) => {
+                let (message, data) = limit_message(e);
+                if !data.is_null() {
+                    let error = json!({ "code": code, "message": message, "data": data });
+                    body = Some(json!({ "jsonrpc": "2.0", "id": null, "error": error }));
+                }
+                message
+            }
             Self::Unavailable(e) => {
                 let cause = std::error::Error::source(e).map(ToString::to_string).unwrap_or_default();
                 tracing::warn!(error = %e, cause = %cause, "state store unavailable");
@@ -182,11 +259,12 @@ impl IntoResponse for TransportError {
             }
             other => other.to_string(),
         };
-        let mut resp = (status, axum::Json(error_body(code, &message))).into_response();
+        let body = body.unwrap_or_else(|| error_body(code, &message));
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after() {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         match self {
-            Self::Unavailable(_) | Self::AuthUnavailable => {
-                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
             Self::MethodNotAllowed => {
                 resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             }

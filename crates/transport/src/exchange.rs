@@ -71,6 +71,10 @@ pub(crate) struct CallRequest<'a> {
     pub(crate) trace_id: String,
     /// The call's MCP span; the exchange ends it when the call ends.
     pub(crate) span: opentelemetry::Context,
+    /// The caller's in-flight slot, freed when the call ends.
+    pub(crate) slot: Option<mcpfleet_limits::SlotGuard>,
+    /// The call used one unit of its tool's quota (given back if the tool refuses the arguments).
+    pub(crate) quota_charged: bool,
 }
 
 impl Exchange {
@@ -82,7 +86,7 @@ impl Exchange {
         session: &SessionInfo,
         call: CallRequest<'_>,
     ) -> oneshot::Receiver<Outcome> {
-        let CallRequest { id: request_id, params, name, args, trace_id, span } = call;
+        let CallRequest { id: request_id, params, name, args, trace_id, span, slot, quota_charged } = call;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -107,7 +111,7 @@ impl Exchange {
             outstanding: std::sync::Mutex::new(Vec::new()),
         });
         let calls = ex.app.calls.clone();
-        calls.spawn(ex.drive(name, args));
+        calls.spawn(ex.drive(name, args, slot, quota_charged));
         rx
     }
 
@@ -120,7 +124,13 @@ impl Exchange {
         }
     }
 
-    async fn drive(self: Arc<Self>, name: String, args: JsonObject) {
+    async fn drive(
+        self: Arc<Self>,
+        name: String,
+        args: JsonObject,
+        _slot: Option<mcpfleet_limits::SlotGuard>,
+        quota_charged: bool,
+    ) {
         let _done = self.done.clone().drop_guard();
         let cfg = self.app.config.clone();
         let started = std::time::Instant::now();
@@ -151,9 +161,15 @@ impl Exchange {
                         tracing::error!(error = %e, trace_id = %self.trace_id, "tool task failed");
                         Err((crate::code::INTERNAL_ERROR, "internal error".to_owned()))
                     });
-                    self.record(&audit, outcome_of(&result));
+                    let end = outcome_of(&result);
+                    self.record(&audit, end);
+                    let refused_args = matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS);
                     let msg = self.response(result);
                     self.finish(msg).await;
+                    if quota_charged && refused_args {
+                        // Refused before it ran: the quota unit goes back.
+                        self.app.limits.refund(&self.principal.user, &audit.tool).await;
+                    }
                     return;
                 }
                 () = self.cancel.cancelled() => {
@@ -215,32 +231,9 @@ impl Exchange {
         }
     }
 
-    /// Counts the call in `mcp_tool_calls_total` and `mcp_tool_call_duration_seconds`, and writes its audit event:
-    /// tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never the arguments).
+    /// Counts the call and writes its audit event (see [`record_call`]).
     fn record(&self, audit: &Audit, outcome: CallEnd) {
-        let took = audit.started.elapsed();
-        let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
-        let error_type = match outcome {
-            CallEnd::Ok => None,
-            CallEnd::IsError => Some("tool_error"),
-            other => Some(other.label()),
-        };
-        crate::trace::end(&self.span, error_type, &[]);
-        let m = &self.app.metrics;
-        m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
-        if outcome != CallEnd::UnknownTool {
-            m.tool_duration.with_label_values(&[tool]).observe(took.as_secs_f64());
-        }
-        tracing::info!(
-            target: "mcpfleet::audit",
-            outcome = outcome.label(),
-            tool.name = %crate::mcp::truncate(&audit.tool, 64),
-            principal = self.principal.user.as_str(),
-            duration_ms = took.as_secs_f64() * 1e3,
-            trace_id = %self.trace_id,
-            args.sha256 = %audit.args_sha256,
-            "tools/call"
-        );
+        record_call(&self.app, &self.principal, &self.span, &self.trace_id, audit, outcome);
     }
 
     /// The stream this call writes to, once it streams.
@@ -593,6 +586,64 @@ fn parse_answer(answer: &str) -> Result<Value, ToolError> {
     })
 }
 
+/// Counts a call in `mcp_tool_calls_total` and (if it ran) `mcp_tool_call_duration_seconds`, ends its span, and
+/// writes its audit event: tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never
+/// the arguments).
+fn record_call(
+    app: &AppState,
+    principal: &Principal,
+    span: &opentelemetry::Context,
+    trace_id: &str,
+    audit: &Audit,
+    outcome: CallEnd,
+) {
+    let took = audit.started.elapsed();
+    let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
+    let error_type = match outcome {
+        CallEnd::Ok => None,
+        CallEnd::IsError => Some("tool_error"),
+        other => Some(other.label()),
+    };
+    crate::trace::end(span, error_type, &[]);
+    let m = &app.metrics;
+    m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
+    if outcome.ran() {
+        m.tool_duration.with_label_values(&[tool]).observe(took.as_secs_f64());
+    }
+    tracing::info!(
+        target: "mcpfleet::audit",
+        outcome = outcome.label(),
+        tool.name = %crate::mcp::truncate(&audit.tool, 64),
+        principal = principal.user.as_str(),
+        duration_ms = took.as_secs_f64() * 1e3,
+        trace_id = %trace_id,
+        args.sha256 = %audit.args_sha256,
+        "tools/call"
+    );
+}
+
+/// A call refused before it started (by its scopes or a limit): counted and audited like one that ran.
+pub(crate) struct RefusedCall<'a> {
+    pub(crate) app: &'a AppState,
+    pub(crate) principal: &'a Principal,
+    pub(crate) tool: &'a str,
+    pub(crate) args: &'a JsonObject,
+    pub(crate) trace_id: &'a str,
+    pub(crate) end: CallEnd,
+}
+
+impl RefusedCall<'_> {
+    pub(crate) fn record(self) {
+        let audit = Audit {
+            tool: crate::mcp::truncate(self.tool, 64),
+            args_sha256: args_digest(self.args),
+            started: std::time::Instant::now(),
+        };
+        // The request's span guard ends the span, with the refusal's status.
+        record_call(self.app, self.principal, &opentelemetry::Context::new(), self.trace_id, &audit, self.end);
+    }
+}
+
 /// What the audit event of a call needs from its start.
 struct Audit {
     tool: String,
@@ -610,13 +661,17 @@ fn args_digest(args: &JsonObject) -> String {
 
 /// How a call ended, for the metrics and the audit event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CallEnd {
+pub(crate) enum CallEnd {
     Ok,
     IsError,
     ProtocolError,
     UnknownTool,
     Cancelled,
     SessionGone,
+    /// The caller lacks the tool's scopes (403).
+    Refused,
+    /// A limit refused it: the rate limit or the in-flight cap (429), or the tool's quota (`isError`).
+    RefusedByLimit,
 }
 
 impl CallEnd {
@@ -627,7 +682,14 @@ impl CallEnd {
             Self::ProtocolError | Self::UnknownTool => "protocol_error",
             Self::Cancelled => "cancelled",
             Self::SessionGone => "session_gone",
+            Self::Refused => "refused",
+            Self::RefusedByLimit => "refused_by_limit",
         }
+    }
+
+    /// The tool ran (its duration is observed).
+    fn ran(self) -> bool {
+        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit)
     }
 }
 

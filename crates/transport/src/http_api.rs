@@ -3,32 +3,97 @@
 
 use crate::Principal;
 use crate::error::{TransportError, auth_rejection};
-use crate::exchange::{CallRequest, Exchange, Outcome};
+use crate::exchange::{CallEnd, CallRequest, Exchange, Outcome, RefusedCall};
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
 use crate::mcp;
 use crate::metrics::method_label;
 use crate::observe::{RequestIds, RpcInfo, with_info};
-use crate::{AppState, SUPPORTED_VERSIONS, code, random_token, sse, tail, trace};
+use crate::{AppState, PeerAddr, SUPPORTED_VERSIONS, code, random_token, sse, tail, trace};
 use axum::Extension;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use mcpfleet_limits::{self as limits, Granted, LimitError, Refused};
 use mcpfleet_state::Delivery;
-use mcpfleet_state::{NewSession, SessionId, SessionInfo, SessionKey};
+use mcpfleet_state::{NewSession, SessionId, SessionKey};
+use mcpfleet_state::{SessionOp, SlotSet};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
+use std::net::IpAddr;
 
 /// Largest `capabilities` or `clientInfo` an initialize may store with its session.
 const MAX_CLIENT_METADATA: usize = 16 * 1024;
 
 type Result<T, E = TransportError> = std::result::Result<T, E>;
 
-/// The session a request names, checked against the caller with one store call (which also extends its idle TTL):
-/// unknown, ended and foreign sessions all look alike.
-async fn session(app: &AppState, h: &mut McpHeaders, caller: &Principal) -> Result<(SessionKey, SessionInfo)> {
-    let key = h.session_key(caller)?;
-    let info = app.store.touch_session(&key).await?.ok_or(TransportError::SessionNotFound)?;
-    Ok((key, info))
+/// Who is asking, for admission: the verified principal, and the peer address where the bucket is keyed by it.
+struct Asker<'a> {
+    caller: &'a Principal,
+    peer: Option<IpAddr>,
+}
+
+impl<'a> Asker<'a> {
+    fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
+        let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
+        Self { caller, peer }
+    }
+
+    fn request(&self) -> limits::Request<'a> {
+        limits::Request::new(&self.caller.user, self.peer)
+    }
+}
+
+/// Admits a request (bucket, session, caps, quota: one store call), noting the caller's bucket for the
+/// `RateLimit` headers.
+async fn admit(app: &AppState, info: &mut RpcInfo, req: &limits::Request<'_>) -> Result<Granted, LimitError> {
+    info.charged = true;
+    match app.limits.admit(req).await {
+        Ok(g) => {
+            info.rate = g.rate;
+            Ok(g)
+        }
+        Err(Refused { rate, error }) => {
+            info.rate = rate;
+            Err(error)
+        }
+    }
+}
+
+/// Admission for a request on the session it names: unknown, ended and foreign sessions all look alike (404). A
+/// session id that cannot be ours is refused without a store call (and charged by [`charge_unadmitted`]).
+async fn admit_session(
+    app: &AppState,
+    info: &mut RpcInfo,
+    asker: &Asker<'_>,
+    h: &mut McpHeaders,
+    slot: Option<SlotSet>,
+    quota: Option<(&str, limits::Quota)>,
+) -> Result<(SessionKey, Granted)> {
+    let key = h.session_key(asker.caller)?;
+    let req = limits::Request { session: SessionOp::Touch(&key.id), slot, quota, ..asker.request() };
+    let g = admit(app, info, &req).await?;
+    Ok((key, g))
+}
+
+/// Every request from an identified caller takes a token from its bucket, exactly once. A request answered before
+/// its admission (a malformed body, a missing header, a bad argument) takes it here; if the bucket is empty, the
+/// caller gets the 429 instead.
+async fn charge_unadmitted(
+    app: &AppState,
+    info: &mut RpcInfo,
+    asker: &Asker<'_>,
+    r: Result<Response>,
+) -> Result<Response> {
+    let from_store =
+        matches!(&r, Err(TransportError::Limit(_) | TransportError::Unavailable(_) | TransportError::AuthUnavailable));
+    if info.charged || from_store {
+        return r;
+    }
+    match admit(app, info, &asker.request()).await {
+        Err(e @ LimitError::RateLimited { .. }) => Err(e.into()),
+        _ => r,
+    }
 }
 
 fn rpc_json(id: &Value, r: mcp::RpcResult) -> Response {
@@ -46,15 +111,25 @@ fn accepted() -> Response {
 pub(crate) async fn post(
     State(app): State<AppState>,
     Extension(ids): Extension<RequestIds>,
+    peer: Option<Extension<PeerAddr>>,
     Caller(caller): Caller,
     h: McpHeaders,
-    Rpc(message): Rpc,
+    rpc: Result<Rpc, TransportError>,
 ) -> Response {
+    let asker = Asker::new(&app, &caller, peer);
+    let message = match rpc {
+        Ok(Rpc(m)) => m,
+        Err(e) => {
+            let mut info = rpc_info(None, &caller, &h);
+            let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
+            return with_info(r, info);
+        }
+    };
     let label = match &message {
         Message::Request { method, .. } | Message::Notification { method, .. } => method_label(method),
         Message::Response { .. } => "response",
     };
-    let mut info = rpc_info(label, &caller, &h);
+    let mut info = rpc_info(Some(label), &caller, &h);
     // The MCP span: parented to `params._meta.traceparent` when the request carries one, else to the HTTP span.
     let span = match &message {
         Message::Request { id, method, params } => {
@@ -82,7 +157,9 @@ pub(crate) async fn post(
     if trace_id != ids.trace_id {
         info.trace_id = Some(trace_id.clone());
     }
-    let r = post_message(&app, &ids, &trace_id, &mut span, caller, h, message).await;
+    let mut cx = Post { app: &app, ids: &ids, trace_id: &trace_id, span: &mut span, asker: &asker, info: &mut info };
+    let r = cx.message(h, message).await;
+    let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     match &r {
         Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
         _ => {}
@@ -91,179 +168,248 @@ pub(crate) async fn post(
     with_info(r, info)
 }
 
-async fn post_message(
-    app: &AppState,
-    ids: &RequestIds,
-    trace_id: &str,
-    span: &mut trace::SpanGuard,
-    caller: Principal,
-    mut h: McpHeaders,
-    message: Message,
-) -> Result<Response> {
-    if let Message::Request { id, method, params } = &message
-        && method == "initialize"
-    {
-        return initialize(app, &caller, id, params).await;
+/// One POSTed message being answered.
+struct Post<'a> {
+    app: &'a AppState,
+    ids: &'a RequestIds,
+    trace_id: &'a str,
+    span: &'a mut trace::SpanGuard,
+    asker: &'a Asker<'a>,
+    info: &'a mut RpcInfo,
+}
+
+impl Post<'_> {
+    async fn message(&mut self, mut h: McpHeaders, message: Message) -> Result<Response> {
+        let app = self.app;
+        if let Message::Request { id, method, params } = &message
+            && method == "initialize"
+        {
+            return self.initialize(id, params).await;
+        }
+        h.version()?;
+        match message {
+            Message::Response { id, raw } => self.response(&mut h, &id, &raw).await,
+            Message::Notification { method, params } => {
+                let (key, _) = admit_session(app, self.info, self.asker, &mut h, None, None).await?;
+                if method == "notifications/cancelled"
+                    && let Some(id) = params.get("requestId")
+                    && (id.is_string() || id.is_i64() || id.is_u64())
+                    && id.to_string().len() <= 256
+                {
+                    app.store.cancel_request(&key, &id.to_string()).await?;
+                }
+                Ok(accepted())
+            }
+            Message::Request { id, method, params } if method == "tools/call" => {
+                self.call_tool(&mut h, id, &params).await
+            }
+            Message::Request { id, method, params } => {
+                let (key, _) = admit_session(app, self.info, self.asker, &mut h, None, None).await?;
+                let r = mcp::plain(app, &key, self.asker.caller, &method, &params).await;
+                if let Err((code, _)) = &r {
+                    self.span.error = Some(code.to_string());
+                }
+                Ok(rpc_json(&id, r))
+            }
+        }
     }
-    h.version()?;
-    if let Message::Response { id, raw } = message {
-        // Checked and delivered in one script, so a refused response writes nothing.
-        let key = h.session_key(&caller)?;
+
+    /// A client's answer to a server→client request: checked and delivered in one script, so a refused response
+    /// writes nothing.
+    async fn response(&mut self, h: &mut McpHeaders, id: &Value, raw: &Bytes) -> Result<Response> {
+        let app = self.app;
+        let key = h.session_key(self.asker.caller)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
-        let raw = std::str::from_utf8(&raw).map_err(|_| TransportError::Parse)?;
-        return match app.store.deliver_response(&key, id, raw).await? {
+        let raw = std::str::from_utf8(raw).map_err(|_| TransportError::Parse)?;
+        admit(app, self.info, &self.asker.request()).await?;
+        match app.store.deliver_response(&key, id, raw).await? {
             Delivery::Delivered { waiter_trace } => {
                 // The answer joins the trace of the call that waits for it, wherever that call runs.
-                if let Some(cx) = waiter_trace.as_deref().and_then(|w| trace::answer_span(w, &ids.http)) {
+                if let Some(cx) = waiter_trace.as_deref().and_then(|w| trace::answer_span(w, &self.ids.http)) {
                     trace::end(&cx, None, &[]);
                 }
                 Ok(accepted())
             }
             Delivery::NotPending => Err(TransportError::UnknownResponse),
-        };
+        }
     }
-    let (key, info) = session(app, &mut h, &caller).await?;
-    match message {
-        Message::Notification { method, params } => {
-            if method == "notifications/cancelled"
-                && let Some(id) = params.get("requestId")
-                && (id.is_string() || id.is_i64() || id.is_u64())
-                && id.to_string().len() <= 256
-            {
-                app.store.cancel_request(&key, &id.to_string()).await?;
+
+    async fn call_tool(&mut self, h: &mut McpHeaders, id: Value, params: &JsonObject) -> Result<Response> {
+        let app = self.app;
+        let caller = self.asker.caller;
+        let name = match mcp::str_param(params, "name") {
+            Ok(n) => n.to_owned(),
+            Err(e) => {
+                self.span.error = Some(e.0.to_string());
+                return Ok(rpc_json(&id, Err(e)));
             }
-            Ok(accepted())
+        };
+        let args = match params.get("arguments") {
+            None => JsonObject::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => {
+                self.span.error = Some(code::INVALID_PARAMS.to_string());
+                return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
+            }
+        };
+        let refused = |end: CallEnd| RefusedCall {
+            app,
+            principal: caller,
+            tool: &name,
+            args: &args,
+            trace_id: self.trace_id,
+            end,
+        };
+        // Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming
+        // them, before anything runs or is counted against a quota.
+        let required = app.tool_scopes(&name);
+        if !caller.scopes.allow(&required) {
+            refused(CallEnd::Refused).record();
+            self.span.error = Some("insufficient_scope".to_owned());
+            return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
         }
-        Message::Response { .. } => Err(TransportError::UnknownResponse),
-        Message::Request { id, method, params } if method == "tools/call" => {
-            let name = match mcp::str_param(&params, "name") {
-                Ok(n) => n.to_owned(),
-                Err(e) => {
-                    span.error = Some(e.0.to_string());
-                    return Ok(rpc_json(&id, Err(e)));
-                }
-            };
-            let args = match params.get("arguments") {
-                None => JsonObject::new(),
-                Some(Value::Object(a)) => a.clone(),
-                Some(_) => {
-                    span.error = Some(code::INVALID_PARAMS.to_string());
-                    return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
-                }
-            };
-            // Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming
-            // them, before anything runs.
-            let required = app.tool_scopes(&name);
-            if !caller.scopes.allow(&required) {
-                app.metrics.tool_calls.with_label_values(&[&mcp::truncate(&name, 64), "refused"]).inc();
-                let e = mcpfleet_auth::AuthError::InsufficientScope(required);
-                span.error = Some("insufficient_scope".to_owned());
-                return Err(auth_rejection(app, e));
+        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
+        let admitted =
+            admit_session(app, self.info, self.asker, h, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await;
+        let (key, granted) = match admitted {
+            Ok(a) => a,
+            Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
+                // Not a protocol error: the model reads it, and should ask its user instead of retrying.
+                refused(CallEnd::RefusedByLimit).record();
+                self.span.error = Some("quota_exhausted".to_owned());
+                return Ok(rpc_json(&id, Ok(quota_result(&tool, quota, retry_after, self.trace_id))));
             }
-            let call = CallRequest {
-                id,
-                params: &params,
-                name,
-                args,
-                trace_id: trace_id.to_owned(),
-                span: span.take().unwrap_or_default(),
-            };
-            let outcome = Exchange::start(app.clone(), key, caller, &info, call);
-            match outcome.await {
-                Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-                Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call")),
-                Err(_) => Err(TransportError::SessionNotFound),
+            Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
+                refused(CallEnd::RefusedByLimit).record();
+                return Err(e);
             }
+            Err(e) => return Err(e),
+        };
+        let session = granted.session.ok_or(TransportError::SessionNotFound)?;
+        let slot = granted.slot.map(|l| app.limits.hold(l));
+        let call = CallRequest {
+            id,
+            params,
+            name,
+            args,
+            trace_id: self.trace_id.to_owned(),
+            span: self.span.take().unwrap_or_default(),
+            slot,
+            quota_charged: granted.quota.is_some(),
+        };
+        let outcome = Exchange::start(app.clone(), key, caller.clone(), &session, call);
+        match outcome.await {
+            Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
+            Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", None)),
+            Err(_) => Err(TransportError::SessionNotFound),
         }
-        Message::Request { id, method, params } => {
-            let r = mcp::plain(app, &key, &caller, &method, &params).await;
-            if let Err((code, _)) = &r {
-                span.error = Some(code.to_string());
-            }
-            Ok(rpc_json(&id, r))
+    }
+
+    async fn initialize(&mut self, id: &Value, params: &JsonObject) -> Result<Response> {
+        let app = self.app;
+        let requested = params.get("protocolVersion").and_then(Value::as_str);
+        let Some(requested) = requested else {
+            return Ok(rpc_json(id, Err((code::INVALID_PARAMS, "params.protocolVersion must be a string".into()))));
+        };
+        let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[2]);
+        let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({})).to_string();
+        let info = params.get("clientInfo").cloned().unwrap_or(Value::Null).to_string();
+        if caps.len() > MAX_CLIENT_METADATA || info.len() > MAX_CLIENT_METADATA {
+            let msg =
+                format!("params.capabilities and params.clientInfo must each be at most {MAX_CLIENT_METADATA} bytes");
+            return Ok(rpc_json(id, Err((code::INVALID_PARAMS, msg))));
         }
+        let sid =
+            SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
+        let new = NewSession {
+            protocol_version: version.to_owned(),
+            client_capabilities: caps,
+            client_info: info,
+            idle_ttl: app.config.session_idle_ttl,
+        };
+        // The session cap (and the bucket) are checked in the same call that creates the session.
+        let create = SessionOp::Create { id: &sid, session: &new, max_sessions: 0 };
+        admit(app, self.info, &limits::Request { session: create, ..self.asker.request() }).await?;
+        app.metrics.sessions_created.inc();
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": app.catalog.capabilities(),
+            "serverInfo": { "name": app.config.server_name, "version": app.config.server_version },
+        });
+        if let Some(i) = app.catalog.instructions() {
+            result["instructions"] = json!(i);
+        }
+        let mut resp = rpc_json(id, Ok(result));
+        let hv =
+            HeaderValue::from_str(sid.as_str()).map_err(|_| TransportError::InvalidRequest("session id not ASCII"))?;
+        resp.headers_mut().insert(SESSION_HEADER, hv);
+        Ok(resp)
     }
 }
 
-async fn initialize(app: &AppState, principal: &Principal, id: &Value, params: &JsonObject) -> Result<Response> {
-    let requested = params.get("protocolVersion").and_then(Value::as_str);
-    let Some(requested) = requested else {
-        return Ok(rpc_json(id, Err((code::INVALID_PARAMS, "params.protocolVersion must be a string".into()))));
-    };
-    let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[2]);
-    let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({})).to_string();
-    let info = params.get("clientInfo").cloned().unwrap_or(Value::Null).to_string();
-    if caps.len() > MAX_CLIENT_METADATA || info.len() > MAX_CLIENT_METADATA {
-        let msg = format!("params.capabilities and params.clientInfo must each be at most {MAX_CLIENT_METADATA} bytes");
-        return Ok(rpc_json(id, Err((code::INVALID_PARAMS, msg))));
-    }
-    let sid =
-        SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
-    let key = SessionKey { user: principal.user.clone(), id: sid };
-    let new = NewSession {
-        protocol_version: version.to_owned(),
-        client_capabilities: caps,
-        client_info: info,
-        idle_ttl: app.config.session_idle_ttl,
-    };
-    app.store.create_session(&key, &new).await?;
-    app.metrics.sessions_created.inc();
-    let mut result = json!({
-        "protocolVersion": version,
-        "capabilities": app.catalog.capabilities(),
-        "serverInfo": { "name": app.config.server_name, "version": app.config.server_version },
-    });
-    if let Some(i) = app.catalog.instructions() {
-        result["instructions"] = json!(i);
-    }
-    let mut resp = rpc_json(id, Ok(result));
-    let hv =
-        HeaderValue::from_str(key.id.as_str()).map_err(|_| TransportError::InvalidRequest("session id not ASCII"))?;
-    resp.headers_mut().insert(SESSION_HEADER, hv);
-    Ok(resp)
+/// The `isError` result of a call refused by its tool's quota: it names the tool, the quota and when to come
+/// back, and tells the model to ask its user rather than retry.
+fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str) -> Value {
+    let text = format!(
+        "Quota exhausted: the tool {tool} may be called {quota} by this user, and that is used up. It can be \
+         called again in {retry_after} s. Do not retry it before then, and do not retry blindly: tell the user, \
+         and ask whether to wait or to do something else. Trace id: {trace_id}."
+    );
+    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }
 
 /// What the access log and the metrics learn of a request: its method label, the caller's hash and the session's.
-fn rpc_info(method: &'static str, caller: &Principal, h: &McpHeaders) -> RpcInfo {
-    RpcInfo {
-        method: Some(method),
-        principal: Some(caller.user.as_str().to_owned()),
-        session: h.session_tag(),
-        tool: None,
-        trace_id: None,
-    }
+fn rpc_info(method: Option<&'static str>, caller: &Principal, h: &McpHeaders) -> RpcInfo {
+    RpcInfo { method, principal: Some(caller.user.as_str().to_owned()), session: h.session_tag(), ..RpcInfo::default() }
 }
 
 pub(crate) async fn get(
     State(app): State<AppState>,
+    peer: Option<Extension<PeerAddr>>,
     Caller(caller): Caller,
-    _accepts: AcceptsEventStream,
+    accepts: Result<AcceptsEventStream, TransportError>,
     mut h: McpHeaders,
 ) -> Response {
-    let info = rpc_info("GET", &caller, &h);
+    let mut info = rpc_info(Some("GET"), &caller, &h);
+    let asker = Asker::new(&app, &caller, peer);
     let r = async {
+        accepts?;
         h.version()?;
         let cursor = h.last_event_id()?;
-        let (key, info) = session(&app, &mut h, &caller).await?;
-        let rx = tail::open(&app, key, cursor, info.protocol_version.as_str() >= "2025-11-25").await?;
-        Ok(sse::response(&app, rx, "listen"))
-    };
-    with_info(r.await, info)
+        let (key, granted) = admit_session(&app, &mut info, &asker, &mut h, Some(SlotSet::Streams), None).await?;
+        let session = granted.session.ok_or(TransportError::SessionNotFound)?;
+        // Held before the stream opens, so that a failure to open frees it.
+        let slot = granted.slot.map(|l| app.limits.hold(l));
+        let rx = tail::open(&app, key, cursor, session.protocol_version.as_str() >= "2025-11-25").await?;
+        Ok(sse::response(&app, rx, "listen", slot))
+    }
+    .await;
+    let r = charge_unadmitted(&app, &mut info, &asker, r).await;
+    with_info(r, info)
 }
 
-pub(crate) async fn delete(State(app): State<AppState>, Caller(caller): Caller, mut h: McpHeaders) -> Response {
-    let info = rpc_info("DELETE", &caller, &h);
+pub(crate) async fn delete(
+    State(app): State<AppState>,
+    peer: Option<Extension<PeerAddr>>,
+    Caller(caller): Caller,
+    mut h: McpHeaders,
+) -> Response {
+    let mut info = rpc_info(Some("DELETE"), &caller, &h);
+    let asker = Asker::new(&app, &caller, peer);
     let r = async {
         h.version()?;
         let key = h.session_key(&caller)?;
+        admit(&app, &mut info, &asker.request()).await?;
         if app.store.delete_session(&key).await? {
             app.metrics.sessions_deleted.inc();
             Ok(StatusCode::OK.into_response())
         } else {
             Err(TransportError::SessionNotFound)
         }
-    };
-    with_info(r.await, info)
+    }
+    .await;
+    let r = charge_unadmitted(&app, &mut info, &asker, r).await;
+    with_info(r, info)
 }
 
 /// Any other method on `/mcp`: 405, after the caller checks.

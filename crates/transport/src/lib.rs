@@ -1,7 +1,8 @@
 //! mcpfleet-transport owns the Streamable HTTP endpoint of the 2025 protocol generation (2025-03-26, 2025-06-18,
 //! 2025-11-25): POST/GET/DELETE on `/mcp`, SSE framing and resumption, the JSON-RPC envelope, protocol-version
 //! rules, Origin/Host checks, the bearer challenges and RFC 9728 metadata of the auth crate's verdicts, per-tool
-//! scope checks, and the mapping of every error to an HTTP status and JSON-RPC code.
+//! scope checks, the admission of every request through the limits crate (and its `RateLimit` headers), and the
+//! mapping of every error to an HTTP status and JSON-RPC code.
 //!
 //! It keeps no per-session state: a session lives in the state crate's [`Store`], so any replica serves any
 //! message of any session. A replica holds only its open streams and in-flight calls.
@@ -25,6 +26,7 @@ mod well_known;
 pub use admin::{AdminState, admin_router};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
+pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
 pub use origin::HostPattern;
 
@@ -80,6 +82,9 @@ pub struct TransportConfig {
     pub tool_scopes: BTreeMap<String, Vec<String>>,
     /// The dev issuer's JWKS, served at `/.well-known/jwks.json` with `--auth dev`.
     pub dev_jwks: Option<serde_json::Value>,
+    /// Key the rate limit by the peer address instead of the principal (`--auth none`, where everyone is the
+    /// same anonymous principal).
+    pub rate_key_by_peer: bool,
 }
 
 impl Default for TransportConfig {
@@ -103,6 +108,7 @@ impl Default for TransportConfig {
             protected_resource: None,
             tool_scopes: BTreeMap::new(),
             dev_jwks: None,
+            rate_key_by_peer: false,
         }
     }
 }
@@ -120,6 +126,8 @@ pub struct AppState {
     /// the calls to finish (they keep committing to the store, so clients resume them on other replicas).
     pub calls: TaskTracker,
     pub metrics: TransportMetrics,
+    /// Admits every request: the bucket, the session, the caps and the quotas, in one store call.
+    pub limits: Arc<Limiter>,
 }
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
@@ -151,6 +159,10 @@ impl AppState {
     }
 }
 
+/// The address a request's connection came from (request extension).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
+
 /// 192 random bits from the thread's CSPRNG, base64url: session ids, lease tokens, trace ids.
 pub(crate) fn random_token() -> String {
     use base64::Engine as _;
@@ -171,7 +183,7 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
     let app = router(AppState { shutdown: shutdown.clone(), ..state });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
                 Err(e) => {
@@ -186,7 +198,10 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
-        let svc = app.clone().map_request(|req: http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new));
+        let svc = app.clone().map_request(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(PeerAddr(peer));
+            req.map(axum::body::Body::new)
+        });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())

@@ -30,6 +30,10 @@ pub(crate) struct RpcInfo {
     pub(crate) session: Option<String>,
     /// The trace of the MCP span, when `params._meta` put it in another trace than the HTTP request.
     pub(crate) trace_id: Option<String>,
+    /// The caller's bucket after this request's admission, for the `RateLimit` header.
+    pub(crate) rate: Option<mcpfleet_limits::RateStatus>,
+    /// The request was admitted (or refused) by the limiter: it took its token.
+    pub(crate) charged: bool,
 }
 
 /// A short, stable, non-reversible tag for a session id in logs.
@@ -95,6 +99,14 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
     }
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         h.insert("x-request-id", v);
+    }
+    // IETF draft RateLimit headers: the policy on every response, the caller's state once it was admitted.
+    let policy = info.rate.map(|r| r.policy_header()).or_else(|| app.limits.policy_header());
+    if let Some(v) = policy.and_then(|p| HeaderValue::from_str(&p).ok()) {
+        h.insert("ratelimit-policy", v);
+    }
+    if let Some(v) = info.rate.and_then(|r| HeaderValue::from_str(&r.header()).ok()) {
+        h.insert("ratelimit", v);
     }
     tracing::info!(
         target: "mcpfleet::access",

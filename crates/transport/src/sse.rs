@@ -49,6 +49,8 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 struct BodyState {
     rx: mpsc::Receiver<Frame>,
     _open: StreamGuard,
+    /// The caller's stream slot (GET streams), freed when the body drops.
+    _slot: Option<mcpfleet_limits::SlotGuard>,
     keep_alive: tokio::time::Interval,
     shutdown: CancellationToken,
     retry: Duration,
@@ -57,11 +59,24 @@ struct BodyState {
 
 /// An SSE response fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle connections get keep-alive comments; on shutdown the stream ends with a
 /// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static str) -> Response {
+pub(crate) fn response(
+    app: &AppState,
+    rx: mpsc::Receiver<Frame>,
+    kind: &'static str,
+    slot: Option<mcpfleet_limits::SlotGuard>,
+) -> Response {
     let (keep_alive, retry, shutdown) = (app.config.keep_alive, app.config.retry, app.shutdown.clone());
     let mut ka = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     ka.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let state = BodyState { rx, _open: app.metrics.stream_guard(kind), keep_alive: ka, shutdown, retry, done: false };
+    let state = BodyState {
+        rx,
+        _open: app.metrics.stream_guard(kind),
+        _slot: slot,
+        keep_alive: ka,
+        shutdown,
+        retry,
+        done: false,
+    };
     let stream = futures::stream::unfold(state, |mut st| async move {
         if st.done {
             return None;
