@@ -267,8 +267,13 @@ impl Limiter {
             self.metrics.store_failure("breaker_open");
             return self.store_down(req, bucket.as_ref(), now, None);
         }
-        let slot =
-            req.slot.map(|set| SlotSpec { set, cap: self.cap(set).1, token: random_token(), ttl: self.cfg.slot_ttl });
+        // A set without a cap is not counted at all: no lease to take, renew or free.
+        let slot = req.slot.filter(|set| self.cap(*set).1 > 0).map(|set| SlotSpec {
+            set,
+            cap: self.cap(set).1,
+            token: random_token(),
+            ttl: self.cfg.slot_ttl,
+        });
         let window = req.quota.map(|(tool, q)| WindowSpec { name: tool.to_owned(), limit: q.limit, window: q.window });
         let session = match req.session {
             SessionOp::Create { id, session, .. } => {
