@@ -294,7 +294,7 @@ impl Limiter {
                 self.decide(req, bucket.as_ref(), slot, r, now)
             }
             Err(e) => {
-                self.metrics.store_failure(if matches!(e, StateError::Timeout(_)) { "timeout" } else { "error" });
+                self.metrics.store_failure(if e.is_timeout() { "timeout" } else { "error" });
                 self.breaker.failure(now, &self.cfg);
                 self.store_down(req, bucket.as_ref(), now, Some(e))
             }

@@ -19,6 +19,18 @@ pub enum StateError {
     Protocol(&'static str),
 }
 
+impl StateError {
+    /// The store did not answer in time (our deadline, or the client's own response timeout).
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Unavailable(e) => e.is_timeout(),
+            _ => false,
+        }
+    }
+}
+
 impl From<::redis::RedisError> for StateError {
     fn from(e: ::redis::RedisError) -> Self {
         Self::Unavailable(e)
