@@ -38,9 +38,11 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break;
 # start_replica ARGS... : starts one replica, appends its pid to PIDS and its URL to URLS.
 start_replica() {
   local n="${#PIDS[@]}"
-  # Limits stay on (every request is admitted as in production) but out of reach: one principal drives the load.
-  "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --fixtures conformance --log "$LOG" \
-    --rate-burst 1000000 --rate-per-second 1000000 --max-sessions-per-user 0 --max-inflight-per-user 0 "$@" \
+  # The rate limit stays on (every request is admitted as in production) but out of reach, and the caps are off:
+  # one principal drives the load. A setup's own flags override these (they are environment defaults).
+  MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
+    MCPFLEET_MAX_INFLIGHT_PER_USER=0 \
+    "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --fixtures conformance --log "$LOG" "$@" \
     >"$TMP/out.$n" 2>"$TMP/err.$n" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q '^listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
@@ -81,6 +83,10 @@ echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s
 run "1 replica, in-memory" 1 --header --
 run "1 replica, Redis" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
 run "3 replicas, Redis, round-robin" 3 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
+run "1 replica, Redis, no limits" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
+  --rate-burst 0
+run "1 replica, Redis, bucket + quota + in-flight cap" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
+  --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h
 run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
 run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \

@@ -13,9 +13,8 @@ local tok, wait = '', 0
 local function reply(code, pv, caps, lvl, slots, wused, wreset)
   return {code, tok, wait, pv or '', caps or '', lvl or '', slots or '', wused or '', wreset or ''}
 end
-local function extend(key, ttl)
-  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
-end
+-- The user's session index and slot sets expire with their longest-lived member: every member of one set has the
+-- same TTL, so the newest one's is enough.
 
 if ARGV[1] ~= '' then
   local cap, rate = tonumber(ARGV[1]), tonumber(ARGV[2]) / 1000
@@ -43,7 +42,7 @@ if ARGV[3] == 'touch' then
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[4], ttl)
   redis.call('ZADD', KEYS[5], now + ttl, ARGV[4])
-  extend(KEYS[5], ttl)
+  redis.call('PEXPIRE', KEYS[5], ttl)
   pv, caps, lvl = v[2], v[3], v[4]
 elseif ARGV[3] == 'create' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return reply(3) end
@@ -55,13 +54,13 @@ elseif ARGV[3] == 'create' then
   redis.call('HSET', KEYS[2], 'ttl', ttl, 'pv', ARGV[7], 'caps', ARGV[8], 'info', ARGV[9], 'created', t[1], 'n', 0)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('ZADD', KEYS[5], now + ttl, ARGV[4])
-  extend(KEYS[5], ttl)
+  redis.call('PEXPIRE', KEYS[5], ttl)
 end
 
 local slots, wused, wreset
 if ARGV[10] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-  slots = redis.call('ZCARD', KEYS[6])
+  -- Live slots only; expired ones (a dead replica's) are dropped when a slot is released (slot.lua).
+  slots = redis.call('ZCOUNT', KEYS[6], string.format('(%.3f', now), '+inf')
   local cap = tonumber(ARGV[10])
   if cap > 0 and slots >= cap then return reply(5, pv, caps, lvl, slots) end
 end
@@ -74,12 +73,15 @@ end
 if slots then
   local ttl = tonumber(ARGV[12])
   redis.call('ZADD', KEYS[6], now + ttl, ARGV[11])
-  extend(KEYS[6], ttl)
+  redis.call('PEXPIRE', KEYS[6], ttl)
   slots = slots + 1
 end
 if wused then
   wused = redis.call('INCR', KEYS[7])
-  if redis.call('PTTL', KEYS[7]) < 0 then redis.call('PEXPIRE', KEYS[7], ARGV[14]) end
   wreset = redis.call('PTTL', KEYS[7])
+  if wreset < 0 then
+    redis.call('PEXPIRE', KEYS[7], ARGV[14])
+    wreset = tonumber(ARGV[14])
+  end
 end
 return reply(0, pv, caps, lvl, slots, wused, wreset)

@@ -13,5 +13,5 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
 redis.call('PEXPIRE', KEYS[3], ttl)
 redis.call('ZADD', KEYS[4], now + tonumber(ttl), ARGV[4])
-if redis.call('PTTL', KEYS[4]) < tonumber(ttl) then redis.call('PEXPIRE', KEYS[4], ttl) end
+redis.call('PEXPIRE', KEYS[4], ttl)
 return 1
