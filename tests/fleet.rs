@@ -514,6 +514,14 @@ fn bad_config_exits_64_with_one_line() {
         vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl-ms", "1000", "--redis-timeout", "500ms"],
         vec!["serve", "--session-idle-ttl-secs", "1", "--lease-ttl-ms", "6000"],
         vec!["serve", "--auth", "magic"],
+        vec!["serve", "--quota", "test_simple_text=10"],
+        vec!["serve", "--quota", "test_simple_text=0/1h"],
+        vec!["serve", "--quota", "a=1/1h", "--quota", "a=2/1h"],
+        vec!["serve", "--listen", "127.0.0.1:0", "--fixtures", "conformance", "--quota", "no_such_tool=1/1h"],
+        vec!["serve", "--redis-timeout", "2"],
+        vec!["serve", "--redis-timeout", "2m"],
+        vec!["serve", "--rate-per-second", "0"],
+        vec!["serve", "--rate-fail-mode", "sometimes"],
     ] {
         let out = std::process::Command::new(&bin).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -536,6 +544,17 @@ fn bad_config_exits_64_with_one_line() {
         "--allowed-hosts",
         "--fixtures",
         "MCPFLEET_REDIS_URL",
+        "--rate-burst",
+        "MCPFLEET_RATE_BURST",
+        "--rate-per-second",
+        "--quota",
+        "MCPFLEET_QUOTAS",
+        "--max-sessions-per-user",
+        "--max-streams-per-user",
+        "--max-inflight-per-user",
+        "--rate-fail-mode",
+        "--redis-timeout",
+        "MCPFLEET_REDIS_TIMEOUT",
     ] {
         assert!(help.contains(flag), "--help documents {flag}");
     }

@@ -90,6 +90,32 @@ pub struct Built {
     pub dev: Option<DevIssuer>,
 }
 
+/// The catalog `--fixtures` selects.
+fn catalog(fixtures: Option<Fixtures>) -> Arc<dyn Catalog> {
+    match fixtures {
+        Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
+        None => Arc::new(EmptyCatalog),
+    }
+}
+
+/// A `--quota` for a tool that does not exist is a typo that would silently limit nothing.
+///
+/// # Errors
+/// [`ServerError::Config`] naming the tool.
+fn check_quotas(cfg: &Config, catalog: &dyn Catalog) -> Result<(), ServerError> {
+    let known: Vec<String> = catalog
+        .tools()
+        .iter()
+        .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str).map(str::to_owned))
+        .collect();
+    match cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
+        Some(unknown) => {
+            Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Builds the shared state from a parsed config: the metrics registry (with process metrics), the store
 /// (connecting to Redis when configured), the catalog, and the authenticator (loading its keys).
 ///
@@ -123,19 +149,8 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
             Arc::new(MemoryStore::with_max_events(cfg.max_events))
         }
     };
-    let catalog: Arc<dyn Catalog> = match cfg.fixtures {
-        Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
-        None => Arc::new(EmptyCatalog),
-    };
-    // A quota for a tool that does not exist is a typo that would silently limit nothing.
-    let known: Vec<String> = catalog
-        .tools()
-        .iter()
-        .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str).map(str::to_owned))
-        .collect();
-    if let Some(unknown) = cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
-        return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
-    }
+    let catalog = catalog(cfg.fixtures);
+    check_quotas(cfg, &*catalog)?;
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
@@ -271,6 +286,10 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
+    if let Err(e) = check_quotas(&cfg, &*catalog(cfg.fixtures)) {
+        eprintln!("mcpfleet: {e}");
+        return e.exit_code();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
