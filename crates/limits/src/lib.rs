@@ -11,9 +11,11 @@
 //! and the transport turns its refusals into statuses and headers.
 
 mod config;
+mod leases;
 mod metrics;
 
 pub use config::{FailMode, LimitsConfig, Quota, RateLimit, parse_duration};
+pub use leases::SlotGuard;
 pub use metrics::{Kind, LimitMetrics};
 
 use mcpfleet_state::{
@@ -188,6 +190,7 @@ pub struct Limiter {
     local: Mutex<HashMap<(UserKey, String), TokenBucket>>,
     breaker: Breaker,
     epoch: Instant,
+    leases: Arc<leases::Leases>,
 }
 
 impl fmt::Debug for Limiter {
@@ -198,8 +201,11 @@ impl fmt::Debug for Limiter {
 
 impl Limiter {
     #[must_use]
+    ///
+    /// Within a tokio runtime, it starts the task that renews and frees the slots it hands out.
     pub fn new(store: Arc<dyn LimitStore>, cfg: LimitsConfig, metrics: LimitMetrics) -> Self {
         Self {
+            leases: leases::Leases::start(store.clone(), cfg.slot_ttl),
             store,
             cfg,
             metrics,
@@ -281,12 +287,16 @@ impl Limiter {
             }
             other => other,
         };
+        // The ends of this principal's earlier calls (or streams) ride on this round trip.
+        let release_set = slot.as_ref().map_or(SlotSet::Calls, |s| s.set);
+        let ended = self.leases.take_ended(req.user, release_set);
         let a = Admission {
             user: req.user,
             session,
             bucket: bucket.as_ref(),
             slot: slot.as_ref(),
             window: window.as_ref(),
+            release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
         };
         match self.store.admit(&a).await {
             Ok(r) => {
@@ -294,6 +304,7 @@ impl Limiter {
                 self.decide(req, bucket.as_ref(), slot, r, now)
             }
             Err(e) => {
+                self.leases.put_back(req.user, release_set, ended);
                 self.metrics.store_failure(if e.is_timeout() { "timeout" } else { "error" });
                 self.breaker.failure(now, &self.cfg);
                 self.store_down(req, bucket.as_ref(), now, Some(e))
@@ -444,37 +455,10 @@ impl Limiter {
         d.get(&(user.clone(), name.to_owned())).copied().filter(|t| *t > now)
     }
 
-    /// Holds a leased slot: renews it while the guard lives, and frees it when the guard drops.
+    /// Holds a leased slot: renewed while the guard lives, freed when it drops.
     #[must_use]
     pub fn hold(&self, lease: SlotLease) -> SlotGuard {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (store, ttl) = (self.store.clone(), self.cfg.slot_ttl);
-        let (user, set, token) = (lease.user.clone(), lease.set, lease.token.clone());
-        tokio::spawn(async move {
-            tokio::pin!(stopped);
-            let mut next = ttl / 3;
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => break,
-                    () = tokio::time::sleep(next) => match store.renew_slot(&user, set, &token, ttl).await {
-                        Ok(true) => next = ttl / 3,
-                        Ok(false) => {
-                            tracing::debug!(?set, "slot lease lapsed; no longer counted");
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "slot renewal failed");
-                            next = ttl / 10;
-                        }
-                    },
-                }
-            }
-            if let Err(e) = store.release_slot(&user, set, &token).await {
-                // Its lease frees it.
-                tracing::debug!(error = %e, "slot release failed");
-            }
-        });
-        SlotGuard { _stop: stop }
+        self.leases.hold(lease)
     }
 
     /// Gives back the quota a call used when it was refused before it ran (an unknown tool or invalid arguments).
@@ -483,12 +467,6 @@ impl Limiter {
             tracing::warn!(error = %e, "quota refund failed");
         }
     }
-}
-
-/// Keeps a slot leased; dropping it frees the slot (or, if the process dies, the lease runs out).
-#[derive(Debug)]
-pub struct SlotGuard {
-    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Stops calling a failing store for a moment: after `breaker_threshold` failures in a row, admissions skip the
@@ -578,7 +556,7 @@ mod tests {
         async fn renew_slot(&self, _: &UserKey, _: SlotSet, _: &str, _: Duration) -> mcpfleet_state::Result<bool> {
             Ok(true)
         }
-        async fn release_slot(&self, _: &UserKey, _: SlotSet, _: &str) -> mcpfleet_state::Result<()> {
+        async fn release_slots(&self, _: &UserKey, _: SlotSet, _: &[String]) -> mcpfleet_state::Result<()> {
             Ok(())
         }
         async fn refund_window(&self, _: &UserKey, _: &str) -> mcpfleet_state::Result<()> {

@@ -195,11 +195,11 @@ pub trait LimitStore: Send + Sync + std::fmt::Debug {
     /// A store failure or timeout.
     async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool>;
 
-    /// Frees a slot.
+    /// Frees slots of one set (and drops the set's expired ones).
     ///
     /// # Errors
     /// A store failure or timeout.
-    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()>;
+    async fn release_slots(&self, user: &UserKey, set: SlotSet, tokens: &[String]) -> Result<()>;
 
     /// Gives back one use of a window (a call admitted, then refused before it ran).
     ///

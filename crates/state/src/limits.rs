@@ -64,8 +64,9 @@ pub enum SessionOp<'a> {
     Create { id: &'a SessionId, session: &'a NewSession, max_sessions: u64 },
 }
 
-/// Everything one request needs admitted, checked and applied in one store call, in this order: the bucket (a
-/// refusal writes nothing), the session, then the slot and the window (taken only if both are free).
+/// Everything one request needs admitted, checked and applied in one store call, in this order: the releases
+/// (always applied), the bucket (a refusal writes nothing more), the session, then the slot and the window (taken
+/// only if both are free).
 #[derive(Clone, Debug)]
 pub struct Admission<'a> {
     pub user: &'a UserKey,
@@ -73,6 +74,17 @@ pub struct Admission<'a> {
     pub bucket: Option<&'a BucketSpec>,
     pub slot: Option<&'a SlotSpec>,
     pub window: Option<&'a WindowSpec>,
+    /// Slots of the user's to free first (the ends of earlier calls, riding on this round trip). When `slot` is
+    /// given, they must be of the same set.
+    pub release: Option<(SlotSet, &'a [String])>,
+}
+
+impl<'a> Admission<'a> {
+    /// An admission of `user` that checks nothing yet.
+    #[must_use]
+    pub fn new(user: &'a UserKey) -> Self {
+        Self { user, session: SessionOp::None, bucket: None, slot: None, window: None, release: None }
+    }
 }
 
 /// A bucket after a decision.

@@ -315,6 +315,12 @@ impl LimitStore for MemoryStore {
         let mut g = self.lock();
         let now = Instant::now();
         let mut out = Admitted { refused: None, bucket: None, session: None, slots_used: None, window: None };
+        if let Some((set, tokens)) = a.release {
+            let slots = g.live_slots(a.user, set, now);
+            for t in tokens {
+                slots.remove(t);
+            }
+        }
         if let Some(b) = a.bucket {
             let entry = g
                 .buckets
@@ -405,9 +411,12 @@ impl LimitStore for MemoryStore {
         Ok(g.live_slots(user, set, now).get_mut(token).map(|exp| *exp = now + ttl).is_some())
     }
 
-    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()> {
+    async fn release_slots(&self, user: &UserKey, set: SlotSet, tokens: &[String]) -> Result<()> {
         let mut g = self.lock();
-        g.live_slots(user, set, Instant::now()).remove(token);
+        let slots = g.live_slots(user, set, Instant::now());
+        for t in tokens {
+            slots.remove(t);
+        }
         Ok(())
     }
 

@@ -840,7 +840,7 @@ async fn replicas_share_state(kind: Kind) {
 // Limits
 
 fn admission<'a>(user: &'a UserKey) -> Admission<'a> {
-    Admission { user, session: SessionOp::None, bucket: None, slot: None, window: None }
+    Admission::new(user)
 }
 
 async fn admit(s: &dyn Store, a: &Admission<'_>) -> Admitted {
@@ -950,7 +950,7 @@ async fn limits_slots_and_windows(kind: Kind) {
     let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
     assert_eq!(r.window.map(|w| w.used), Some(2), "a refused slot must not use the window");
     // The window is used up; a refusal takes no slot.
-    s.release_slot(&alice, SlotSet::Calls, "a1").await.expect("release");
+    s.release_slots(&alice, SlotSet::Calls, &["a1".to_owned()]).await.expect("release");
     let r = admit(s, &Admission { slot: Some(&a3), window: Some(&win), ..admission(&alice) }).await;
     assert_eq!(r.refused, Some(Refusal::Window));
     let w = r.window.expect("reading");
@@ -968,6 +968,12 @@ async fn limits_slots_and_windows(kind: Kind) {
     assert!(!s.renew_slot(&alice, SlotSet::Calls, "a2", LONG).await.expect("renew lapsed"));
     let r = admit(s, &Admission { slot: Some(&a3), ..admission(&alice) }).await;
     assert_eq!((r.refused, r.slots_used), (None, Some(2)));
+    // Releases ride on an admission: a3 and a1 end, and the same call takes a new slot.
+    let ended = ["a3".to_owned(), "a1".to_owned()];
+    let a4 = slot("a4", LONG);
+    let r =
+        admit(s, &Admission { slot: Some(&a4), release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(1)), "two released before one taken");
     // Sets are per user and per kind.
     let streams = SlotSpec { set: SlotSet::Streams, ..slot("s1", LONG) };
     assert_eq!(admit(s, &Admission { slot: Some(&streams), ..admission(&alice) }).await.slots_used, Some(1));

@@ -4,11 +4,13 @@
 -- KEYS: bucket, session, events, leases, session index, slot set, window
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 op ('' | 'touch' | 'create'), 4 session id, 5 max sessions,
 --       6 idle ttl ms, 7 protocol version, 8 capabilities, 9 client info, 10 slot cap ('' = no slot), 11 slot token,
---       12 slot ttl ms, 13 window limit ('' = no window), 14 window ms
+--       12 slot ttl ms, 13 window limit ('' = no window), 14 window ms, 15.. slot tokens to release first (earlier
+--       calls' ends, riding on this round trip)
 -- Reply: {code, tokens, wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms}; code 0 admitted, 1 bucket
 -- empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+for i = 15, #ARGV do redis.call('ZREM', KEYS[6], ARGV[i]) end
 local tok, wait = '', 0
 local function reply(code, pv, caps, lvl, slots, wused, wreset)
   return {code, tok, wait, pv or '', caps or '', lvl or '', slots or '', wused or '', wreset or ''}

@@ -302,6 +302,7 @@ impl SessionStore for RedisStore {
             bucket: None,
             slot: None,
             window: None,
+            release: None,
         };
         match self.admit(&a).await?.refused {
             None => Ok(()),
@@ -310,8 +311,7 @@ impl SessionStore for RedisStore {
     }
 
     async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
-        let a =
-            Admission { user: &key.user, session: SessionOp::Touch(&key.id), bucket: None, slot: None, window: None };
+        let a = Admission { session: SessionOp::Touch(&key.id), ..Admission::new(&key.user) };
         Ok(self.admit(&a).await?.session)
     }
 
@@ -528,7 +528,15 @@ impl LimitStore for RedisStore {
             Some(b) => format!("{base}:{}", b.name),
             None => format!("{base}:tb"),
         };
-        let slot_key = format!("{base}:{}", a.slot.map_or("cc", |s| s.set.suffix()));
+        let set = match (a.slot, a.release) {
+            (Some(s), Some((r, _))) if s.set != r => {
+                return Err(StateError::Protocol("releases must be of the admitted slot's set"));
+            }
+            (Some(s), _) => s.set,
+            (None, Some((r, _))) => r,
+            (None, None) => SlotSet::Calls,
+        };
+        let slot_key = format!("{base}:{}", set.suffix());
         let window_key = format!("{base}:q:{}", a.window.map_or("-", |w| w.name.as_str()));
         let mut inv = self.inner.scripts.admit.key(&bucket_key);
         inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index).key(&slot_key).key(&window_key);
@@ -556,6 +564,9 @@ impl LimitStore for RedisStore {
             Some(w) => inv.arg(w.limit).arg(ms(w.window)),
             None => inv.arg("").arg(0),
         };
+        for token in a.release.map_or(&[][..], |(_, t)| t) {
+            inv.arg(token);
+        }
         let (code, rest) = status(self.run("admit", inv).await?)?;
         let [tokens, wait, pv, caps, lvl, slots, wused, wreset] = rest.as_slice() else {
             return Err(StateError::Protocol("bad admit reply"));
@@ -599,14 +610,17 @@ impl LimitStore for RedisStore {
     async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool> {
         let key = format!("{}:{}", self.user_base(user), set.suffix());
         let mut inv = self.inner.scripts.slot.key(&key);
-        inv.arg("renew").arg(token).arg(ms(ttl));
+        inv.arg("renew").arg(ms(ttl)).arg(token);
         Ok(int(&self.run("slot", inv).await?)? == 1)
     }
 
-    async fn release_slot(&self, user: &UserKey, set: SlotSet, token: &str) -> Result<()> {
+    async fn release_slots(&self, user: &UserKey, set: SlotSet, tokens: &[String]) -> Result<()> {
         let key = format!("{}:{}", self.user_base(user), set.suffix());
         let mut inv = self.inner.scripts.slot.key(&key);
-        inv.arg("release").arg(token).arg(0);
+        inv.arg("release").arg(0);
+        for t in tokens {
+            inv.arg(t);
+        }
         self.run("slot", inv).await?;
         Ok(())
     }
