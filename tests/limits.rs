@@ -240,6 +240,12 @@ async fn a_flooding_principal_gets_429s_while_another_sees_none() {
     assert!(bob_statuses.iter().all(|s| *s == 200), "bob never sees a 429: {bob_statuses:?}");
     assert!(limited > 0, "alice is limited");
     assert!(ok <= 10 + 2 * 4 + 2, "alice gets her burst and her rate, no more: {ok}");
+    // The flood stays on the replicas: most refusals come from their over-limit caches, without a Redis call.
+    let remote = s.metric(r#"mcp_limit_decisions_total{kind="rate",outcome="denied"}"#).await;
+    let local = s.metric(r#"mcp_limit_decisions_total{kind="rate",outcome="denied_cached"}"#).await;
+    println!("refusals decided by Redis: {remote}, by the replicas' caches: {local}");
+    assert_eq!(remote + local, f64::from(limited));
+    assert!(local > 10.0 * remote, "a flood does not reach Redis: {remote} remote, {local} local");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
