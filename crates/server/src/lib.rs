@@ -98,6 +98,30 @@ fn catalog(fixtures: Option<Fixtures>) -> Arc<dyn Catalog> {
     }
 }
 
+/// Every tool's input schema must pass the lint (`mcpfleet_tools::lint`): a server whose tools accept open or
+/// unbounded input does not start. Warnings are returned for the log.
+///
+/// # Errors
+/// [`ServerError::Config`] listing every offence as `tool pointer: message (rule)`.
+fn check_schemas(catalog: &dyn Catalog) -> Result<Vec<String>, ServerError> {
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    for tool in catalog.tools() {
+        let name = tool.get("name").and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
+        for f in mcpfleet_tools::lint::lint_tool(&tool) {
+            let line = format!("{name} {f}");
+            match f.severity {
+                mcpfleet_tools::lint::Severity::Error => errors.push(line),
+                mcpfleet_tools::lint::Severity::Warning => warnings.push(line),
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(warnings)
+    } else {
+        Err(ServerError::Config(format!("tool input schemas fail the lint: {}", errors.join("; "))))
+    }
+}
+
 /// A `--quota` for a tool that does not exist is a typo that would silently limit nothing.
 ///
 /// # Errors
@@ -151,6 +175,9 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
     };
     let catalog = catalog(cfg.fixtures);
     check_quotas(cfg, &*catalog)?;
+    for w in check_schemas(&*catalog)? {
+        tracing::warn!(finding = %w, "tool schema lint");
+    }
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
@@ -286,7 +313,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    if let Err(e) = check_quotas(&cfg, &*catalog(cfg.fixtures)) {
+    let tools = catalog(cfg.fixtures);
+    if let Err(e) = check_quotas(&cfg, &*tools).and_then(|()| check_schemas(&*tools).map(drop)) {
         eprintln!("mcpfleet: {e}");
         return e.exit_code();
     }

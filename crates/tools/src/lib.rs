@@ -7,6 +7,8 @@
 
 pub mod conformance;
 mod empty;
+pub mod lint;
+pub mod validate;
 
 pub use empty::EmptyCatalog;
 pub use mcpfleet_auth::{Principal, Scopes};

@@ -1,0 +1,403 @@
+//! Validation of a call's raw arguments against the exact input schema its tool publishes, before anything runs.
+//! Each schema is compiled once, at start-up (JSON Schema 2020-12, format assertions on). On top of the schema,
+//! every string obeys the text policy:
+//! - a byte budget: `x-maxBytes` when the schema declares it, else 4 × `maxLength` (jsonschema counts code points);
+//! - no C0 or C1 control character, DEL, bidi override or isolate, or tag character, unless the string's schema
+//!   says `"x-allowControls": true`, which admits tab, line feed and carriage return (and nothing else).
+//!
+//! Duplicate keys never reach the schema: a `serde_json::Value` keeps the last one silently, so the raw bytes are
+//! scanned first ([`duplicate_key`]). What a refusal says ([`Invalid`]) names the JSON pointer and what was
+//! expected, never the value sent.
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{Keyword, ValidationError};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+/// The keyword the validator adds to every string schema of its compiled copy.
+const TEXT_KEYWORD: &str = "x-mcpfleet-text";
+/// At most this many findings are reported per call.
+const MAX_FINDINGS: usize = 5;
+
+/// One reason a call's arguments are refused: where, and what was expected. Safe to show the model.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Invalid {
+    /// A JSON pointer from the call's `params`, e.g. `/arguments/limit`.
+    pub pointer: String,
+    pub expected: String,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.pointer, self.expected)
+    }
+}
+
+/// The compiled input schemas of a catalog's tools.
+pub struct Validator {
+    tools: HashMap<String, jsonschema::Validator>,
+}
+
+impl fmt::Debug for Validator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Validator").field("tools", &self.tools.len()).finish()
+    }
+}
+
+impl Validator {
+    /// Compiles the `inputSchema` of every `tools/list` entry.
+    ///
+    /// # Errors
+    /// A tool without a name or whose schema does not compile: the message names it.
+    pub fn new(tools: &[Value]) -> Result<Self, String> {
+        let mut compiled = HashMap::new();
+        for t in tools {
+            let name = t.get("name").and_then(Value::as_str).ok_or("a tool without a name")?;
+            let schema = t.get("inputSchema").ok_or_else(|| format!("{name}: no inputSchema"))?;
+            let v = jsonschema::draft202012::options()
+                .should_validate_formats(true)
+                .with_keyword(TEXT_KEYWORD, text_keyword)
+                .build(&with_text_policy(schema))
+                .map_err(|e| format!("{name}: the input schema does not compile: {e}"))?;
+            compiled.insert(name.to_owned(), v);
+        }
+        Ok(Self { tools: compiled })
+    }
+
+    /// An empty validator (no tools).
+    #[must_use]
+    pub fn empty() -> Self {
+        Self { tools: HashMap::new() }
+    }
+
+    #[must_use]
+    pub fn knows(&self, tool: &str) -> bool {
+        self.tools.contains_key(tool)
+    }
+
+    /// Checks `args` (the call's `params.arguments`) against `tool`'s schema. A tool this validator does not
+    /// know passes (the catalog refuses it as unknown).
+    ///
+    /// # Errors
+    /// Up to five [`Invalid`] findings, in the order the schema reported them.
+    pub fn check(&self, tool: &str, args: &Value) -> Result<(), Vec<Invalid>> {
+        let Some(v) = self.tools.get(tool) else { return Ok(()) };
+        if v.is_valid(args) {
+            return Ok(());
+        }
+        let mut seen = HashSet::new();
+        let found: Vec<Invalid> = v
+            .iter_errors(args)
+            .map(|e| Invalid { pointer: format!("/arguments{}", e.instance_path().as_str()), expected: expected(&e) })
+            .filter(|i| seen.insert(i.clone()))
+            .take(MAX_FINDINGS)
+            .collect();
+        if found.is_empty() {
+            // is_valid and iter_errors disagree only for a keyword bug: still refuse.
+            return Err(vec![Invalid { pointer: "/arguments".to_owned(), expected: "valid arguments".to_owned() }]);
+        }
+        Err(found)
+    }
+}
+
+/// What a refused keyword expected, in words, without echoing the instance.
+fn expected(e: &ValidationError<'_>) -> String {
+    let names = |v: &[String]| {
+        v.iter().take(5).map(|n| Value::String(n.chars().take(64).collect()).to_string()).collect::<Vec<_>>().join(", ")
+    };
+    match e.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            format!("no other properties (unexpected: {})", names(unexpected))
+        }
+        ValidationErrorKind::Required { property } => format!("the required property {property}"),
+        ValidationErrorKind::Type { kind } => match kind {
+            jsonschema::error::TypeKind::Single(t) => format!("a value of type {t}"),
+            jsonschema::error::TypeKind::Multiple(ts) => format!("a value of one of the types {ts:?}"),
+        },
+        ValidationErrorKind::MaxLength { limit } => format!("at most {limit} characters"),
+        ValidationErrorKind::MinLength { limit } => format!("at least {limit} characters"),
+        ValidationErrorKind::Maximum { limit } => format!("at most {limit}"),
+        ValidationErrorKind::Minimum { limit } => format!("at least {limit}"),
+        ValidationErrorKind::ExclusiveMaximum { limit } => format!("less than {limit}"),
+        ValidationErrorKind::ExclusiveMinimum { limit } => format!("more than {limit}"),
+        ValidationErrorKind::MaxItems { limit } => format!("at most {limit} items"),
+        ValidationErrorKind::MinItems { limit } => format!("at least {limit} items"),
+        ValidationErrorKind::Enum { options } => format!("one of {options}"),
+        ValidationErrorKind::Constant { expected_value } => format!("exactly {expected_value}"),
+        ValidationErrorKind::Pattern { pattern } => format!("a string matching {pattern}"),
+        ValidationErrorKind::Format { format } => format!("a valid {format}"),
+        ValidationErrorKind::OneOfNotValid { .. } => "exactly one of the alternatives (none matches)".to_owned(),
+        ValidationErrorKind::OneOfMultipleValid { .. } => {
+            "exactly one of the alternatives (more than one matches: do not mix them)".to_owned()
+        }
+        ValidationErrorKind::AnyOf { .. } => "one of the alternatives".to_owned(),
+        ValidationErrorKind::Custom { message, .. } => message.clone(),
+        ValidationErrorKind::FalseSchema => "nothing here".to_owned(),
+        ValidationErrorKind::UniqueItems => "unique items".to_owned(),
+        _ => "a value that matches the schema".to_owned(),
+    }
+}
+
+/// A copy of `schema` in which every string schema also carries the text policy keyword.
+fn with_text_policy(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => {
+            let mut out: Map<String, Value> = m.iter().map(|(k, v)| (k.clone(), with_text_policy_at(k, v))).collect();
+            let is_string = match m.get("type") {
+                Some(Value::String(t)) => t == "string",
+                Some(Value::Array(a)) => a.iter().any(|t| t == "string"),
+                _ => false,
+            };
+            if is_string {
+                let bytes = m
+                    .get("x-maxBytes")
+                    .and_then(Value::as_u64)
+                    .or_else(|| m.get("maxLength").and_then(Value::as_u64).map(|n| n.saturating_mul(4)));
+                let controls = m.get("x-allowControls").and_then(Value::as_bool).unwrap_or(false);
+                out.insert(TEXT_KEYWORD.to_owned(), serde_json::json!({ "maxBytes": bytes, "allowControls": controls }));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(with_text_policy).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Keywords whose values are data (not subschemas) are copied as they are.
+fn with_text_policy_at(key: &str, v: &Value) -> Value {
+    match key {
+        "enum" | "const" | "default" | "examples" | "required" => v.clone(),
+        _ => with_text_policy(v),
+    }
+}
+
+struct TextPolicy {
+    max_bytes: Option<u64>,
+    allow_controls: bool,
+}
+
+#[expect(clippy::unnecessary_wraps, reason = "the signature jsonschema's keyword factories have")]
+fn text_keyword<'a>(
+    _parent: &'a Map<String, Value>,
+    value: &'a Value,
+    _path: jsonschema::paths::Location,
+) -> Result<Box<dyn for<'i> Keyword<'i>>, ValidationError<'a>> {
+    Ok(Box::new(TextPolicy {
+        max_bytes: value.get("maxBytes").and_then(Value::as_u64),
+        allow_controls: value.get("allowControls").and_then(Value::as_bool).unwrap_or(false),
+    }))
+}
+
+/// A character the text policy refuses: controls (C0, DEL, C1), bidi overrides and isolates, tag characters.
+#[must_use]
+pub fn forbidden_char(c: char, allow_controls: bool) -> bool {
+    match c {
+        '\t' | '\n' | '\r' => !allow_controls,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        '\u{e0000}'..='\u{e007f}' => true,
+        _ => false,
+    }
+}
+
+impl TextPolicy {
+    fn problem(&self, s: &str) -> Option<String> {
+        if let Some(max) = self.max_bytes
+            && s.len() as u64 > max
+        {
+            return Some(format!("at most {max} bytes of UTF-8"));
+        }
+        s.chars().position(|c| forbidden_char(c, self.allow_controls)).map(|i| {
+            format!("text without control, bidi-override or tag characters (one at character {i})")
+        })
+    }
+}
+
+impl<'i> Keyword<'i> for TextPolicy {
+    fn validate(&self, instance: &'i Value) -> Result<(), ValidationError<'i>> {
+        match instance.as_str().and_then(|s| self.problem(s)) {
+            Some(p) => Err(ValidationError::custom(p)),
+            None => Ok(()),
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        instance.as_str().is_none_or(|s| self.problem(s).is_none())
+    }
+}
+
+/// The JSON pointer of the first duplicate object key in a JSON document, if any. `raw` must be valid JSON (it
+/// was parsed already); a document that does not parse has none.
+#[must_use]
+pub fn duplicate_key(raw: &[u8]) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    match (Scan { path: String::new() }).deserialize(&mut de) {
+        Ok(()) => None,
+        Err(e) => {
+            let msg = e.to_string();
+            msg.strip_prefix("duplicate key at ").map(|rest| rest.split(" at line ").next().unwrap_or(rest).to_owned())
+        }
+    }
+}
+
+struct Scan {
+    path: String,
+}
+
+impl<'de> DeserializeSeed<'de> for Scan {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Scan {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0_usize;
+        while seq.next_element_seed(Scan { path: format!("{}/{i}", self.path) })?.is_some() {
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut keys = HashSet::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let at = format!("{}/{}", self.path, k.replace('~', "~0").replace('/', "~1"));
+            if !keys.insert(k) {
+                map.next_value::<IgnoredAny>()?;
+                return Err(de::Error::custom(format!("duplicate key at {at}")));
+            }
+            map.next_value_seed(Scan { path: at })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(schema: Value) -> Validator {
+        Validator::new(&[json!({ "name": "t", "inputSchema": schema })]).unwrap()
+    }
+
+    fn refusals(v: &Validator, args: Value) -> Vec<String> {
+        v.check("t", &args).err().unwrap_or_default().iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn refusals_name_the_pointer_and_what_was_expected() {
+        let v = tool(json!({
+            "type": "object",
+            "properties": {
+                "q": { "type": "string", "minLength": 1, "maxLength": 5 },
+                "n": { "type": "integer", "minimum": 1, "maximum": 20 },
+                "f": { "type": "string", "enum": ["csv", "json"] },
+                "when": { "type": "string", "format": "date", "maxLength": 10 },
+                "inner": { "type": "object", "properties": { "a": { "type": "boolean" } }, "additionalProperties": false },
+            },
+            "required": ["q"],
+            "additionalProperties": false,
+        }));
+        assert_eq!(v.check("t", &json!({ "q": "ok", "n": 3, "f": "csv", "when": "2026-11-30" })), Ok(()));
+        assert_eq!(refusals(&v, json!({ "q": "toolong" })), ["/arguments/q: at most 5 characters"]);
+        assert_eq!(refusals(&v, json!({ "q": "a", "n": 21 })), ["/arguments/n: at most 20"]);
+        assert_eq!(refusals(&v, json!({ "q": "a", "n": "3" })), ["/arguments/n: a value of type integer"]);
+        assert_eq!(refusals(&v, json!({ "q": "a", "n": 1.5 })), ["/arguments/n: a value of type integer"]);
+        assert_eq!(refusals(&v, json!({ "q": "a", "f": "xml" })), [r#"/arguments/f: one of ["csv","json"]"#]);
+        assert_eq!(refusals(&v, json!({})), [r#"/arguments: the required property "q""#]);
+        assert_eq!(refusals(&v, json!({ "q": "a", "when": "yesterday" })), ["/arguments/when: a valid date"]);
+        assert_eq!(
+            refusals(&v, json!({ "q": "a", "user_id": "someone-else" })),
+            [r#"/arguments: no other properties (unexpected: "user_id")"#]
+        );
+        assert_eq!(
+            refusals(&v, json!({ "q": "a", "inner": { "a": true, "admin": true } })),
+            [r#"/arguments/inner: no other properties (unexpected: "admin")"#]
+        );
+        // The value sent is never echoed.
+        let r = refusals(&v, json!({ "q": "SECRET-VALUE" })).join(" ");
+        assert!(!r.contains("SECRET"), "{r}");
+    }
+
+    #[test]
+    fn strings_are_capped_by_bytes_and_refuse_invisible_tricks() {
+        let v = tool(json!({
+            "type": "object",
+            "properties": {
+                "id": { "type": "string", "maxLength": 8, "x-maxBytes": 8 },
+                "text": { "type": "string", "maxLength": 100 },
+                "note": { "type": "string", "maxLength": 100, "x-allowControls": true },
+            },
+            "additionalProperties": false,
+        }));
+        assert_eq!(v.check("t", &json!({ "id": "abcdefgh", "text": "ünïcödé ✓", "note": "a\nb\tc" })), Ok(()));
+        assert_eq!(refusals(&v, json!({ "id": "ééééé" })), ["/arguments/id: at most 8 bytes of UTF-8"]);
+        for bad in ["a\u{0}b", "a\u{1b}[31m", "a\u{7f}", "a\u{85}", "abc\u{202e}gpj.exe", "a\u{2066}b", "a\u{e0041}b", "a\nb"] {
+            let r = refusals(&v, json!({ "text": bad }));
+            assert_eq!(r.len(), 1, "{bad:?}: {r:?}");
+            assert!(r[0].starts_with("/arguments/text: text without control"), "{r:?}");
+        }
+        // Opting in admits tab, LF and CR only.
+        assert_eq!(refusals(&v, json!({ "note": "a\u{202e}b" })).len(), 1);
+    }
+
+    #[test]
+    fn one_of_mixes_are_refused_as_such() {
+        let v = tool(json!({
+            "type": "object",
+            "oneOf": [
+                { "properties": { "ticket_id": { "type": "string", "maxLength": 12 } }, "required": ["ticket_id"],
+                  "additionalProperties": false },
+                { "properties": { "project": { "type": "string", "enum": ["billing"] },
+                                  "number": { "type": "integer", "minimum": 1, "maximum": 9 } },
+                  "required": ["project", "number"], "additionalProperties": false },
+            ],
+            "unevaluatedProperties": false,
+        }));
+        assert_eq!(v.check("t", &json!({ "ticket_id": "TKT-1" })), Ok(()));
+        assert_eq!(v.check("t", &json!({ "project": "billing", "number": 3 })), Ok(()));
+        let r = refusals(&v, json!({ "ticket_id": "TKT-1", "project": "billing", "number": 3 }));
+        assert!(r.iter().any(|f| f.contains("exactly one of the alternatives")), "{r:?}");
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_at_any_depth() {
+        assert_eq!(duplicate_key(br#"{"a":1,"b":{"c":2,"c":3}}"#).as_deref(), Some("/b/c"));
+        assert_eq!(duplicate_key(br#"{"a":1,"a":2}"#).as_deref(), Some("/a"));
+        assert_eq!(duplicate_key(br#"{"a":[{"x":1},{"x":1,"y/z":2,"y/z":3}]}"#).as_deref(), Some("/a/1/y~1z"));
+        assert_eq!(duplicate_key(br#"{"a":{"b":1},"c":{"b":1}}"#), None);
+        assert_eq!(duplicate_key(br#"{"a":"\u0041","A":1}"#), None);
+        assert_eq!(duplicate_key(br#"{"\u0041":1,"A":2}"#).as_deref(), Some("/A"), "escapes are keys too");
+    }
+}
