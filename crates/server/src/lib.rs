@@ -178,6 +178,7 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
     for w in check_schemas(&*catalog)? {
         tracing::warn!(finding = %w, "tool schema lint");
     }
+    let validator = Arc::new(mcpfleet_tools::validate::Validator::new(&catalog.tools()).map_err(ServerError::Config)?);
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
@@ -205,6 +206,7 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
         calls: tokio_util::task::TaskTracker::new(),
         metrics: transport_metrics,
         limits,
+        validator,
     };
     Ok(Built { state, registry, dev })
 }

@@ -159,7 +159,8 @@ impl Linter {
         let closes_branches = is_false(s.get("unevaluatedProperties"));
         for key in ["prefixItems", "allOf", "oneOf", "anyOf"] {
             if let Some(Value::Array(a)) = s.get(key) {
-                let branch_cx = if closes_branches && key != "prefixItems" { Context::ClosedBranch } else { Context::Other };
+                let branch_cx =
+                    if closes_branches && key != "prefixItems" { Context::ClosedBranch } else { Context::Other };
                 for (i, v) in a.iter().enumerate() {
                     self.walk(v, &format!("{at}/{key}/{i}"), branch_cx);
                 }
@@ -186,7 +187,11 @@ impl Linter {
             self.error(at, "open-object", format!("an object that is not closed: add {how}"));
         }
         if cx == Context::Property && !s.contains_key("properties") && !composed {
-            self.error(at, "object-without-properties", "a property of type object that declares no properties".to_owned());
+            self.error(
+                at,
+                "object-without-properties",
+                "a property of type object that declares no properties".to_owned(),
+            );
         }
     }
 
@@ -220,7 +225,10 @@ impl Linter {
 }
 
 fn required(s: &Map<String, Value>) -> Vec<&str> {
-    s.get("required").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    s.get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 fn allowed_values(s: &Value) -> Option<Vec<&Value>> {
@@ -334,7 +342,8 @@ mod tests {
                            "number": { "type": "integer", "minimum": 1, "maximum": 99 } });
         let schema = |a: Value, b: Value| json!({ "type": "object", "oneOf": [a, b], "unevaluatedProperties": false });
         // Open branches: {ticket_id, project, number} matches both.
-        let open = schema(branch(id.clone(), &["ticket_id"], false), branch(pair.clone(), &["project", "number"], false));
+        let open =
+            schema(branch(id.clone(), &["ticket_id"], false), branch(pair.clone(), &["project", "number"], false));
         assert_eq!(rules(open), vec![("/oneOf".to_owned(), "ambiguous-oneof")]);
         // Closed branches exclude each other.
         let closed = schema(branch(id, &["ticket_id"], true), branch(pair, &["project", "number"], true));

@@ -157,7 +157,10 @@ fn with_text_policy(schema: &Value) -> Value {
                     .and_then(Value::as_u64)
                     .or_else(|| m.get("maxLength").and_then(Value::as_u64).map(|n| n.saturating_mul(4)));
                 let controls = m.get("x-allowControls").and_then(Value::as_bool).unwrap_or(false);
-                out.insert(TEXT_KEYWORD.to_owned(), serde_json::json!({ "maxBytes": bytes, "allowControls": controls }));
+                out.insert(
+                    TEXT_KEYWORD.to_owned(),
+                    serde_json::json!({ "maxBytes": bytes, "allowControls": controls }),
+                );
             }
             Value::Object(out)
         }
@@ -210,9 +213,9 @@ impl TextPolicy {
         {
             return Some(format!("at most {max} bytes of UTF-8"));
         }
-        s.chars().position(|c| forbidden_char(c, self.allow_controls)).map(|i| {
-            format!("text without control, bidi-override or tag characters (one at character {i})")
-        })
+        s.chars()
+            .position(|c| forbidden_char(c, self.allow_controls))
+            .map(|i| format!("text without control, bidi-override or tag characters (one at character {i})"))
     }
 }
 
@@ -363,7 +366,9 @@ mod tests {
         }));
         assert_eq!(v.check("t", &json!({ "id": "abcdefgh", "text": "ünïcödé ✓", "note": "a\nb\tc" })), Ok(()));
         assert_eq!(refusals(&v, json!({ "id": "ééééé" })), ["/arguments/id: at most 8 bytes of UTF-8"]);
-        for bad in ["a\u{0}b", "a\u{1b}[31m", "a\u{7f}", "a\u{85}", "abc\u{202e}gpj.exe", "a\u{2066}b", "a\u{e0041}b", "a\nb"] {
+        for bad in
+            ["a\u{0}b", "a\u{1b}[31m", "a\u{7f}", "a\u{85}", "abc\u{202e}gpj.exe", "a\u{2066}b", "a\u{e0041}b", "a\nb"]
+        {
             let r = refusals(&v, json!({ "text": bad }));
             assert_eq!(r.len(), 1, "{bad:?}: {r:?}");
             assert!(r[0].starts_with("/arguments/text: text without control"), "{r:?}");

@@ -672,6 +672,8 @@ pub(crate) enum CallEnd {
     Refused,
     /// A limit refused it: the rate limit or the in-flight cap (429), or the tool's quota (`isError`).
     RefusedByLimit,
+    /// Its arguments do not match the tool's input schema (`isError`): the tool did not run.
+    InvalidArguments,
 }
 
 impl CallEnd {
@@ -684,12 +686,13 @@ impl CallEnd {
             Self::SessionGone => "session_gone",
             Self::Refused => "refused",
             Self::RefusedByLimit => "refused_by_limit",
+            Self::InvalidArguments => "invalid_arguments",
         }
     }
 
     /// The tool ran (its duration is observed).
     fn ran(self) -> bool {
-        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit)
+        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments)
     }
 }
 

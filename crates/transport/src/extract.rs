@@ -132,8 +132,9 @@ pub(crate) enum Message {
     Response { id: Value, raw: Bytes },
 }
 
-/// The body of a POST: exactly one JSON-RPC message, after the Accept, Content-Type and size checks.
-pub(crate) struct Rpc(pub Message);
+/// The body of a POST: exactly one JSON-RPC message, after the Accept, Content-Type and size checks, and its raw
+/// bytes (a `tools/call` scans them for duplicate keys, which the parsed message cannot show).
+pub(crate) struct Rpc(pub Message, pub Bytes);
 
 impl FromRequest<AppState> for Rpc {
     type Rejection = TransportError;
@@ -162,7 +163,7 @@ impl FromRequest<AppState> for Rpc {
             .await
             .map_err(|_| TransportError::BodyTimeout(t))?
             .map_err(|_| TransportError::PayloadTooLarge(max))?;
-        classify(&body).map(Self)
+        classify(&body).map(|m| Self(m, body))
     }
 }
 

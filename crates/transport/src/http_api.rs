@@ -117,8 +117,8 @@ pub(crate) async fn post(
     rpc: Result<Rpc, TransportError>,
 ) -> Response {
     let asker = Asker::new(&app, &caller, peer);
-    let message = match rpc {
-        Ok(Rpc(m)) => m,
+    let (message, raw) = match rpc {
+        Ok(Rpc(m, raw)) => (m, raw),
         Err(e) => {
             let mut info = rpc_info(None, &caller, &h);
             let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
@@ -158,7 +158,7 @@ pub(crate) async fn post(
         info.trace_id = Some(trace_id.clone());
     }
     let mut cx = Post { app: &app, ids: &ids, trace_id: &trace_id, span: &mut span, asker: &asker, info: &mut info };
-    let r = cx.message(h, message).await;
+    let r = cx.message(h, message, &raw).await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     match &r {
         Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
@@ -179,7 +179,7 @@ struct Post<'a> {
 }
 
 impl Post<'_> {
-    async fn message(&mut self, mut h: McpHeaders, message: Message) -> Result<Response> {
+    async fn message(&mut self, mut h: McpHeaders, message: Message, raw: &Bytes) -> Result<Response> {
         let app = self.app;
         if let Message::Request { id, method, params } = &message
             && method == "initialize"
@@ -201,7 +201,7 @@ impl Post<'_> {
                 Ok(accepted())
             }
             Message::Request { id, method, params } if method == "tools/call" => {
-                self.call_tool(&mut h, id, &params).await
+                self.call_tool(&mut h, id, &params, raw).await
             }
             Message::Request { id, method, params } => {
                 let (key, _) = admit_session(app, self.info, self.asker, &mut h, None, None).await?;
@@ -234,7 +234,7 @@ impl Post<'_> {
         }
     }
 
-    async fn call_tool(&mut self, h: &mut McpHeaders, id: Value, params: &JsonObject) -> Result<Response> {
+    async fn call_tool(&mut self, h: &mut McpHeaders, id: Value, params: &JsonObject, raw: &Bytes) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
         let name = match mcp::str_param(params, "name") {
@@ -267,6 +267,14 @@ impl Post<'_> {
             refused(CallEnd::Refused).record();
             self.span.error = Some("insufficient_scope".to_owned());
             return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
+        }
+        // The arguments against the exact schema the tool publishes, before anything runs or is counted against a
+        // quota. A refusal still checks the session (and takes the token) in one round trip.
+        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), raw)? {
+            admit_session(app, self.info, self.asker, h, None, None).await?;
+            refused(CallEnd::InvalidArguments).record();
+            self.span.error = Some("invalid_arguments".to_owned());
+            return Ok(rpc_json(&id, Ok(invalid_result(&name, &invalid))));
         }
         let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
         let admitted =
@@ -345,6 +353,38 @@ impl Post<'_> {
         resp.headers_mut().insert(SESSION_HEADER, hv);
         Ok(resp)
     }
+}
+
+/// The duplicate keys and schema violations of a call's arguments, if any. A duplicate key elsewhere in the
+/// message is a malformed request.
+fn invalid_arguments(
+    app: &AppState,
+    tool: &str,
+    args: Option<&Value>,
+    raw: &Bytes,
+) -> Result<Option<Vec<mcpfleet_tools::validate::Invalid>>> {
+    use mcpfleet_tools::validate::{Invalid, duplicate_key};
+    if let Some(at) = duplicate_key(raw) {
+        return match at.strip_prefix("/params") {
+            Some(rest) if rest.starts_with("/arguments/") => {
+                Ok(Some(vec![Invalid { pointer: rest.to_owned(), expected: "each key once (a duplicate key)".into() }]))
+            }
+            _ => Err(TransportError::InvalidRequest("a key is given twice in the JSON-RPC message")),
+        };
+    }
+    // Absent arguments are an empty object (MCP makes them optional), checked like any other.
+    let empty = Value::Object(JsonObject::new());
+    Ok(app.validator.check(tool, args.unwrap_or(&empty)).err())
+}
+
+/// The `isError` result of a call whose arguments do not match the tool's schema: every finding with its
+/// pointer, and what to do. The values sent are not echoed.
+fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Value {
+    let list = found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    let text = format!(
+        "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its          input schema and call it again."
+    );
+    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }
 
 /// The `isError` result of a call refused by its tool's quota: it names the tool, the quota and when to come

@@ -128,6 +128,8 @@ pub struct AppState {
     pub metrics: TransportMetrics,
     /// Admits every request: the bucket, the session, the caps and the quotas, in one store call.
     pub limits: Arc<Limiter>,
+    /// The catalog's input schemas, compiled: every `tools/call` is checked here before its tool runs.
+    pub validator: Arc<mcpfleet_tools::validate::Validator>,
 }
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
