@@ -51,10 +51,10 @@ const COMPOSITIONS: [&str; 3] = ["allOf", "oneOf", "anyOf"];
 #[must_use]
 pub fn lint_schema(schema: &Value) -> Vec<Finding> {
     let mut l = Linter { findings: Vec::new() };
-    if let Some(d) = schema.get("$schema") {
-        if d.as_str().map(|s| s.trim_end_matches('#')) != Some(DIALECT) {
-            l.error("/$schema", "dialect", format!("declares {d}; only JSON Schema 2020-12 ({DIALECT}) is accepted"));
-        }
+    if let Some(d) = schema.get("$schema")
+        && d.as_str().map(|s| s.trim_end_matches('#')) != Some(DIALECT)
+    {
+        l.error("/$schema", "dialect", format!("declares {d}; only JSON Schema 2020-12 ({DIALECT}) is accepted"));
     }
     l.walk(schema, "", Context::Root);
     l.findings
@@ -251,10 +251,10 @@ fn exclusive(a: &Value, b: &Value) -> bool {
         }
         let vx = x.get("properties").and_then(|p| p.get(k)).and_then(allowed_values);
         let vy = y.get("properties").and_then(|p| p.get(k)).and_then(allowed_values);
-        if let (Some(vx), Some(vy)) = (vx, vy) {
-            if !vx.iter().any(|v| vy.contains(v)) {
-                return true;
-            }
+        if let (Some(vx), Some(vy)) = (vx, vy)
+            && !vx.iter().any(|v| vy.contains(v))
+        {
+            return true;
         }
     }
     // A closed branch that forbids what the other requires.
