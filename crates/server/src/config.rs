@@ -97,6 +97,9 @@ pub enum AuthConfig {
 pub enum Fixtures {
     /// The tools, resources, prompts and completion the MCP conformance suite expects.
     Conformance,
+    /// Tools with open input schemas, one per kind of lint offence: the server refuses to start with them (a test
+    /// of the startup lint).
+    Open,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

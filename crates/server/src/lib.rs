@@ -94,6 +94,7 @@ pub struct Built {
 fn catalog(fixtures: Option<Fixtures>) -> Arc<dyn Catalog> {
     match fixtures {
         Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
+        Some(Fixtures::Open) => Arc::new(mcpfleet_tools::open::OpenCatalog),
         None => Arc::new(EmptyCatalog),
     }
 }

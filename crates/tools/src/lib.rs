@@ -8,6 +8,7 @@
 pub mod conformance;
 mod empty;
 pub mod lint;
+pub mod open;
 pub mod validate;
 
 pub use empty::EmptyCatalog;

@@ -382,7 +382,8 @@ fn invalid_arguments(
 fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Value {
     let list = found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     let text = format!(
-        "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its          input schema and call it again."
+        "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its \
+         input schema and call it again."
     );
     json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }

@@ -1,0 +1,136 @@
+//! End-to-end closed tools: the server refuses to start on an open schema, and every `tools/call` is checked
+//! against the exact schema its tool publishes before anything runs. Real replicas, real Redis; the spy is the
+//! tool's quota, which only a call that runs can use.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use mcpfleet_testkit::{Fleet, McpClient, RedisServer, scrape, server_bin};
+use serde_json::{Value, json};
+
+fn call(id: u64, tool: &str, args: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": args } })
+}
+
+/// POSTs a raw body (for what `serde_json::Value` cannot hold, like a duplicate key) in the client's session.
+async fn post_raw(c: &McpClient, url: &str, body: &str) -> reqwest::Response {
+    c.http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", c.session.as_deref().unwrap())
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap()
+}
+
+fn refusal_text(v: &Value) -> String {
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    v["result"]["content"][0]["text"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_server_with_an_open_schema_does_not_start_and_names_every_offence() {
+    let out = std::process::Command::new(server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--fixtures", "open"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    for offence in [
+        "open_options /: an object that is not closed",
+        "open_options /properties/options: a property of type object that declares no properties",
+        "unbounded_values /properties/note: a string without maxLength",
+        "unbounded_values /properties/amount: a number without both a minimum and a maximum",
+        "unbounded_values /properties/ids: an array without maxItems",
+        "ambiguous_lookup /oneOf: branches 0 and 1 can both match the same object",
+        "composed_wrong /: additionalProperties:false on a composed object",
+        "old_dialect /$schema: declares",
+    ] {
+        assert!(err.contains(offence), "{offence:?} in {err}");
+    }
+    assert!(err.contains("(unbounded-array)") && err.contains("(dialect)"), "the rule names: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the_expectation() {
+    let redis = RedisServer::start();
+    // test_costly may run once: the quota is the spy that tells whether a refused call ran.
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--quota").arg("test_costly=1/1h").start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut c = McpClient::new();
+    c.initialize(&a).await;
+    let long = "x".repeat(65);
+    let cases = [
+        (
+            "an extra field",
+            "test_costly",
+            json!({ "topic": "q3", "user_id": "u-2" }),
+            r#"/arguments: no other properties (unexpected: "user_id")"#,
+        ),
+        ("a missing field", "test_costly", json!({}), r#"/arguments: the required property "topic""#),
+        ("a wrong type", "test_costly", json!({ "topic": 3 }), "/arguments/topic: a value of type string"),
+        ("an overlong string", "test_costly", json!({ "topic": long }), "/arguments/topic: at most 64 characters"),
+        (
+            "a control character",
+            "test_costly",
+            json!({ "topic": "q\u{1b}[2J" }),
+            "/arguments/topic: text without control",
+        ),
+        ("a bidi override", "test_costly", json!({ "topic": "q\u{202e}3" }), "/arguments/topic: text without control"),
+        (
+            "an extra nested field",
+            "json_schema_2020_12_tool",
+            json!({ "name": "n", "address": { "city": "c", "zip": "z" } }),
+            r#"/arguments/address: no other properties (unexpected: "zip")"#,
+        ),
+        (
+            "an integer out of range",
+            "test_countdown",
+            json!({ "count": 0, "interval_ms": 1 }),
+            "/arguments/count: at least 1",
+        ),
+    ];
+    for (i, (what, tool, args, expected)) in cases.iter().enumerate() {
+        let url = if i % 2 == 0 { &a } else { &b };
+        let r: Value = c.post(url, &call(i as u64, tool, args.clone())).await.json().await.unwrap();
+        let text = refusal_text(&r);
+        assert!(text.contains(expected), "{what}: {expected:?} in {text}");
+        assert!(text.contains("The tool did not run. Correct the arguments to match its input schema"), "{text}");
+        println!("{what}: {text}");
+    }
+    // A duplicate key inside the arguments is refused the same way; elsewhere in the message it is malformed.
+    let dup = r#"{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"test_costly","arguments":{"topic":"a","topic":"b"}}}"#;
+    let r: Value = post_raw(&c, &b, dup).await.json().await.unwrap();
+    assert!(refusal_text(&r).contains("/arguments/topic: each key once (a duplicate key)"));
+    let dup_name =
+        r#"{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"test_simple_text","name":"test_costly"}}"#;
+    let resp = post_raw(&c, &a, dup_name).await;
+    assert_eq!(resp.status(), 400);
+    // Arguments that are not an object are a protocol error.
+    let r: Value = c
+        .post(
+            &a,
+            &json!({ "jsonrpc": "2.0", "id": 22, "method": "tools/call",
+        "params": { "name": "test_costly", "arguments": ["q3"] } }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["error"]["code"], -32602);
+
+    // None of that ran: the one call the quota allows still runs, and only once.
+    let ok: Value = c.post(&b, &call(30, "test_costly", json!({ "topic": "q3" }))).await.json().await.unwrap();
+    assert_eq!(ok["result"]["content"][0]["text"], "report on q3", "{ok}");
+    let again: Value = c.post(&a, &call(31, "test_costly", json!({ "topic": "q3" }))).await.json().await.unwrap();
+    assert!(refusal_text(&again).contains("Quota exhausted"));
+    let mut refused = 0.0;
+    for r in &fleet.replicas {
+        let m = scrape(&r.admin()).await;
+        refused += m.iter().filter(|(k, _)| k.contains(r#"outcome="invalid_arguments""#)).map(|(_, v)| v).sum::<f64>();
+    }
+    assert_eq!(refused, 9.0, "every refusal counted as invalid_arguments");
+}
