@@ -134,3 +134,76 @@ async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the
     }
     assert_eq!(refused, 9.0, "every refusal counted as invalid_arguments");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_panics_and_timeouts_reach_the_model_as_is_error_with_nothing_of_the_internals() {
+    let redis = RedisServer::start();
+    let logs = std::env::temp_dir().join(format!("mcpfleet-tools-leak-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&logs);
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .arg("--tool-timeout-secs")
+        .arg("1")
+        .log_to(&logs, "info")
+        .start()
+        .await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut c = McpClient::new();
+    c.initialize(&a).await;
+    let mut listen = mcpfleet_testkit::SseStream::new(c.get(&b, None).await);
+    listen.next(std::time::Duration::from_secs(5)).await.unwrap();
+    let secrets =
+        ["SELECT", "/srv/", "db.rs", "redis://", "hunter2", "10.0.0.7", "Bearer", "eyJ", "tok_live", "panicked at"];
+    let mut bodies = Vec::new();
+    for (id, tool) in [(1, "test_internal_error"), (2, "test_panic")] {
+        let started = std::time::Instant::now();
+        let body = c.post(&a, &call(id, tool, json!({}))).await.text().await.unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(3), "{tool} answered at once");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let text = refusal_text(&v);
+        assert!(text.starts_with("The tool failed. Do not retry with the same arguments; tell the user"), "{text}");
+        assert!(text.contains("trace id "), "{text}");
+        bodies.push(body);
+    }
+    // A tool past its timeout is stopped, and the model hears so.
+    let started = std::time::Instant::now();
+    let slow: Value =
+        c.post(&b, &call(3, "test_countdown", json!({ "count": 100, "interval_ms": 50 }))).await.json().await.unwrap();
+    let took = started.elapsed();
+    let text = refusal_text(&slow);
+    assert!(text.contains("did not finish within 1 s"), "{text}");
+    assert!(took >= std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(3), "{took:?}");
+    bodies.push(slow.to_string());
+    for body in &bodies {
+        for s in secrets {
+            assert!(!body.contains(s), "{s:?} leaked in {body}");
+        }
+    }
+    // The session and its stream survived all of it.
+    let r = c.request(&b, 4, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["type"], "text");
+    let r = c.request(&a, 5, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    assert!(r["result"]["isError"].is_null());
+    let note = listen.until_method("notifications/resources/updated", std::time::Duration::from_secs(5)).await;
+    assert!(note.is_ok(), "the GET stream is alive: {note:?}");
+    let mut outcomes = Vec::new();
+    for r in &fleet.replicas {
+        let m = scrape(&r.admin()).await;
+        for o in ["panicked", "timeout", "is_error"] {
+            let n: f64 = m.iter().filter(|(k, _)| k.contains(&format!("outcome=\"{o}\""))).map(|(_, v)| v).sum();
+            outcomes.push((o, n));
+        }
+    }
+    // The details went to the log, and only there.
+    drop(listen);
+    let exits = fleet.stop_gracefully().await;
+    assert!(exits.iter().all(|c| *c == Some(0)), "{exits:?}");
+    let log = std::fs::read_to_string(&logs).unwrap();
+    assert!(log.contains("SELECT * FROM users"), "the internal error's detail is logged");
+    assert!(log.contains("tool task panicked"), "the panic is logged");
+    assert!(log.contains("tool timed out"));
+    let _ = std::fs::remove_file(&logs);
+    let count = |o: &str| outcomes.iter().filter(|(k, _)| *k == o).map(|(_, n)| n).sum::<f64>();
+    assert_eq!((count("panicked"), count("timeout"), count("is_error")), (1.0, 1.0, 1.0), "{outcomes:?}");
+}

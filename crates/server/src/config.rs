@@ -274,6 +274,10 @@ struct ServeArgs {
     /// How long a server→client request waits for the client's answer, in seconds.
     #[arg(long, env = "MCPFLEET_CLIENT_REQUEST_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     client_request_timeout_secs: u64,
+    /// How long a tool may run before it is stopped and answered with an isError result, in seconds, unless the
+    /// tool declares its own timeout.
+    #[arg(long, env = "MCPFLEET_TOOL_TIMEOUT_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    tool_timeout_secs: u64,
     /// A call running longer than this subscribes to its session's doorbell to hear cancellations, in
     /// milliseconds. Shorter calls cost one Redis round trip and cannot be cancelled (they are already done).
     #[arg(long, env = "MCPFLEET_CANCEL_WATCH_AFTER_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=60_000))]
@@ -583,6 +587,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         retry: Duration::from_millis(a.retry_ms),
         sse_after: Duration::from_millis(a.sse_after_ms),
         client_request_timeout: Duration::from_secs(a.client_request_timeout_secs),
+        tool_timeout: Duration::from_secs(a.tool_timeout_secs),
         cancel_watch_after: Duration::from_millis(a.cancel_watch_after_ms),
         protected_resource,
         tool_scopes,

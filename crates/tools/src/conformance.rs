@@ -16,6 +16,10 @@ pub const WHOAMI_SCOPE: &str = "fixtures:whoami";
 /// The quota `test_costly` declares, so that tests see a tool-declared quota enforced.
 pub const COSTLY_QUOTA: crate::Quota = crate::Quota::new(3, Duration::from_secs(3600));
 
+/// What the failing fixtures carry in their errors: everything that must never reach a client.
+pub const LEAKY_DETAIL: &str = "query failed: SELECT * FROM users WHERE token = 'tok_live_5ecret' at \
+    /srv/mcpfleet/src/db.rs:42 via redis://:hunter2@10.0.0.7:6379/0 (Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.x)";
+
 /// The conformance catalog.
 #[derive(Debug, Default)]
 pub struct ConformanceCatalog;
@@ -131,6 +135,8 @@ impl Catalog for ConformanceCatalog {
                 "Changes test://watched-resource and notifies the session's stream",
             ),
             no_args("test_whoami", "Says who called, from the verified token (auth tests; needs fixtures:whoami)"),
+            no_args("test_internal_error", "Fails inside, with an error full of internals (leak tests)"),
+            no_args("test_panic", "Panics, with a message full of internals (leak tests)"),
             tool(
                 "test_costly",
                 "Stands for an expensive operation: at most 3 calls per hour per user (limits tests)",
@@ -249,6 +255,8 @@ impl Catalog for ConformanceCatalog {
                 )])
             }
             "test_costly" => ok(vec![text(format!("report on {}", string_arg(&args, "topic")?))]),
+            "test_internal_error" => Err(ToolError::Internal(LEAKY_DETAIL.to_owned())),
+            "test_panic" => panic!("{LEAKY_DETAIL}"),
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
         }
     }

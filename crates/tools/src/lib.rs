@@ -111,6 +111,12 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// How long `tool` may run before it is stopped (an `isError` result); `None` takes the operator's default
+    /// (`--tool-timeout-secs`).
+    fn tool_timeout(&self, _tool: &str) -> Option<Duration> {
+        None
+    }
+
     /// Runs one tool.
     ///
     /// # Errors

@@ -143,6 +143,10 @@ impl Exchange {
             tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id).await });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
+        // The tool's own timeout, else the operator's (--tool-timeout-secs).
+        let timeout = self.app.catalog.tool_timeout(&audit.tool).unwrap_or(cfg.tool_timeout);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
         tokio::pin!(watch_after);
         let mut recheck = tokio::time::interval(Duration::from_secs(1));
@@ -157,11 +161,17 @@ impl Exchange {
         loop {
             tokio::select! {
                 result = &mut call => {
-                    let result = result.unwrap_or_else(|e| {
-                        tracing::error!(error = %e, trace_id = %self.trace_id, "tool task failed");
-                        Err((crate::code::INTERNAL_ERROR, "internal error".to_owned()))
-                    });
-                    let end = outcome_of(&result);
+                    let (result, end) = match result {
+                        Ok(r) => {
+                            let end = outcome_of(&r);
+                            (r, end)
+                        }
+                        Err(e) => {
+                            // A panic (or an abort we did not ask for): the model learns only that it failed.
+                            tracing::error!(error = %e, trace_id = %self.trace_id, "tool task panicked");
+                            (Ok(crate::mcp::tool_failure(&self.trace_id)), CallEnd::Panicked)
+                        }
+                    };
                     self.record(&audit, end);
                     let refused_args = matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS);
                     let msg = self.response(result);
@@ -170,6 +180,20 @@ impl Exchange {
                         // Refused before it ran: the quota unit goes back.
                         self.app.limits.refund(&self.principal.user, &audit.tool).await;
                     }
+                    return;
+                }
+                () = &mut deadline => {
+                    call.abort();
+                    tracing::warn!(tool.name = %audit.tool, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
+                    self.record(&audit, CallEnd::TimedOut);
+                    let text = format!(
+                        "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
+                         tell the user, quoting the trace id {}.",
+                        timeout.as_secs_f64(),
+                        self.trace_id
+                    );
+                    let msg = self.response(Ok(crate::mcp::is_error(&text)));
+                    self.finish(msg).await;
                     return;
                 }
                 () = self.cancel.cancelled() => {
@@ -674,6 +698,10 @@ pub(crate) enum CallEnd {
     RefusedByLimit,
     /// Its arguments do not match the tool's input schema (`isError`): the tool did not run.
     InvalidArguments,
+    /// The tool panicked (`isError`, nothing of the panic).
+    Panicked,
+    /// The tool ran past its timeout and was stopped (`isError`).
+    TimedOut,
 }
 
 impl CallEnd {
@@ -687,6 +715,8 @@ impl CallEnd {
             Self::Refused => "refused",
             Self::RefusedByLimit => "refused_by_limit",
             Self::InvalidArguments => "invalid_arguments",
+            Self::Panicked => "panicked",
+            Self::TimedOut => "timeout",
         }
     }
 

@@ -73,6 +73,8 @@ pub struct TransportConfig {
     pub cancel_watch_after: Duration,
     /// How long a server→client request waits for the client's answer.
     pub client_request_timeout: Duration,
+    /// How long a tool may run before it is stopped, unless it declares its own timeout.
+    pub tool_timeout: Duration,
     pub server_name: String,
     pub server_version: String,
     /// The RFC 9728 metadata served under `/.well-known/oauth-protected-resource` and named by every challenge;
@@ -103,6 +105,7 @@ impl Default for TransportConfig {
             sse_after: Duration::from_secs(5),
             cancel_watch_after: Duration::from_millis(50),
             client_request_timeout: Duration::from_secs(60),
+            tool_timeout: Duration::from_secs(120),
             server_name: "mcpfleet".to_owned(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
             protected_resource: None,

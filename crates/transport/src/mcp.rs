@@ -108,12 +108,24 @@ pub(crate) async fn call_tool(
             Err((code::INVALID_PARAMS, e.to_string()))
         }
         Err(e) => {
-            tracing::warn!(tool.name = name, trace_id = %trace_id, error = %e, "tool call failed");
-            let text = match &e {
-                ToolError::Internal(_) => format!("The tool failed. Trace id: {trace_id}."),
-                other => format!("{other}. Trace id: {trace_id}."),
-            };
-            Ok(json!({ "content": [{ "type": "text", "text": text }], "isError": true }))
+            // The detail (an internal error's message: paths, SQL, hosts) goes to the log only.
+            tracing::warn!(tool.name = name, trace_id = %trace_id, error = %e, detail = ?e, "tool call failed");
+            Ok(match &e {
+                ToolError::Internal(_) => tool_failure(trace_id),
+                other => is_error(&format!("{other}. Trace id: {trace_id}.")),
+            })
         }
     }
+}
+
+/// An `isError` result with `text`.
+pub(crate) fn is_error(text: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
+}
+
+/// The one text of a tool that failed inside (an error, a panic): nothing of the failure, the trace id to quote.
+pub(crate) fn tool_failure(trace_id: &str) -> Value {
+    is_error(&format!(
+        "The tool failed. Do not retry with the same arguments; tell the user, quoting the trace id {trace_id}."
+    ))
 }
