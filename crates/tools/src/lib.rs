@@ -7,13 +7,17 @@
 
 pub mod conformance;
 mod empty;
+pub mod envelope;
 pub mod lint;
 pub mod open;
+pub mod reference;
+pub mod tool;
 pub mod validate;
 
 pub use empty::EmptyCatalog;
 pub use mcpfleet_auth::{Principal, Scopes};
 pub use mcpfleet_limits::Quota;
+pub use tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -39,6 +43,9 @@ pub enum ToolError {
     ClientUnsupported(&'static str),
     #[error("tool failed")]
     Internal(String),
+    /// A refusal the model can act on (not found, not ready): its message is shown, with the trace id.
+    #[error("{0}")]
+    Failed(String),
     #[error("the request was cancelled")]
     Cancelled,
     #[error("the client did not answer within {0:?}")]

@@ -1,0 +1,229 @@
+//! The `Tool` trait and the `Registry` that serves tools as a [`Catalog`]. A tool is a name, a closed input
+//! schema, a typed argument struct (`#[serde(deny_unknown_fields)]`), annotations, scopes, an optional quota and
+//! timeout, and an async handler. The registry refuses to register a tool whose name is not
+//! `[A-Za-z0-9_.-]{1,128}` or is taken, lists tools in name order, validates `structuredContent` against a declared
+//! output schema before it is sent (a mismatch is a server bug: logged, and an `isError` result), and hands the
+//! transport everything it enforces (scopes, quota, timeout). The transport validates the arguments against the
+//! published input schema before [`Catalog::call_tool`] runs.
+
+use crate::{Catalog, JsonObject, Quota, ToolContext, ToolError};
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// MCP tool annotations: hints for clients, set truthfully.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+/// Everything a tool declares.
+#[derive(Clone, Debug)]
+pub struct ToolInfo {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Annotations,
+    /// Scopes a caller needs to see and call it.
+    pub scopes: &'static [&'static str],
+    pub quota: Option<Quota>,
+    pub timeout: Option<Duration>,
+}
+
+/// What a handler returns: content blocks, and structured content when it declares an output schema.
+#[derive(Clone, Debug, Default)]
+pub struct ToolOutput {
+    pub content: Vec<Value>,
+    pub structured: Option<Value>,
+}
+
+impl ToolOutput {
+    /// One text block.
+    #[must_use]
+    pub fn text(t: impl Into<String>) -> Self {
+        Self { content: vec![json!({ "type": "text", "text": t.into() })], structured: None }
+    }
+
+    /// Content users or third parties wrote, in the untrusted envelope.
+    #[must_use]
+    pub fn untrusted(source: &str, items: &[crate::envelope::Item]) -> Self {
+        Self::text(crate::envelope::wrap(source, items))
+    }
+
+    #[must_use]
+    pub fn with_structured(mut self, v: Value) -> Self {
+        self.structured = Some(v);
+        self
+    }
+}
+
+/// A tool with typed arguments.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The arguments, as the input schema describes them. Use `#[serde(deny_unknown_fields)]`.
+    type Args: DeserializeOwned + Send;
+
+    fn info(&self) -> ToolInfo;
+
+    /// Runs the tool for the verified caller (`cx.principal()`), never for anyone the arguments name.
+    ///
+    /// # Errors
+    /// A [`ToolError`]; `Internal` details are logged and never shown.
+    async fn call(&self, args: Self::Args, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+trait Erased: Send + Sync {
+    async fn call(&self, args: JsonObject, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+struct Typed<T>(T);
+
+#[async_trait]
+impl<T: Tool> Erased for Typed<T> {
+    async fn call(&self, args: JsonObject, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+        // The transport validated the arguments against the schema; this only fails if the struct and the schema
+        // disagree, which is a bug in the tool.
+        let args: T::Args = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ToolError::Internal(format!("arguments passed the schema but not the struct: {e}")))?;
+        self.0.call(args, cx).await
+    }
+}
+
+struct Entry {
+    info: ToolInfo,
+    listed: Value,
+    output: Option<jsonschema::Validator>,
+    run: Box<dyn Erased>,
+}
+
+/// Tools served as a catalog.
+#[derive(Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, Entry>,
+    instructions: Option<String>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("tools", &self.tools.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// A valid MCP tool name.
+#[must_use]
+pub fn valid_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+impl Registry {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[must_use]
+    pub fn with_instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Adds a tool.
+    ///
+    /// # Errors
+    /// A name that is not `[A-Za-z0-9_.-]{1,128}` or already taken, or an output schema that does not compile.
+    pub fn register<T: Tool>(&mut self, tool: T) -> Result<&mut Self, String> {
+        let info = tool.info();
+        if !valid_name(info.name) {
+            return Err(format!("tool name {:?} is not [A-Za-z0-9_.-]{{1,128}}", info.name));
+        }
+        if self.tools.contains_key(info.name) {
+            return Err(format!("tool {} is registered twice", info.name));
+        }
+        let output = match &info.output_schema {
+            Some(s) => Some(
+                jsonschema::draft202012::options()
+                    .should_validate_formats(true)
+                    .build(s)
+                    .map_err(|e| format!("{}: the output schema does not compile: {e}", info.name))?,
+            ),
+            None => None,
+        };
+        let a = info.annotations;
+        let mut listed = json!({
+            "name": info.name,
+            "title": info.title,
+            "description": info.description,
+            "inputSchema": info.input_schema,
+            "annotations": { "title": info.title, "readOnlyHint": a.read_only, "destructiveHint": a.destructive,
+                             "idempotentHint": a.idempotent, "openWorldHint": a.open_world },
+        });
+        if let Some(o) = &info.output_schema {
+            listed["outputSchema"] = o.clone();
+        }
+        self.tools.insert(info.name, Entry { info, listed, output, run: Box::new(Typed(tool)) });
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl Catalog for Registry {
+    fn capabilities(&self) -> Value {
+        json!({ "tools": { "listChanged": false } })
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.instructions.clone()
+    }
+
+    fn tools(&self) -> Vec<Value> {
+        self.tools.values().map(|e| e.listed.clone()).collect()
+    }
+
+    fn tool_scopes(&self, tool: &str) -> Vec<String> {
+        self.tools.get(tool).map(|e| e.info.scopes.iter().map(|s| (*s).to_owned()).collect()).unwrap_or_default()
+    }
+
+    fn tool_quota(&self, tool: &str) -> Option<Quota> {
+        self.tools.get(tool).and_then(|e| e.info.quota)
+    }
+
+    fn tool_timeout(&self, tool: &str) -> Option<Duration> {
+        self.tools.get(tool).and_then(|e| e.info.timeout)
+    }
+
+    async fn call_tool(&self, name: &str, args: JsonObject, cx: &dyn ToolContext) -> Result<Value, ToolError> {
+        let Some(entry) = self.tools.get(name) else {
+            return Err(ToolError::UnknownTool(name.chars().take(128).collect()));
+        };
+        let out = entry.run.call(args, cx).await?;
+        let mut result = json!({ "content": out.content });
+        match (&entry.output, out.structured) {
+            (Some(v), Some(s)) => {
+                if let Err(e) = v.validate(&s) {
+                    // A server bug: the model gets a generic failure, the log the mismatch.
+                    return Err(ToolError::Internal(format!(
+                        "structuredContent does not match the output schema at {}: {e}",
+                        e.instance_path().as_str()
+                    )));
+                }
+                result["structuredContent"] = s;
+            }
+            (Some(_), None) => {
+                return Err(ToolError::Internal(
+                    "the tool declares an output schema but sent no structuredContent".into(),
+                ));
+            }
+            (None, Some(s)) => result["structuredContent"] = s,
+            (None, None) => {}
+        }
+        Ok(result)
+    }
+}
