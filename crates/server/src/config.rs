@@ -97,6 +97,9 @@ pub enum AuthConfig {
 pub enum Fixtures {
     /// The tools, resources, prompts and completion the MCP conformance suite expects.
     Conformance,
+    /// The reference tools (search_docs, get_customer_summary, create_refund_draft, confirm_refund_draft,
+    /// export_report, get_ticket) over in-memory demo data per principal: one replica only.
+    Reference,
     /// Tools with open input schemas, one per kind of lint offence: the server refuses to start with them (a test
     /// of the startup lint).
     Open,

@@ -91,12 +91,19 @@ pub struct Built {
 }
 
 /// The catalog `--fixtures` selects.
-fn catalog(fixtures: Option<Fixtures>) -> Arc<dyn Catalog> {
-    match fixtures {
+///
+/// # Errors
+/// A tool that cannot be registered (a bug in the reference tools, caught by their tests).
+fn catalog(fixtures: Option<Fixtures>) -> Result<Arc<dyn Catalog>, ServerError> {
+    Ok(match fixtures {
         Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
         Some(Fixtures::Open) => Arc::new(mcpfleet_tools::open::OpenCatalog),
+        Some(Fixtures::Reference) => {
+            let repo = Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
+            Arc::new(mcpfleet_tools::reference::catalog(repo).map_err(ServerError::Config)?)
+        }
         None => Arc::new(EmptyCatalog),
-    }
+    })
 }
 
 /// Every tool's input schema must pass the lint (`mcpfleet_tools::lint`): a server whose tools accept open or
@@ -174,7 +181,7 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
             Arc::new(MemoryStore::with_max_events(cfg.max_events))
         }
     };
-    let catalog = catalog(cfg.fixtures);
+    let catalog = catalog(cfg.fixtures)?;
     check_quotas(cfg, &*catalog)?;
     for w in check_schemas(&*catalog)? {
         tracing::warn!(finding = %w, "tool schema lint");
@@ -316,8 +323,9 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    let tools = catalog(cfg.fixtures);
-    if let Err(e) = check_quotas(&cfg, &*tools).and_then(|()| check_schemas(&*tools).map(drop)) {
+    let checked = catalog(cfg.fixtures)
+        .and_then(|tools| check_quotas(&cfg, &*tools).and_then(|()| check_schemas(&*tools).map(drop)));
+    if let Err(e) = checked {
         eprintln!("mcpfleet: {e}");
         return e.exit_code();
     }

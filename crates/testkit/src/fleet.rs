@@ -145,6 +145,7 @@ pub struct FleetBuilder {
     redis_url: Option<String>,
     args: Vec<String>,
     header_auth: bool,
+    catalog: Option<Arc<dyn mcpfleet_tools::Catalog>>,
     log_file: Option<PathBuf>,
 }
 
@@ -172,7 +173,14 @@ impl Fleet {
     #[must_use]
     pub fn builder() -> FleetBuilder {
         crate::init_tls();
-        FleetBuilder { replicas: 1, redis_url: None, args: Vec::new(), header_auth: false, log_file: None }
+        FleetBuilder {
+            replicas: 1,
+            redis_url: None,
+            args: Vec::new(),
+            header_auth: false,
+            log_file: None,
+            catalog: None,
+        }
     }
 
     #[must_use]
@@ -251,6 +259,15 @@ impl FleetBuilder {
         self
     }
 
+    /// Serves `catalog` instead of the fixtures (in-process replicas only: implies [`FleetBuilder::header_auth`]).
+    /// The replicas share it, like replicas share a database.
+    #[must_use]
+    pub fn catalog(mut self, catalog: Arc<dyn mcpfleet_tools::Catalog>) -> Self {
+        self.catalog = Some(catalog);
+        self.header_auth = true;
+        self
+    }
+
     fn serve_args(&self) -> Vec<String> {
         let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), "127.0.0.1:0".to_owned()];
         a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
@@ -323,6 +340,10 @@ impl FleetBuilder {
         };
         let mut state = mcpfleet::build_state(&cfg).await.expect("state").state;
         state.auth = Arc::new(HeaderAuth);
+        if let Some(c) = &self.catalog {
+            state.validator = Arc::new(mcpfleet_tools::validate::Validator::new(&c.tools()).expect("schemas compile"));
+            state.catalog = c.clone();
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let stop = CancellationToken::new();

@@ -13,7 +13,7 @@
 
 mod repo;
 
-pub use repo::{Confirmed, MemoryRepo, RepoError, Repository};
+pub use repo::{Confirmed, MemoryRepo, RepoError, Repository, demo_ids};
 
 use crate::envelope::Item;
 use crate::tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};

@@ -114,7 +114,19 @@ pub struct MemoryRepo {
 
 /// A number in 1000..9999 that differs between principals, so each one's demo ids are its own.
 fn tenant_number(owner: &Principal) -> u64 {
-    owner.user.as_str().bytes().fold(7_u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 9000 + 1000
+    demo_number(owner.user.as_str())
+}
+
+fn demo_number(user_key: &str) -> u64 {
+    user_key.bytes().fold(7_u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 9000 + 1000
+}
+
+/// The demo ids a principal (by its user key) finds in its seeded data: its first customer and that customer's
+/// order. For tests and demos.
+#[must_use]
+pub fn demo_ids(user_key: &str) -> (String, String) {
+    let n = demo_number(user_key);
+    (format!("cus_{n}"), format!("ord_{n}01"))
 }
 
 fn seed(owner: &Principal) -> Tenant {
