@@ -213,7 +213,13 @@ async fn failures_panics_and_timeouts_reach_the_model_as_is_error_with_nothing_o
 async fn reference_fleet(redis: &RedisServer) -> (Fleet, std::sync::Arc<mcpfleet_tools::reference::MemoryRepo>) {
     let repo = std::sync::Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
     let catalog = mcpfleet_tools::reference::catalog(repo.clone()).unwrap();
-    let fleet = Fleet::builder().replicas(2).redis(redis.url()).catalog(std::sync::Arc::new(catalog)).start().await;
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .header_auth()
+        .catalog(std::sync::Arc::new(catalog))
+        .start()
+        .await;
     (fleet, repo)
 }
 
@@ -370,4 +376,60 @@ async fn reference_tools_act_for_the_verified_principal_and_wrap_what_people_wro
     let boundary = |s: &str| s.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     assert_ne!(boundary(&s1), boundary(&s2), "a fresh boundary for each response");
     assert!(s1.ends_with(&format!("</{}>", &boundary(&s1)[1..])), "{s1}");
+}
+
+/// Runs `mcpfleet lint` as a process (off the runtime, which serves the in-process replicas meanwhile).
+async fn lint(args: Vec<String>) -> (Option<i32>, String) {
+    let out =
+        tokio::task::spawn_blocking(move || std::process::Command::new(server_bin()).arg("lint").args(args).output())
+            .await
+            .unwrap()
+            .unwrap();
+    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_server() {
+    // Our own fleet: the reference tools (real processes) are clean.
+    let redis = RedisServer::start();
+    let ours = Fleet::builder().replicas(1).redis(redis.url()).arg("--fixtures").arg("reference").start().await;
+    let (code, out) = lint(vec![ours.urls()[0].clone()]).await;
+    println!("{out}");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("6 tool(s), 0 error(s), 0 warning(s)"), "{out}");
+
+    // A deliberately open server (its startup check bypassed, in process): every kind of finding.
+    let open = Fleet::builder()
+        .replicas(1)
+        .redis(redis.url())
+        .catalog(std::sync::Arc::new(mcpfleet_tools::open::OpenCatalog))
+        .start()
+        .await;
+    let (code, out) = lint(vec![open.urls()[0].clone()]).await;
+    println!("{out}");
+    assert_eq!(code, Some(1), "{out}");
+    for rule in [
+        "open-object",
+        "object-without-properties",
+        "unbounded-string",
+        "unbounded-number",
+        "unbounded-array",
+        "ambiguous-oneof",
+        "composition-needs-unevaluated",
+        "dialect",
+        "id-without-pattern",
+    ] {
+        assert!(out.contains(&format!("({rule})")), "{rule} in {out}");
+    }
+    assert!(out.contains("  warning /properties/user_id: the id-like string \"user_id\" has no pattern"), "{out}");
+    let (code, out) = lint(vec![open.urls()[0].clone(), "--json".into()]).await;
+    assert_eq!(code, Some(1));
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((report["errors"].as_u64(), report["warnings"].as_u64()), (Some(10), Some(1)), "{report}");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 5);
+
+    // Nothing listening: exit 69, one line.
+    let (code, out) = lint(vec!["http://127.0.0.1:9/mcp".into()]).await;
+    assert_eq!(code, Some(69), "{out}");
+    assert!(out.starts_with("mcpfleet: lint: cannot reach"), "{out}");
 }

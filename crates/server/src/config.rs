@@ -31,6 +31,20 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Mint an access token from the dev issuer (`serve --auth dev`), for local use.
     Token(TokenArgs),
+    /// Lint the tool input schemas of any MCP server (Streamable HTTP): exit 1 on errors, 69 if unreachable.
+    Lint(LintArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct LintArgs {
+    /// The server's MCP endpoint, e.g. https://mcp.example.com/mcp.
+    url: String,
+    /// A bearer token to send.
+    #[arg(long, env = "MCPFLEET_LINT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// One JSON document instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -371,6 +385,7 @@ pub struct TokenRequest {
 pub enum Parsed {
     Serve(Box<Config>),
     Token(TokenRequest),
+    Lint(crate::lint::LintRequest),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
 }
@@ -451,6 +466,12 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
     };
     let a = match cli.command {
         Command::Serve(a) => a,
+        Command::Lint(l) => {
+            if !(l.url.starts_with("http://") || l.url.starts_with("https://")) {
+                return Err(config_error("lint: the URL must be http:// or https://"));
+            }
+            return Ok(Parsed::Lint(crate::lint::LintRequest { url: l.url, token: l.token, json: l.json }));
+        }
         Command::Token(t) => {
             if !valid_scope(&t.sub.replace(' ', "_")) || t.scope.split_whitespace().any(|s| !valid_scope(s)) {
                 return Err(config_error("--sub and --scope must be visible ASCII without quotes or backslashes"));

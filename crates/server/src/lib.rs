@@ -2,6 +2,7 @@
 //! around [`run`]. This crate wires the others together and owns nothing else.
 
 pub mod config;
+pub mod lint;
 
 pub use mcpfleet_transport::{AppState, serve};
 
@@ -311,6 +312,16 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 Err(e) => {
                     eprintln!("mcpfleet: {e}");
                     EXIT_CONFIG
+                }
+            };
+        }
+        Ok(Parsed::Lint(req)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            return match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(lint::run(&req)),
+                Err(e) => {
+                    eprintln!("mcpfleet: cannot start the runtime: {e}");
+                    1
                 }
             };
         }

@@ -259,18 +259,20 @@ impl FleetBuilder {
         self
     }
 
-    /// Serves `catalog` instead of the fixtures (in-process replicas only: implies [`FleetBuilder::header_auth`]).
-    /// The replicas share it, like replicas share a database.
+    /// Serves `catalog` instead of the fixtures, without the start-up lint (so a test can serve an open one), from
+    /// in-process replicas that share it, like replicas share a database. Identity is the configured `--auth`,
+    /// or [`FleetBuilder::header_auth`].
     #[must_use]
     pub fn catalog(mut self, catalog: Arc<dyn mcpfleet_tools::Catalog>) -> Self {
         self.catalog = Some(catalog);
-        self.header_auth = true;
         self
     }
 
     fn serve_args(&self) -> Vec<String> {
         let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), "127.0.0.1:0".to_owned()];
-        a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
+        if !self.args.iter().any(|x| x == "--fixtures") {
+            a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
+        }
         if let Some(u) = &self.redis_url {
             a.extend(["--redis-url".to_owned(), u.clone()]);
         }
@@ -301,7 +303,8 @@ impl FleetBuilder {
     pub async fn start(self) -> Fleet {
         let mut replicas = Vec::new();
         for _ in 0..self.replicas {
-            replicas.push(if self.header_auth { self.start_in_process().await } else { self.start_process() });
+            let in_process = self.header_auth || self.catalog.is_some();
+            replicas.push(if in_process { self.start_in_process().await } else { self.start_process() });
         }
         Fleet { replicas }
     }
@@ -339,7 +342,9 @@ impl FleetBuilder {
             panic!("not a serve command");
         };
         let mut state = mcpfleet::build_state(&cfg).await.expect("state").state;
-        state.auth = Arc::new(HeaderAuth);
+        if self.header_auth {
+            state.auth = Arc::new(HeaderAuth);
+        }
         if let Some(c) = &self.catalog {
             state.validator = Arc::new(mcpfleet_tools::validate::Validator::new(&c.tools()).expect("schemas compile"));
             state.catalog = c.clone();
