@@ -227,3 +227,108 @@ impl Catalog for Registry {
         Ok(result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Principal, Scopes};
+    use serde::Deserialize;
+    use tokio_util::sync::CancellationToken;
+
+    struct Cx(Principal);
+
+    #[async_trait]
+    impl ToolContext for Cx {
+        async fn progress(&self, _: f64, _: Option<f64>, _: Option<&str>) -> Result<(), ToolError> {
+            Ok(())
+        }
+        async fn log(&self, _: &str, _: Option<&str>, _: Value) -> Result<(), ToolError> {
+            Ok(())
+        }
+        async fn request(&self, _: &str, _: Value, _: Duration) -> Result<Value, ToolError> {
+            Err(ToolError::ClientUnsupported("requests"))
+        }
+        async fn notify_session(&self, _: &str, _: Value) -> Result<(), ToolError> {
+            Ok(())
+        }
+        async fn close_connection(&self, _: Duration) -> Result<(), ToolError> {
+            Ok(())
+        }
+        fn client_capabilities(&self) -> &Value {
+            &Value::Null
+        }
+        fn principal(&self) -> &Principal {
+            &self.0
+        }
+        fn cancelled(&self) -> CancellationToken {
+            CancellationToken::new()
+        }
+    }
+
+    /// Answers with whatever structured content it is given, against an output schema.
+    struct Echo;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct EchoArgs {
+        n: i64,
+    }
+
+    #[async_trait]
+    impl Tool for Echo {
+        type Args = EchoArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo {
+                name: "echo",
+                title: "Echo",
+                description: "Echoes n as structured content",
+                input_schema: json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": -9, "maximum": 9 } },
+                                      "required": ["n"], "additionalProperties": false }),
+                output_schema: Some(
+                    json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": 0 } },
+                                            "required": ["n"], "additionalProperties": false }),
+                ),
+                annotations: Annotations { read_only: true, ..Annotations::default() },
+                scopes: &["tools:read"],
+                quota: None,
+                timeout: Some(Duration::from_secs(2)),
+            }
+        }
+        async fn call(&self, a: EchoArgs, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("ok").with_structured(json!({ "n": a.n })))
+        }
+    }
+
+    fn cx() -> Cx {
+        Cx(Principal {
+            user: mcpfleet_state::UserKey::new("u").expect("key"),
+            issuer: "i".into(),
+            subject: "s".into(),
+            client_id: None,
+            scopes: Scopes::All,
+        })
+    }
+
+    #[tokio::test]
+    async fn the_registry_lists_in_order_and_checks_structured_content() {
+        let mut r = Registry::new();
+        r.register(Echo).expect("register");
+        assert!(r.register(Echo).is_err(), "a name is registered once");
+        let listed = r.tools();
+        assert_eq!(listed[0]["name"], "echo");
+        assert_eq!(listed[0]["annotations"]["readOnlyHint"], true);
+        assert_eq!(listed[0]["outputSchema"]["required"], json!(["n"]));
+        assert_eq!(r.tool_scopes("echo"), vec!["tools:read".to_owned()]);
+        assert_eq!(r.tool_timeout("echo"), Some(Duration::from_secs(2)));
+        let args = |n: i64| json!({ "n": n }).as_object().cloned().expect("object");
+        let ok = r.call_tool("echo", args(3), &cx()).await.expect("ok");
+        assert_eq!(ok["structuredContent"], json!({ "n": 3 }));
+        // Output that breaks the declared schema is a server bug: an internal error, never sent.
+        match r.call_tool("echo", args(-1), &cx()).await {
+            Err(ToolError::Internal(detail)) => assert!(detail.contains("/n"), "{detail}"),
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        assert!(matches!(r.call_tool("nope", args(1), &cx()).await, Err(ToolError::UnknownTool(_))));
+        assert!(!valid_name("has space") && !valid_name("") && valid_name("a.b-c_D9"));
+    }
+}
