@@ -1,5 +1,7 @@
 //! mcpfleet-tools owns what the server offers: tools, resources, prompts and completions, behind the [`Catalog`]
-//! trait, and the conformance fixtures (`--fixtures conformance`).
+//! trait; the closed-tool framework ([`Tool`], [`Registry`]); the schema lint ([`lint`]) and the argument
+//! validator ([`validate`]) that the server runs on every catalog; the untrusted-content [`envelope`]; the
+//! [`reference`] tools; and the fixtures (`--fixtures conformance`, `reference`, `open`).
 //!
 //! A tool sees the world only through [`ToolContext`]: the verified [`Principal`] that called it, progress,
 //! logging, server→client requests and notifications to its session. The transport implements that context over the state crate, so a tool runs the
