@@ -350,6 +350,27 @@ async fn reference_tools_act_for_the_verified_principal_and_wrap_what_people_wro
         )
         .await;
     assert_eq!(text(&q3), "metric,value\nrefunds,14\ntickets,230\n");
+    // export_report declares 5 an hour: three more run, the sixth is refused by the quota.
+    for id in 20..23 {
+        let r = alice
+            .request(
+                &b,
+                id,
+                "tools/call",
+                json!({ "name": "export_report", "arguments": { "report_id": "rep_q3", "format": "json" } }),
+            )
+            .await;
+        assert_eq!(text(&r), r#"{"refunds":14,"tickets":230}"#);
+    }
+    let sixth = alice
+        .request(
+            &a,
+            23,
+            "tools/call",
+            json!({ "name": "export_report", "arguments": { "report_id": "rep_q3", "format": "json" } }),
+        )
+        .await;
+    assert!(text(&sixth).contains("the tool export_report may be called 5 per 1h"), "{sixth}");
 
     // Tickets by number, in the envelope; search results too, with the injection attempt inside it.
     let t = alice
