@@ -5,14 +5,15 @@
 //! - no C0 or C1 control character, DEL, bidi override or isolate, or tag character, unless the string's schema
 //!   says `"x-allowControls": true`, which admits tab, line feed and carriage return (and nothing else).
 //!
-//! Duplicate keys never reach the schema: a `serde_json::Value` keeps the last one silently, so the raw bytes are
-//! scanned first ([`duplicate_key`]). What a refusal says ([`Invalid`]) names the JSON pointer and what was
+//! Duplicate keys never reach the schema unseen: a `serde_json::Value` keeps the last one silently, so requests are
+//! parsed with [`parse_strict`], which reports the first one in the same pass. What a refusal says ([`Invalid`]) names the JSON pointer and what was
 //! expected, never the value sent.
 
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::{Keyword, ValidationError};
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -232,76 +233,94 @@ impl<'i> Keyword<'i> for TextPolicy {
     }
 }
 
-/// The JSON pointer of the first duplicate object key in a JSON document, if any. `raw` must be valid JSON (it
-/// was parsed already); a document that does not parse has none.
-#[must_use]
-pub fn duplicate_key(raw: &[u8]) -> Option<String> {
+/// Parses a JSON document into a [`Value`] (the last of duplicate keys wins, as with `serde_json`) and, in the same
+/// pass, finds the JSON pointer of the first duplicate object key, if any: a `Value` cannot show one afterwards.
+///
+/// # Errors
+/// The document is not JSON (or nests deeper than `serde_json` allows).
+pub fn parse_strict(raw: &[u8]) -> Result<(Value, Option<String>), serde_json::Error> {
+    let found = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(raw);
-    match (Scan { path: String::new() }).deserialize(&mut de) {
-        Ok(()) => None,
-        Err(e) => {
-            let msg = e.to_string();
-            msg.strip_prefix("duplicate key at ").map(|rest| rest.split(" at line ").next().unwrap_or(rest).to_owned())
+    let value = Strict(&found).deserialize(&mut de)?;
+    de.end()?;
+    let pointer = found.into_inner().map(|segments: Vec<String>| {
+        segments.iter().rev().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect()
+    });
+    Ok((value, pointer))
+}
+
+/// Builds a [`Value`]; the first duplicate key found is recorded as its path segments, innermost first (each level
+/// above adds its own on the way out, so the path is built only for the duplicate).
+struct Strict<'a>(&'a RefCell<Option<Vec<String>>>);
+
+impl Strict<'_> {
+    /// After a child value was parsed: if it found the duplicate, this level adds the segment it descended by.
+    fn climb(&self, found_before: bool, segment: impl FnOnce() -> String) {
+        if !found_before && let Some(path) = self.0.borrow_mut().as_mut() {
+            path.push(segment());
         }
     }
 }
 
-struct Scan {
-    path: String,
-}
-
-impl<'de> DeserializeSeed<'de> for Scan {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Scan {
-    type Value = ();
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::from(n))
     }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
     }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut i = 0_usize;
-        while seq.next_element_seed(Scan { path: format!("{}/{i}", self.path) })?.is_some() {
-            i += 1;
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        loop {
+            let found_before = self.0.borrow().is_some();
+            let Some(v) = seq.next_element_seed(Strict(self.0))? else { break };
+            self.climb(found_before, || items.len().to_string());
+            items.push(v);
         }
-        Ok(())
+        Ok(Value::Array(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut keys = HashSet::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
         while let Some(k) = map.next_key::<String>()? {
-            let at = format!("{}/{}", self.path, k.replace('~', "~0").replace('/', "~1"));
-            if !keys.insert(k) {
-                map.next_value::<IgnoredAny>()?;
-                return Err(de::Error::custom(format!("duplicate key at {at}")));
+            let found_before = self.0.borrow().is_some();
+            let v = map.next_value_seed(Strict(self.0))?;
+            self.climb(found_before, || k.clone());
+            if self.0.borrow().is_none() && out.contains_key(&k) {
+                *self.0.borrow_mut() = Some(vec![k.clone()]);
             }
-            map.next_value_seed(Scan { path: at })?;
+            out.insert(k, v);
         }
-        Ok(())
+        Ok(Value::Object(out))
     }
 }
 
@@ -396,6 +415,13 @@ mod tests {
         assert!(r.iter().any(|f| f.contains("exactly one of the alternatives")), "{r:?}");
     }
 
+    fn duplicate_key(raw: &[u8]) -> Option<String> {
+        let (value, dup) = parse_strict(raw).unwrap();
+        // The value is the one serde_json builds: the last of duplicate keys wins.
+        assert_eq!(value, serde_json::from_slice::<Value>(raw).unwrap());
+        dup
+    }
+
     #[test]
     fn duplicate_keys_are_found_at_any_depth() {
         assert_eq!(duplicate_key(br#"{"a":1,"b":{"c":2,"c":3}}"#).as_deref(), Some("/b/c"));
@@ -404,5 +430,8 @@ mod tests {
         assert_eq!(duplicate_key(br#"{"a":{"b":1},"c":{"b":1}}"#), None);
         assert_eq!(duplicate_key(br#"{"a":"\u0041","A":1}"#), None);
         assert_eq!(duplicate_key(br#"{"\u0041":1,"A":2}"#).as_deref(), Some("/A"), "escapes are keys too");
+        assert_eq!(duplicate_key(br#"{"a":{"b":{"c":1,"c":2}},"a":3}"#).as_deref(), Some("/a/b/c"), "the first one");
+        assert_eq!(duplicate_key(br#"[1,2.5,-3,null,true,"s",[],{}]"#), None);
+        assert!(parse_strict(b"{} x").is_err() && parse_strict(b"{\"a\":").is_err());
     }
 }

@@ -132,9 +132,9 @@ pub(crate) enum Message {
     Response { id: Value, raw: Bytes },
 }
 
-/// The body of a POST: exactly one JSON-RPC message, after the Accept, Content-Type and size checks, and its raw
-/// bytes (a `tools/call` scans them for duplicate keys, which the parsed message cannot show).
-pub(crate) struct Rpc(pub Message, pub Bytes);
+/// The body of a POST: exactly one JSON-RPC message, after the Accept, Content-Type and size checks, and the JSON
+/// pointer of its first duplicate key, if it has one (a `tools/call` refuses it; the parsed message cannot show it).
+pub(crate) struct Rpc(pub Message, pub Option<String>);
 
 impl FromRequest<AppState> for Rpc {
     type Rejection = TransportError;
@@ -163,12 +163,13 @@ impl FromRequest<AppState> for Rpc {
             .await
             .map_err(|_| TransportError::BodyTimeout(t))?
             .map_err(|_| TransportError::PayloadTooLarge(max))?;
-        classify(&body).map(|m| Self(m, body))
+        classify(&body).map(|(m, duplicate)| Self(m, duplicate))
     }
 }
 
-pub(crate) fn classify(body: &Bytes) -> Result<Message> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TransportError::Parse)?;
+/// The message, and the pointer of its first duplicate key (found in the one parse).
+pub(crate) fn classify(body: &Bytes) -> Result<(Message, Option<String>)> {
+    let (v, duplicate) = mcpfleet_tools::validate::parse_strict(body).map_err(|_| TransportError::Parse)?;
     let mut obj = match v {
         Value::Object(o) => o,
         Value::Array(_) => return Err(TransportError::Batch),
@@ -188,15 +189,16 @@ pub(crate) fn classify(body: &Bytes) -> Result<Message> {
         Some(Value::Object(p)) => p,
         Some(_) => return Err(TransportError::InvalidRequest("params must be an object")),
     };
-    match (obj.remove("method"), id) {
-        (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
-        (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
-        (Some(_), _) => Err(TransportError::InvalidRequest("method must be a string")),
+    let message = match (obj.remove("method"), id) {
+        (Some(Value::String(method)), Some(id)) => Message::Request { id, method, params },
+        (Some(Value::String(method)), None) => Message::Notification { method, params },
+        (Some(_), _) => return Err(TransportError::InvalidRequest("method must be a string")),
         (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
-            Ok(Message::Response { id, raw: body.clone() })
+            Message::Response { id, raw: body.clone() }
         }
-        (None, _) => Err(TransportError::InvalidRequest("not a request, notification or response")),
-    }
+        (None, _) => return Err(TransportError::InvalidRequest("not a request, notification or response")),
+    };
+    Ok((message, duplicate))
 }
 
 #[cfg(test)]
@@ -205,7 +207,7 @@ mod tests {
 
     #[test]
     fn classify_sorts_messages_and_refuses_batches() {
-        let m = |s: &str| classify(&Bytes::from(s.to_owned()));
+        let m = |s: &str| classify(&Bytes::from(s.to_owned())).map(|(m, _)| m);
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
         assert!(matches!(
             m(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
@@ -216,5 +218,7 @@ mod tests {
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
         assert!(matches!(m("{nope"), Err(TransportError::Parse)));
         assert!(matches!(m(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
+        let dup = classify(&Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,"a":2}}"#));
+        assert_eq!(dup.ok().and_then(|(_, d)| d).as_deref(), Some("/params/a"));
     }
 }

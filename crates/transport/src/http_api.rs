@@ -117,8 +117,8 @@ pub(crate) async fn post(
     rpc: Result<Rpc, TransportError>,
 ) -> Response {
     let asker = Asker::new(&app, &caller, peer);
-    let (message, raw) = match rpc {
-        Ok(Rpc(m, raw)) => (m, raw),
+    let (message, duplicate) = match rpc {
+        Ok(Rpc(m, duplicate)) => (m, duplicate),
         Err(e) => {
             let mut info = rpc_info(None, &caller, &h);
             let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
@@ -158,7 +158,7 @@ pub(crate) async fn post(
         info.trace_id = Some(trace_id.clone());
     }
     let mut cx = Post { app: &app, ids: &ids, trace_id: &trace_id, span: &mut span, asker: &asker, info: &mut info };
-    let r = cx.message(h, message, &raw).await;
+    let r = cx.message(h, message, duplicate.as_deref()).await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     match &r {
         Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
@@ -179,7 +179,7 @@ struct Post<'a> {
 }
 
 impl Post<'_> {
-    async fn message(&mut self, mut h: McpHeaders, message: Message, raw: &Bytes) -> Result<Response> {
+    async fn message(&mut self, mut h: McpHeaders, message: Message, duplicate: Option<&str>) -> Result<Response> {
         let app = self.app;
         if let Message::Request { id, method, params } = &message
             && method == "initialize"
@@ -201,7 +201,7 @@ impl Post<'_> {
                 Ok(accepted())
             }
             Message::Request { id, method, params } if method == "tools/call" => {
-                self.call_tool(&mut h, id, &params, raw).await
+                self.call_tool(&mut h, id, &params, duplicate).await
             }
             Message::Request { id, method, params } => {
                 let (key, _) = admit_session(app, self.info, self.asker, &mut h, None, None).await?;
@@ -234,7 +234,13 @@ impl Post<'_> {
         }
     }
 
-    async fn call_tool(&mut self, h: &mut McpHeaders, id: Value, params: &JsonObject, raw: &Bytes) -> Result<Response> {
+    async fn call_tool(
+        &mut self,
+        h: &mut McpHeaders,
+        id: Value,
+        params: &JsonObject,
+        duplicate: Option<&str>,
+    ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
         let name = match mcp::str_param(params, "name") {
@@ -270,7 +276,7 @@ impl Post<'_> {
         }
         // The arguments against the exact schema the tool publishes, before anything runs or is counted against a
         // quota. A refusal still checks the session (and takes the token) in one round trip.
-        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), raw)? {
+        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             admit_session(app, self.info, self.asker, h, None, None).await?;
             refused(CallEnd::InvalidArguments).record();
             self.span.error = Some("invalid_arguments".to_owned());
@@ -361,10 +367,10 @@ fn invalid_arguments(
     app: &AppState,
     tool: &str,
     args: Option<&Value>,
-    raw: &Bytes,
+    duplicate: Option<&str>,
 ) -> Result<Option<Vec<mcpfleet_tools::validate::Invalid>>> {
-    use mcpfleet_tools::validate::{Invalid, duplicate_key};
-    if let Some(at) = duplicate_key(raw) {
+    use mcpfleet_tools::validate::Invalid;
+    if let Some(at) = duplicate {
         return match at.strip_prefix("/params") {
             Some(rest) if rest.starts_with("/arguments/") => {
                 Ok(Some(vec![Invalid { pointer: rest.to_owned(), expected: "each key once (a duplicate key)".into() }]))
