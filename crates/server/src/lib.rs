@@ -91,61 +91,54 @@ pub struct Built {
     pub dev: Option<DevIssuer>,
 }
 
-/// The catalog `--fixtures` selects.
-///
-/// # Errors
-/// A tool that cannot be registered (a bug in the reference tools, caught by their tests).
-fn catalog(fixtures: Option<Fixtures>) -> Result<Arc<dyn Catalog>, ServerError> {
-    Ok(match fixtures {
-        Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
-        Some(Fixtures::Open) => Arc::new(mcpfleet_tools::open::OpenCatalog),
-        Some(Fixtures::Reference) => {
-            let repo = Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
-            Arc::new(mcpfleet_tools::reference::catalog(repo).map_err(ServerError::Config)?)
-        }
-        None => Arc::new(EmptyCatalog),
-    })
+/// The catalog `--fixtures` selects, after the start-up checks: its tools' input schemas pass the lint, and every
+/// `--quota` names one of its tools. Built once, before logging starts, so that a refusal is one line.
+#[derive(Debug)]
+pub struct CheckedCatalog {
+    catalog: Arc<dyn Catalog>,
+    /// Its `tools/list` entries.
+    tools: Vec<serde_json::Value>,
+    /// Lint warnings, for the log.
+    warnings: Vec<String>,
 }
 
-/// Every tool's input schema must pass the lint (`mcpfleet_tools::lint`): a server whose tools accept open or
-/// unbounded input does not start. Warnings are returned for the log.
-///
-/// # Errors
-/// [`ServerError::Config`] listing every offence as `tool pointer: message (rule)`.
-fn check_schemas(catalog: &dyn Catalog) -> Result<Vec<String>, ServerError> {
-    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
-    for tool in catalog.tools() {
-        let name = tool.get("name").and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
-        for f in mcpfleet_tools::lint::lint_tool(&tool) {
-            let line = format!("{name} {f}");
-            match f.severity {
-                mcpfleet_tools::lint::Severity::Error => errors.push(line),
-                mcpfleet_tools::lint::Severity::Warning => warnings.push(line),
+impl CheckedCatalog {
+    /// Builds and checks the catalog of `cfg`.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`), or a
+    /// `--quota` names a tool this server does not have.
+    pub fn new(cfg: &Config) -> Result<Self, ServerError> {
+        let catalog: Arc<dyn Catalog> = match cfg.fixtures {
+            Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
+            Some(Fixtures::Open) => Arc::new(mcpfleet_tools::open::OpenCatalog),
+            Some(Fixtures::Reference) => {
+                let repo = Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
+                Arc::new(mcpfleet_tools::reference::catalog(repo).map_err(ServerError::Config)?)
+            }
+            None => Arc::new(EmptyCatalog),
+        };
+        let tools = catalog.tools();
+        let name = |t: &serde_json::Value| t.get("name").and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
+        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+        for tool in &tools {
+            for f in mcpfleet_tools::lint::lint_tool(tool) {
+                let line = format!("{} {f}", name(tool));
+                match f.severity {
+                    mcpfleet_tools::lint::Severity::Error => errors.push(line),
+                    mcpfleet_tools::lint::Severity::Warning => warnings.push(line),
+                }
             }
         }
-    }
-    if errors.is_empty() {
-        Ok(warnings)
-    } else {
-        Err(ServerError::Config(format!("tool input schemas fail the lint: {}", errors.join("; "))))
-    }
-}
-
-/// A `--quota` for a tool that does not exist is a typo that would silently limit nothing.
-///
-/// # Errors
-/// [`ServerError::Config`] naming the tool.
-fn check_quotas(cfg: &Config, catalog: &dyn Catalog) -> Result<(), ServerError> {
-    let known: Vec<String> = catalog
-        .tools()
-        .iter()
-        .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str).map(str::to_owned))
-        .collect();
-    match cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
-        Some(unknown) => {
-            Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")))
+        if !errors.is_empty() {
+            return Err(ServerError::Config(format!("tool input schemas fail the lint: {}", errors.join("; "))));
         }
-        None => Ok(()),
+        // A quota for a tool that does not exist is a typo that would silently limit nothing.
+        let known: Vec<String> = tools.iter().map(name).collect();
+        if let Some(unknown) = cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
+            return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
+        }
+        Ok(Self { catalog, tools, warnings })
     }
 }
 
@@ -153,8 +146,16 @@ fn check_quotas(cfg: &Config, catalog: &dyn Catalog) -> Result<(), ServerError> 
 /// (connecting to Redis when configured), the catalog, and the authenticator (loading its keys).
 ///
 /// # Errors
-/// Redis unreachable at start; an unusable key file.
+/// A catalog that fails its checks ([`CheckedCatalog::new`]); Redis unreachable at start; an unusable key file.
 pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
+    build_state_with(cfg, CheckedCatalog::new(cfg)?).await
+}
+
+/// [`build_state`] with a catalog already built and checked.
+///
+/// # Errors
+/// Redis unreachable at start; an unusable key file.
+pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<Built, ServerError> {
     let registry = Registry::new();
     let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
     #[cfg(target_os = "linux")]
@@ -182,17 +183,16 @@ pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
             Arc::new(MemoryStore::with_max_events(cfg.max_events))
         }
     };
-    let catalog = catalog(cfg.fixtures)?;
-    check_quotas(cfg, &*catalog)?;
-    for w in check_schemas(&*catalog)? {
+    let CheckedCatalog { catalog, tools, warnings } = checked;
+    for w in warnings {
         tracing::warn!(finding = %w, "tool schema lint");
     }
-    let validator = Arc::new(mcpfleet_tools::validate::Validator::new(&catalog.tools()).map_err(ServerError::Config)?);
+    let validator = Arc::new(mcpfleet_tools::validate::Validator::new(&tools).map_err(ServerError::Config)?);
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
         // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
-        for tool in catalog.tools() {
+        for tool in &tools {
             if let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) {
                 pr.scopes_supported.extend(catalog.tool_scopes(name));
             }
@@ -334,12 +334,13 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    let checked = catalog(cfg.fixtures)
-        .and_then(|tools| check_quotas(&cfg, &*tools).and_then(|()| check_schemas(&*tools).map(drop)));
-    if let Err(e) = checked {
-        eprintln!("mcpfleet: {e}");
-        return e.exit_code();
-    }
+    let checked = match CheckedCatalog::new(&cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mcpfleet: {e}");
+            return e.exit_code();
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -358,7 +359,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 return e.exit_code();
             }
         };
-        let Built { state, registry, dev } = match build_state(&cfg).await {
+        let Built { state, registry, dev } = match build_state_with(&cfg, checked).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
