@@ -22,6 +22,12 @@ impl RateLimit {
     pub fn window_secs(&self) -> u64 {
         whole_secs(f64::from(self.burst) / self.per_second)
     }
+
+    /// The bucket's state for the headers: `remaining` requests, `reset` seconds.
+    #[must_use]
+    pub fn status(&self, remaining: u64, reset: u64) -> crate::RateStatus {
+        crate::RateStatus { limit: self.burst, window: self.window_secs(), remaining, reset }
+    }
 }
 
 /// A fixed-window quota: at most `limit` calls per `window`.

@@ -185,7 +185,7 @@ pub struct Limiter {
     cfg: LimitsConfig,
     metrics: LimitMetrics,
     /// Principals (and peers) refused by their bucket, until when.
-    denied: Mutex<HashMap<(UserKey, String), Instant>>,
+    denied: Mutex<HashMap<UserKey, HashMap<String, Instant>>>,
     /// The fail-open buckets.
     local: Mutex<HashMap<(UserKey, String), TokenBucket>>,
     breaker: Breaker,
@@ -233,9 +233,7 @@ impl Limiter {
     /// The `RateLimit-Policy` header value, when a bucket is configured.
     #[must_use]
     pub fn policy_header(&self) -> Option<String> {
-        self.cfg
-            .rate
-            .map(|r| RateStatus { limit: r.burst, window: r.window_secs(), remaining: 0, reset: 0 }.policy_header())
+        self.cfg.rate.map(|r| r.status(0, 0).policy_header())
     }
 
     fn bucket(&self, req: &Request<'_>) -> Option<BucketSpec> {
@@ -267,7 +265,7 @@ impl Limiter {
         {
             self.metrics.decision(Kind::Rate, "denied_cached");
             let wait = until - now;
-            return Err(self.rate_refusal(wait, 0));
+            return Err(self.rate_refusal(wait));
         }
         if self.breaker.is_open(now) {
             self.metrics.store_failure("breaker_open");
@@ -322,18 +320,16 @@ impl Limiter {
         };
         #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "non-negative, at most the burst")]
         let remaining = remaining as u64;
-        Some(RateStatus { limit: rate.burst, window: rate.window_secs(), remaining, reset })
+        Some(rate.status(remaining, reset))
     }
 
-    fn rate_refusal(&self, wait: Duration, remaining: u64) -> Refused {
+    /// A refusal by the bucket: nothing left, and a token in `wait`.
+    fn rate_refusal(&self, wait: Duration) -> Refused {
         let retry_after = config::whole_secs(wait.as_secs_f64()).max(1);
-        let rate = self.cfg.rate.map(|r| RateStatus {
-            limit: r.burst,
-            window: r.window_secs(),
-            remaining,
-            reset: retry_after,
-        });
-        Refused { rate, error: LimitError::RateLimited { retry_after } }
+        Refused {
+            rate: self.cfg.rate.map(|r| r.status(0, retry_after)),
+            error: LimitError::RateLimited { retry_after },
+        }
     }
 
     fn decide(
@@ -349,7 +345,7 @@ impl Limiter {
             if !reading.allowed {
                 self.metrics.decision(Kind::Rate, "denied");
                 self.deny(req.user, &b.name, now + reading.wait);
-                return Err(self.rate_refusal(reading.wait, 0));
+                return Err(self.rate_refusal(reading.wait));
             }
             self.metrics.allowed(Kind::Rate, b.capacity - reading.tokens, b.capacity);
             rate = self.rate_status(reading);
@@ -428,7 +424,7 @@ impl Limiter {
         self.metrics.fail_open(reading.allowed);
         if !reading.allowed {
             self.deny(req.user, &b.name, now + reading.wait);
-            return Err(self.rate_refusal(reading.wait, 0));
+            return Err(self.rate_refusal(reading.wait));
         }
         let rate = self.rate_status(&reading);
         let needs_store = !matches!(req.session, SessionOp::None) || req.slot.is_some() || req.quota.is_some();
@@ -442,17 +438,21 @@ impl Limiter {
         let mut d = self.denied.lock().unwrap_or_else(PoisonError::into_inner);
         if d.len() >= CACHE_CAP {
             let now = Instant::now();
-            d.retain(|_, t| *t > now);
+            d.retain(|_, buckets| {
+                buckets.retain(|_, t| *t > now);
+                !buckets.is_empty()
+            });
             if d.len() >= CACHE_CAP {
                 d.clear();
             }
         }
-        d.insert((user.clone(), name.to_owned()), until);
+        d.entry(user.clone()).or_default().insert(name.to_owned(), until);
     }
 
+    /// Looked up on every request: no allocation.
     fn denied_until(&self, user: &UserKey, name: &str, now: Instant) -> Option<Instant> {
         let d = self.denied.lock().unwrap_or_else(PoisonError::into_inner);
-        d.get(&(user.clone(), name.to_owned())).copied().filter(|t| *t > now)
+        d.get(user).and_then(|b| b.get(name)).copied().filter(|t| *t > now)
     }
 
     /// Holds a leased slot: renewed while the guard lives, freed when it drops.

@@ -257,7 +257,7 @@ impl Exchange {
 
     /// Counts the call and writes its audit event (see [`record_call`]).
     fn record(&self, audit: &Audit, outcome: CallEnd) {
-        record_call(&self.app, &self.principal, &self.span, &self.trace_id, audit, outcome);
+        record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, audit, outcome);
     }
 
     /// The stream this call writes to, once it streams.
@@ -610,13 +610,14 @@ fn parse_answer(answer: &str) -> Result<Value, ToolError> {
     })
 }
 
-/// Counts a call in `mcp_tool_calls_total` and (if it ran) `mcp_tool_call_duration_seconds`, ends its span, and
+/// Counts a call in `mcp_tool_calls_total` and (if it ran) `mcp_tool_call_duration_seconds`, ends its span (when the
+/// call owns it), and
 /// writes its audit event: tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never
 /// the arguments).
 fn record_call(
     app: &AppState,
     principal: &Principal,
-    span: &opentelemetry::Context,
+    span: Option<&opentelemetry::Context>,
     trace_id: &str,
     audit: &Audit,
     outcome: CallEnd,
@@ -628,7 +629,9 @@ fn record_call(
         CallEnd::IsError => Some("tool_error"),
         other => Some(other.label()),
     };
-    crate::trace::end(span, error_type, &[]);
+    if let Some(span) = span {
+        crate::trace::end(span, error_type, &[]);
+    }
     let m = &app.metrics;
     m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
     if outcome.ran() {
@@ -664,7 +667,7 @@ impl RefusedCall<'_> {
             started: std::time::Instant::now(),
         };
         // The request's span guard ends the span, with the refusal's status.
-        record_call(self.app, self.principal, &opentelemetry::Context::new(), self.trace_id, &audit, self.end);
+        record_call(self.app, self.principal, None, self.trace_id, &audit, self.end);
     }
 }
 

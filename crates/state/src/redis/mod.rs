@@ -296,14 +296,8 @@ fn event_id(stream: u64, v: &Value) -> Result<EventId> {
 #[async_trait]
 impl SessionStore for RedisStore {
     async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
-        let a = Admission {
-            user: &key.user,
-            session: SessionOp::Create { id: &key.id, session: s, max_sessions: 0 },
-            bucket: None,
-            slot: None,
-            window: None,
-            release: None,
-        };
+        let create = SessionOp::Create { id: &key.id, session: s, max_sessions: 0 };
+        let a = Admission { session: create, ..Admission::new(&key.user) };
         match self.admit(&a).await?.refused {
             None => Ok(()),
             Some(_) => Err(StateError::Conflict),
