@@ -454,3 +454,131 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
     assert_eq!(code, Some(69), "{out}");
     assert!(out.starts_with("mcpfleet: lint: cannot reach"), "{out}");
 }
+
+mod custom {
+    //! Tools written for the tests below, with the public `Tool` trait.
+    use async_trait::async_trait;
+    use mcpfleet_tools::{Annotations, Quota, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
+    use serde::Deserialize;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn info(
+        name: &'static str,
+        quota: Option<Quota>,
+        timeout: Option<Duration>,
+        output: Option<serde_json::Value>,
+    ) -> ToolInfo {
+        ToolInfo {
+            name,
+            title: name,
+            description: "a test tool",
+            input_schema: json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": 0, "maximum": 9 } },
+                                  "required": ["n"], "additionalProperties": false }),
+            output_schema: output,
+            annotations: Annotations::default(),
+            scopes: &[],
+            quota,
+            timeout,
+        }
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct N {
+        n: i64,
+    }
+
+    /// Declares `{count >= 0}` as its output, and sends `count = -n`.
+    #[derive(Debug)]
+    pub struct BadOutput;
+
+    #[async_trait]
+    impl Tool for BadOutput {
+        type Args = N;
+        fn info(&self) -> ToolInfo {
+            let out = json!({ "type": "object", "properties": { "count": { "type": "integer", "minimum": 0 } },
+                              "required": ["count"], "additionalProperties": false });
+            info("bad_output", None, None, Some(out))
+        }
+        async fn call(&self, a: N, _: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("counted").with_structured(json!({ "count": -a.n })))
+        }
+    }
+
+    /// Declares a 300 ms timeout and sleeps n seconds.
+    #[derive(Debug)]
+    pub struct Sleepy;
+
+    #[async_trait]
+    impl Tool for Sleepy {
+        type Args = N;
+        fn info(&self) -> ToolInfo {
+            info("sleepy", None, Some(Duration::from_millis(300)), None)
+        }
+        async fn call(&self, a: N, _: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            tokio::time::sleep(Duration::from_secs(a.n.unsigned_abs())).await;
+            Ok(ToolOutput::text("woke up"))
+        }
+    }
+
+    /// One call an hour, and stricter than its schema: an odd n is refused by the tool itself.
+    #[derive(Debug)]
+    pub struct Picky;
+
+    #[async_trait]
+    impl Tool for Picky {
+        type Args = N;
+        fn info(&self) -> ToolInfo {
+            info("picky", Some(Quota::new(1, Duration::from_secs(3600))), None, None)
+        }
+        async fn call(&self, a: N, _: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            if a.n % 2 == 1 {
+                return Err(ToolError::InvalidParams("arguments.n must be even".into()));
+            }
+            Ok(ToolOutput::text("even"))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_schemas_own_timeouts_and_refunds_hold_on_a_live_fleet() {
+    let redis = RedisServer::start();
+    let mut registry = mcpfleet_tools::Registry::new();
+    registry.register(custom::BadOutput).unwrap().register(custom::Sleepy).unwrap().register(custom::Picky).unwrap();
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .header_auth()
+        .catalog(std::sync::Arc::new(registry))
+        .start()
+        .await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut c = McpClient::new().as_user("alice");
+    c.initialize(&a).await;
+    let post = |url: &str, id: u64, tool: &str, n: i64| {
+        let (c, url, body) = (c.clone(), url.to_owned(), call(id, tool, json!({ "n": n })));
+        async move { c.post(&url, &body).await.json::<Value>().await.unwrap() }
+    };
+
+    // structuredContent that breaks the declared output schema is never sent: the generic failure is.
+    let fine = post(&a, 1, "bad_output", 0).await;
+    assert_eq!(fine["result"]["structuredContent"], json!({ "count": 0 }), "{fine}");
+    let broken = post(&b, 2, "bad_output", 3).await;
+    assert!(refusal_text(&broken).starts_with("The tool failed."), "{broken}");
+    assert!(broken["result"].get("structuredContent").is_none(), "{broken}");
+
+    // The tool's own timeout (300 ms) applies, not the operator's default (120 s).
+    let started = std::time::Instant::now();
+    let slept = post(&a, 3, "sleepy", 5).await;
+    assert!(refusal_text(&slept).contains("did not finish within 0.3 s"), "{slept}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
+
+    // A call the tool itself refuses (-32602) gives its quota unit back: the one call an hour still runs.
+    let odd = post(&b, 4, "picky", 1).await;
+    assert_eq!(odd["error"]["code"], -32602, "{odd}");
+    let even = post(&a, 5, "picky", 2).await;
+    assert_eq!(even["result"]["content"][0]["text"], "even", "{even}");
+    let again = post(&b, 6, "picky", 4).await;
+    assert!(refusal_text(&again).contains("Quota exhausted"), "{again}");
+}

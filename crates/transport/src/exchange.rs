@@ -173,13 +173,13 @@ impl Exchange {
                         }
                     };
                     self.record(&audit, end);
-                    let refused_args = matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS);
-                    let msg = self.response(result);
-                    self.finish(msg).await;
-                    if quota_charged && refused_args {
-                        // Refused before it ran: the quota unit goes back.
+                    if quota_charged && matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS) {
+                        // The tool refused its arguments: the quota unit goes back, before the client hears of it
+                        // (and can call again).
                         self.app.limits.refund(&self.principal.user, &audit.tool).await;
                     }
+                    let msg = self.response(result);
+                    self.finish(msg).await;
                     return;
                 }
                 () = &mut deadline => {
