@@ -449,6 +449,20 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
     assert_eq!((report["errors"].as_u64(), report["warnings"].as_u64()), (Some(10), Some(1)), "{report}");
     assert_eq!(report["tools"].as_array().unwrap().len(), 5);
 
+    // A server that needs a token: refused without one (69), linted with one.
+    let key = mcpfleet_testkit::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+    let issuer = mcpfleet_testkit::Issuer::start(&[&key]).await;
+    let guarded =
+        Fleet::builder().replicas(1).redis(redis.url()).jwt(&issuer).arg("--fixtures").arg("reference").start().await;
+    let (code, out) = lint(vec![guarded.urls()[0].clone()]).await;
+    assert_eq!(code, Some(69), "{out}");
+    assert!(out.contains("401"), "{out}");
+    // (tools/list shows a caller only the tools its scopes allow.)
+    let token = key.token(&issuer.id(), "linter").claim("scope", json!("mcp:access tools:read tools:write")).sign();
+    let (code, out) = lint(vec![guarded.urls()[0].clone(), "--token".into(), token]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("6 tool(s), 0 error(s)"), "{out}");
+
     // Nothing listening: exit 69, one line.
     let (code, out) = lint(vec!["http://127.0.0.1:9/mcp".into()]).await;
     assert_eq!(code, Some(69), "{out}");
