@@ -16,6 +16,7 @@ mod limits;
 mod memory;
 mod metrics;
 mod redis;
+mod stateless;
 mod types;
 
 pub use error::StateError;
@@ -26,6 +27,7 @@ pub use limits::{
 pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
+pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
 pub use types::{
     AppendOptions, Delivery, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo,
     SessionKey, StreamState, UserKey,
@@ -173,6 +175,19 @@ pub trait Router: Send + Sync + std::fmt::Debug {
     /// A store failure or timeout.
     async fn is_cancelled(&self, key: &SessionKey, request_id: &str) -> Result<bool>;
 
+    /// Subscribes to the principal's notice channel: every [`Router::publish_user`] for `user`, from any replica,
+    /// arrives as [`Ring::Notice`]. Delivery is at most once (a reconnect yields [`Ring::Lagged`]).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn subscribe_user(&self, user: &UserKey) -> Result<Box<dyn Subscription>>;
+
+    /// Publishes `message` (a JSON-RPC notification) to every subscriber of the principal's notice channel.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn publish_user(&self, user: &UserKey, message: &str) -> Result<()>;
+
     /// Answers whether the store is reachable within its deadline.
     ///
     /// # Errors
@@ -208,6 +223,37 @@ pub trait LimitStore: Send + Sync + std::fmt::Debug {
     async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()>;
 }
 
+/// Idempotency records: a call re-issued with the same key runs once, and every repeat gets the first result.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
+    /// Claims the record for a call, atomically: [`Claim::Run`] makes the caller its runner (with a lease),
+    /// [`Claim::Done`] returns the stored result, [`Claim::Running`] says another call holds it, and
+    /// [`Claim::Mismatch`] says the key was used with other arguments.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn claim(&self, key: &IdempotencyKey, spec: &ClaimSpec<'_>) -> Result<Claim>;
+
+    /// Extends a running claim. Returns false if the claim is no longer the caller's.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn renew_claim(&self, key: &IdempotencyKey, token: &str, lease: Duration) -> Result<bool>;
+
+    /// Stores the result of the call for `ttl`. Returns false (and stores nothing) if the claim is no longer the
+    /// caller's.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn complete_claim(&self, key: &IdempotencyKey, token: &str, result: &str, ttl: Duration) -> Result<bool>;
+
+    /// Drops a running claim (the call was cancelled or refused), so that a repeat runs.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<()>;
+}
+
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router + LimitStore {}
-impl<T: SessionStore + EventStore + Router + LimitStore> Store for T {}
+pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore {}
+impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore> Store for T {}

@@ -2,11 +2,14 @@
 //! It is single-replica only: two processes never see each other's sessions.
 
 use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
+use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};
 use crate::types::UserKey;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
 };
-use crate::{Delivery, EventStore, LimitStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{
+    Delivery, EventStore, IdempotencyStore, LimitStore, Result, Router, SessionStore, StateError, Subscription,
+};
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,6 +36,18 @@ struct Inner {
     windows: HashMap<(UserKey, String), (u64, Instant)>,
     /// Leased slots by (user, set): token → lease expiry.
     slots: HashMap<(UserKey, SlotSet), HashMap<String, Instant>>,
+    /// Principals' notice channels.
+    notices: HashMap<UserKey, broadcast::Sender<Ring>>,
+    /// Idempotency records and their expiry.
+    idempotency: HashMap<IdempotencyKey, (Record, Instant)>,
+}
+
+#[derive(Debug)]
+struct Record {
+    digest: String,
+    /// The runner's token while it runs; `None` once done.
+    runner: Option<String>,
+    result: String,
 }
 
 /// Seconds on the monotonic clock, for the bucket maths.
@@ -128,6 +143,23 @@ impl Inner {
             set.retain(|_, exp| *exp > now);
         }
         self.slots.retain(|_, set| !set.is_empty());
+        self.notices.retain(|_, tx| tx.receiver_count() > 0);
+        self.idempotency.retain(|_, (_, exp)| *exp > now);
+    }
+
+    /// The live record of `key`, if any (an expired one is dropped).
+    fn record(&mut self, key: &IdempotencyKey) -> Option<&mut Record> {
+        let now = Instant::now();
+        if self.idempotency.get(key).is_some_and(|(_, exp)| *exp <= now) {
+            self.idempotency.remove(key);
+        }
+        self.idempotency.get_mut(key).map(|(r, _)| r)
+    }
+
+    /// The record of `key` while `token` runs it.
+    fn running(&mut self, key: &IdempotencyKey, token: &str) -> Option<&mut (Record, Instant)> {
+        let now = Instant::now();
+        self.idempotency.get_mut(key).filter(|(r, exp)| *exp > now && r.runner.as_deref() == Some(token))
     }
 
     fn live_slots(&mut self, user: &UserKey, set: SlotSet, now: Instant) -> &mut HashMap<String, Instant> {
@@ -490,7 +522,64 @@ impl Router for MemoryStore {
         Ok(g.live(key).and_then(|s| s.cancellations.get(request_id)).is_some_and(|exp| *exp > now))
     }
 
+    async fn subscribe_user(&self, user: &UserKey) -> Result<Box<dyn Subscription>> {
+        let mut g = self.lock();
+        let tx = g.notices.entry(user.clone()).or_insert_with(|| broadcast::channel(256).0);
+        Ok(Box::new(MemorySubscription(tx.subscribe())))
+    }
+
+    async fn publish_user(&self, user: &UserKey, message: &str) -> Result<()> {
+        let g = self.lock();
+        if let Some(tx) = g.notices.get(user) {
+            let _ = tx.send(Ring::Notice(message.to_owned()));
+        }
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for MemoryStore {
+    async fn claim(&self, key: &IdempotencyKey, spec: &ClaimSpec<'_>) -> Result<Claim> {
+        let mut g = self.lock();
+        if let Some(r) = g.record(key) {
+            return Ok(if r.digest != spec.digest {
+                Claim::Mismatch
+            } else if r.runner.is_none() {
+                Claim::Done(r.result.clone())
+            } else {
+                Claim::Running
+            });
+        }
+        let r = Record { digest: spec.digest.to_owned(), runner: Some(spec.token.to_owned()), result: String::new() };
+        g.idempotency.insert(key.clone(), (r, Instant::now() + spec.lease));
+        Ok(Claim::Run)
+    }
+
+    async fn renew_claim(&self, key: &IdempotencyKey, token: &str, lease: Duration) -> Result<bool> {
+        let mut g = self.lock();
+        Ok(g.running(key, token).map(|(_, exp)| *exp = Instant::now() + lease).is_some())
+    }
+
+    async fn complete_claim(&self, key: &IdempotencyKey, token: &str, result: &str, ttl: Duration) -> Result<bool> {
+        let mut g = self.lock();
+        Ok(g.running(key, token)
+            .map(|(r, exp)| {
+                r.runner = None;
+                r.result = result.to_owned();
+                *exp = Instant::now() + ttl;
+            })
+            .is_some())
+    }
+
+    async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<()> {
+        let mut g = self.lock();
+        if g.running(key, token).is_some() {
+            g.idempotency.remove(key);
+        }
         Ok(())
     }
 }

@@ -190,6 +190,8 @@ pub enum Ring {
     Takeover(String),
     /// The session ended.
     Closed,
+    /// A notification published to a principal's notice channel (JSON).
+    Notice(String),
     /// Rings may have been lost (the subscriber reconnected or fell behind): re-check everything.
     Lagged,
 }
@@ -203,6 +205,7 @@ impl Ring {
             Self::Cancel(id) => format!("c:{id}"),
             Self::Takeover(t) => format!("g:{t}"),
             Self::Closed => "x".to_owned(),
+            Self::Notice(m) => format!("n:{m}"),
             Self::Lagged => "l".to_owned(),
         }
     }
@@ -217,6 +220,7 @@ impl Ring {
             "r" => Self::Response(rest.to_owned()),
             "c" => Self::Cancel(rest.to_owned()),
             "g" => Self::Takeover(rest.to_owned()),
+            "n" => Self::Notice(rest.to_owned()),
             _ => return None,
         })
     }
@@ -237,7 +241,13 @@ mod tests {
 
     #[test]
     fn rings_round_trip() {
-        for r in [Ring::Event(4), Ring::Response("s-1".into()), Ring::Cancel("\"a:b\"".into()), Ring::Closed] {
+        for r in [
+            Ring::Event(4),
+            Ring::Response("s-1".into()),
+            Ring::Cancel("\"a:b\"".into()),
+            Ring::Closed,
+            Ring::Notice("{\"a\":1}".into()),
+        ] {
             assert_eq!(Ring::decode(&r.encode()), Some(r));
         }
     }

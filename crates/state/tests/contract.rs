@@ -10,9 +10,10 @@
 #![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
 
 use mcpfleet_state::{
-    Admission, Admitted, AppendOptions, BucketSpec, Event, EventId, LeaseToken, MemoryStore, NewSession, OpenStream,
-    RedisConfig, RedisStore, Refusal, Ring, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet,
-    SlotSpec, StateError, Store, StreamState, Subscription, UserKey, WindowSpec,
+    Admission, Admitted, AppendOptions, BucketSpec, Claim, ClaimSpec, Event, EventId, IdempotencyKey, LeaseToken,
+    MemoryStore, NewSession, OpenStream, RedisConfig, RedisStore, Refusal, Ring, STANDALONE_STREAM, SessionId,
+    SessionInfo, SessionKey, SessionOp, SlotSet, SlotSpec, StateError, Store, StreamState, Subscription, UserKey,
+    WindowSpec,
 };
 use mcpfleet_testkit::RedisServer;
 use std::sync::Arc;
@@ -151,6 +152,8 @@ contract!(
     limits_bucket,
     limits_session_cap,
     limits_slots_and_windows,
+    notices_reach_the_principal_on_every_replica,
+    idempotency_runs_once_and_keeps_the_result,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -981,5 +984,61 @@ async fn limits_slots_and_windows(kind: Kind) {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
     assert_eq!((r.refused, r.window.map(|w| w.used)), (None, Some(1)));
+    assert_all_keys_expire(&h);
+}
+
+async fn notices_reach_the_principal_on_every_replica(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let a = h.store();
+    let b = h.replica().await;
+    let (alice, bob) = (user("alice"), user("bob"));
+    let mut on_a = a.subscribe_user(&alice).await.expect("subscribe on a");
+    let mut on_b = b.subscribe_user(&alice).await.expect("subscribe on b");
+    let mut bobs = b.subscribe_user(&bob).await.expect("subscribe bob");
+    let msg = r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"test://x"}}"#;
+    b.publish_user(&alice, msg).await.expect("publish on b");
+    wait_for(&mut on_a, &Ring::Notice(msg.to_owned())).await;
+    wait_for(&mut on_b, &Ring::Notice(msg.to_owned())).await;
+    assert_quiet(&mut bobs, "another principal's notices").await;
+    // Publishing with no subscriber is not an error, and leaves nothing behind.
+    a.publish_user(&user("carol"), msg).await.expect("publish to nobody");
+    if let Some(keys) = h.redis_keys() {
+        assert!(keys.is_empty(), "notices store nothing: {keys:?}");
+    }
+}
+
+async fn idempotency_runs_once_and_keeps_the_result(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let a = h.store();
+    let b = h.replica().await;
+    let alice = user("alice");
+    let key = IdempotencyKey::new(&alice, "tool.x", "client-key-1");
+    let spec = |token| ClaimSpec { digest: "d1", token, lease: Duration::from_millis(400) };
+    // The first claim runs; a concurrent one on another replica sees it running.
+    assert_eq!(a.claim(&key, &spec("t1")).await.expect("claim"), Claim::Run);
+    assert_eq!(b.claim(&key, &spec("t2")).await.expect("claim on b"), Claim::Running);
+    // Other arguments under the same key are a mismatch; the same key of another user or tool is free.
+    let other = ClaimSpec { digest: "d2", ..spec("t3") };
+    assert_eq!(b.claim(&key, &other).await.expect("claim"), Claim::Mismatch);
+    let bobs = IdempotencyKey::new(&user("bob"), "tool.x", "client-key-1");
+    assert_eq!(b.claim(&bobs, &spec("t4")).await.expect("claim bob"), Claim::Run);
+    // Only the runner renews or completes.
+    assert!(!b.renew_claim(&key, "t2", LONG).await.expect("renew by another"));
+    assert!(a.renew_claim(&key, "t1", Duration::from_millis(400)).await.expect("renew"));
+    assert!(!b.complete_claim(&key, "t2", "forged", LONG).await.expect("complete by another"));
+    assert!(a.complete_claim(&key, "t1", r#"{"content":[]}"#, LONG).await.expect("complete"));
+    assert_eq!(b.claim(&key, &spec("t5")).await.expect("claim"), Claim::Done(r#"{"content":[]}"#.to_owned()));
+    assert!(!a.renew_claim(&key, "t1", LONG).await.expect("renew a done record"));
+    // A runner that dies lets its claim lapse after the lease; a released claim is free at once.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(a.claim(&bobs, &spec("t6")).await.expect("claim lapsed"), Claim::Run);
+    a.release_claim(&bobs, "t6").await.expect("release");
+    assert_eq!(b.claim(&bobs, &spec("t7")).await.expect("claim released"), Claim::Run);
+    // A done record expires after its retention time.
+    let short = IdempotencyKey::new(&alice, "tool.x", "client-key-2");
+    assert_eq!(a.claim(&short, &spec("t8")).await.expect("claim"), Claim::Run);
+    assert!(a.complete_claim(&short, "t8", "r", Duration::from_millis(200)).await.expect("complete"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(a.claim(&short, &spec("t9")).await.expect("claim expired"), Claim::Run);
     assert_all_keys_expire(&h);
 }

@@ -14,6 +14,8 @@
 //! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `t` (tokens), `ts` (last update, ms); expires when full |
 //! | `<p>{u:<user>}:cs` / `:cc` | zset | leased slots (open SSE streams / calls in flight), scored by lease expiry |
 //! | `<p>{u:<user>}:q:<tool>` | string | a fixed-window counter; expires when its window ends |
+//! | `<p>{u:<user>}:idem:<tool>:<sha256(key)>` | hash | an idempotency record: `d` (argument digest), `s` (`run`/`done`), `t` (runner token), `r` (result); expires with the runner's lease, then after the retention time |
+//! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection ([`redis::aio::ConnectionManager`]); replays and admin calls use the deadpool pool; doorbell
@@ -22,11 +24,14 @@
 mod subscriber;
 
 use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
+use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};
 use crate::types::UserKey;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState,
 };
-use crate::{Delivery, EventStore, LimitStore, Result, Router, SessionStore, StateError, Subscription};
+use crate::{
+    Delivery, EventStore, IdempotencyStore, LimitStore, Result, Router, SessionStore, StateError, Subscription,
+};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -84,6 +89,7 @@ struct Scripts {
     cancel: Script,
     cancelled: Script,
     set_level: Script,
+    idem: Script,
 }
 
 impl Scripts {
@@ -105,6 +111,7 @@ impl Scripts {
             cancel: Script::new(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),
+            idem: Script::new(include_str!("idem.lua")),
         }
     }
 }
@@ -490,8 +497,64 @@ impl Router for RedisStore {
         Ok(int(&self.run("cancelled", inv).await?)? == 1)
     }
 
+    async fn subscribe_user(&self, user: &UserKey) -> Result<Box<dyn Subscription>> {
+        let channel = format!("{}:nb", self.user_base(user));
+        Ok(Box::new(self.inner.subscriber.subscribe(channel).await?))
+    }
+
+    async fn publish_user(&self, user: &UserKey, message: &str) -> Result<()> {
+        let channel = format!("{}:nb", self.user_base(user));
+        let _: i64 = self.query("publish", redis::cmd("PUBLISH").arg(channel).arg(format!("n:{message}"))).await?;
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<()> {
         let _: String = self.query("ping", &redis::cmd("PING")).await?;
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    fn idem_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:idem:{}:{}", self.user_base(&key.user), key.tool, key.key_hash)
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for RedisStore {
+    async fn claim(&self, key: &IdempotencyKey, spec: &ClaimSpec<'_>) -> Result<Claim> {
+        let k = self.idem_key(key);
+        let mut inv = self.inner.scripts.idem.key(&k);
+        inv.arg("claim").arg(spec.digest).arg(spec.token).arg(ms(spec.lease));
+        let reply = array(self.run("idem", inv).await?)?;
+        match reply.as_slice() {
+            [s] if string(s)? == "run" => Ok(Claim::Run),
+            [s] if string(s)? == "running" => Ok(Claim::Running),
+            [s] if string(s)? == "mismatch" => Ok(Claim::Mismatch),
+            [s, r] if string(s)? == "done" => Ok(Claim::Done(string(r)?)),
+            _ => Err(StateError::Protocol("bad idempotency reply")),
+        }
+    }
+
+    async fn renew_claim(&self, key: &IdempotencyKey, token: &str, lease: Duration) -> Result<bool> {
+        let k = self.idem_key(key);
+        let mut inv = self.inner.scripts.idem.key(&k);
+        inv.arg("renew").arg(token).arg(ms(lease));
+        Ok(int(&self.run("idem", inv).await?)? == 1)
+    }
+
+    async fn complete_claim(&self, key: &IdempotencyKey, token: &str, result: &str, ttl: Duration) -> Result<bool> {
+        let k = self.idem_key(key);
+        let mut inv = self.inner.scripts.idem.key(&k);
+        inv.arg("complete").arg(token).arg(result).arg(ms(ttl));
+        Ok(int(&self.run("idem", inv).await?)? == 1)
+    }
+
+    async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<()> {
+        let k = self.idem_key(key);
+        let mut inv = self.inner.scripts.idem.key(&k);
+        inv.arg("release").arg(token);
+        self.run("idem", inv).await?;
         Ok(())
     }
 }
