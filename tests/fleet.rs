@@ -522,6 +522,10 @@ fn bad_config_exits_64_with_one_line() {
         vec!["serve", "--redis-timeout", "2m"],
         vec!["serve", "--rate-per-second", "0"],
         vec!["serve", "--rate-fail-mode", "sometimes"],
+        vec!["serve", "--redis-url", "redis://127.0.0.1:1/"],
+        vec!["serve", "--request-state-key", "k:c2hvcnQ="],
+        vec!["serve", "--request-state-key", "nocolon"],
+        vec!["serve", "--cache-ttl", "-1s"],
     ] {
         let out = std::process::Command::new(&bin).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -531,6 +535,7 @@ fn bad_config_exits_64_with_one_line() {
     }
     let unreachable = std::process::Command::new(&bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout", "300ms"])
+        .env("MCPFLEET_REQUEST_STATE_KEYS", mcpfleet_testkit::TEST_STATE_KEY)
         .output()
         .unwrap();
     assert_eq!(unreachable.status.code(), Some(69), "Redis unreachable at start");
@@ -555,6 +560,11 @@ fn bad_config_exits_64_with_one_line() {
         "--rate-fail-mode",
         "--redis-timeout",
         "MCPFLEET_REDIS_TIMEOUT",
+        "--request-state-key",
+        "MCPFLEET_REQUEST_STATE_KEYS",
+        "--request-state-ttl",
+        "--cache-ttl",
+        "--idempotency-ttl",
     ] {
         assert!(help.contains(flag), "--help documents {flag}");
     }

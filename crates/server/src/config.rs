@@ -133,6 +133,48 @@ fn redis_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A duration between 1 s and 30 days.
+fn bounded_duration(s: &str) -> Result<Duration, String> {
+    let d = mcpfleet_limits::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(30 * 24 * 3600) {
+        return Err("must be between 1s and 30d".to_owned());
+    }
+    Ok(d)
+}
+
+/// A duration of at most 30 days, or 0s.
+fn duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s == "0" || s == "0s" {
+        return Ok(Duration::ZERO);
+    }
+    bounded_duration(s)
+}
+
+/// The `requestState` key ring from `KID:BASE64SECRET` values; a random key for a single process without Redis.
+fn request_state_keys(raw: &[String], ttl: Duration, redis: bool) -> Result<mcpfleet_transport::RequestStateKeys, ServerError> {
+    use base64::Engine as _;
+    if raw.is_empty() {
+        if redis {
+            return Err(config_error(
+                "--request-state-key is required with --redis-url: every replica must verify the requestState the others sign",
+            ));
+        }
+        return Ok(mcpfleet_transport::RequestStateKeys::random(ttl));
+    }
+    let mut keys = Vec::new();
+    for r in raw {
+        let Some((kid, secret)) = r.split_once(':') else {
+            return Err(config_error("--request-state-key must be KID:BASE64SECRET"));
+        };
+        let secret = base64::engine::general_purpose::STANDARD
+            .decode(secret)
+            .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(secret))
+            .map_err(|_| config_error(format!("--request-state-key {kid:?}: the secret is not base64")))?;
+        keys.push((kid.to_owned(), secret));
+    }
+    mcpfleet_transport::RequestStateKeys::new(keys, ttl).map_err(|e| config_error(format!("--request-state-key: {e}")))
+}
+
 fn rate_per_second(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && (0.001..=1_000_000.0).contains(&r) => Ok(r),
@@ -295,6 +337,23 @@ struct ServeArgs {
     /// tool declares its own timeout.
     #[arg(long, env = "MCPFLEET_TOOL_TIMEOUT_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     tool_timeout_secs: u64,
+    /// A key that signs and verifies the requestState of 2026-07-28 multi round-trip requests, as
+    /// `KID:BASE64SECRET` (the secret at least 32 bytes). Repeat it to rotate: the first signs, every one listed
+    /// verifies. Every replica of a fleet needs the same keys; required with --redis-url. Without Redis, a random
+    /// key is made at start.
+    #[arg(long = "request-state-key", env = "MCPFLEET_REQUEST_STATE_KEYS", value_delimiter = ',', hide_env_values = true)]
+    request_state_keys: Vec<String>,
+    /// How long a requestState stays valid (e.g. 10m).
+    #[arg(long, env = "MCPFLEET_REQUEST_STATE_TTL", default_value = "10m", value_parser = bounded_duration)]
+    request_state_ttl: Duration,
+    /// The ttlMs of cacheable 2026-07-28 results: server/discover, the lists and resources/read (e.g. 5m; 0s: always
+    /// stale).
+    #[arg(long, env = "MCPFLEET_CACHE_TTL", default_value = "5m", value_parser = duration_or_zero)]
+    cache_ttl: Duration,
+    /// How long the result of a tools/call with an idempotency key (io.mcpfleet/idempotencyKey in _meta) is kept for
+    /// repeats (e.g. 24h).
+    #[arg(long, env = "MCPFLEET_IDEMPOTENCY_TTL", default_value = "24h", value_parser = bounded_duration)]
+    idempotency_ttl: Duration,
     /// A call running longer than this subscribes to its session's doorbell to hear cancellations, in
     /// milliseconds. Shorter calls cost one Redis round trip and cannot be cancelled (they are already done).
     #[arg(long, env = "MCPFLEET_CANCEL_WATCH_AFTER_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=60_000))]
@@ -619,6 +678,9 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         header_read_timeout: Duration::from_secs(a.header_read_timeout_secs),
         body_timeout: Duration::from_secs(a.body_timeout_secs),
         rate_key_by_peer: mode == AuthMode::None,
+        request_state: request_state_keys(&a.request_state_keys, a.request_state_ttl, redis.is_some())?,
+        cache_ttl: a.cache_ttl,
+        idempotency_ttl: a.idempotency_ttl,
         ..mcpfleet_transport::TransportConfig::default()
     };
     if transport.allowed_hosts.is_empty() {

@@ -9,6 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The header through which in-process tests name their principal (tests of real tokens use [`crate::Issuer`]).
 pub const TEST_USER_HEADER: &str = "x-test-user";
+/// The `requestState` key every replica of a Redis fleet gets (`KID:BASE64SECRET`, 32 bytes).
+pub const TEST_STATE_KEY: &str = "fleet:dGVzdC1mbGVldC1yZXF1ZXN0LXN0YXRlLWtleS0wMTIzNDU2Nzg5YWI=";
 
 /// Test-only authenticator: the principal is whatever `x-test-user` says. Never linked into the server.
 #[derive(Debug, Default)]
@@ -275,6 +277,10 @@ impl FleetBuilder {
         }
         if let Some(u) = &self.redis_url {
             a.extend(["--redis-url".to_owned(), u.clone()]);
+            // One requestState key for the whole fleet, as an operator would configure it.
+            if !self.args.iter().any(|x| x == "--request-state-key") {
+                a.extend(["--request-state-key".to_owned(), TEST_STATE_KEY.to_owned()]);
+            }
         }
         // Every replica gets its own admin port, a SIGTERM that stops accepting at once, and limits no ordinary
         // test reaches (the suites run many requests as one anonymous principal), unless the test says otherwise.

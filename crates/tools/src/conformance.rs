@@ -66,6 +66,42 @@ fn elicitation_summary(prefix: &str, r: &Value) -> String {
     format!("{prefix}: action={}, content={}", field("action"), field("content"))
 }
 
+/// A one-field form elicitation.
+fn form(message: &str, field: &str, ty: &str) -> Value {
+    json!({ "mode": "form", "message": message, "requestedSchema": {
+        "type": "object", "properties": { field: { "type": ty } }, "required": [field] } })
+}
+
+/// A one-message sampling request.
+fn sampling(prompt: &str) -> Value {
+    json!({ "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }], "maxTokens": 50 })
+}
+
+fn sampled_text(r: &Value) -> String {
+    r.get("content").and_then(|c| c.get("text")).and_then(Value::as_str).unwrap_or("").chars().take(200).collect()
+}
+
+fn roots_count(r: &Value) -> Result<usize, ToolError> {
+    r.get("roots")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .ok_or_else(|| ToolError::InvalidParams("the roots/list answer must have a roots array".into()))
+}
+
+/// The value of `field` in an accepted elicitation; a declined one is a tool failure the model can read.
+fn accepted_field(r: &Value, field: &str) -> Result<String, ToolError> {
+    match r.get("action").and_then(Value::as_str) {
+        Some("accept") => r
+            .get("content")
+            .and_then(|c| c.get(field))
+            .filter(|v| !v.is_null())
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+            .ok_or_else(|| ToolError::InvalidParams(format!("the elicitation answer must carry content.{field}"))),
+        Some(a @ ("decline" | "cancel")) => Err(ToolError::Failed(format!("the user chose {a}"))),
+        _ => Err(ToolError::InvalidParams("the elicitation answer must have an action".into())),
+    }
+}
+
 fn bounded_string(max: u64) -> Value {
     json!({ "type": "string", "maxLength": max })
 }
@@ -74,9 +110,9 @@ fn bounded_string(max: u64) -> Value {
 impl Catalog for ConformanceCatalog {
     fn capabilities(&self) -> Value {
         json!({
-            "tools": { "listChanged": false },
+            "tools": { "listChanged": true },
             "resources": { "subscribe": true, "listChanged": false },
-            "prompts": { "listChanged": false },
+            "prompts": { "listChanged": true },
             "logging": {},
             "completions": {},
         })
@@ -135,6 +171,24 @@ impl Catalog for ConformanceCatalog {
                 "Changes test://watched-resource and notifies the session's stream",
             ),
             no_args("test_whoami", "Says who called, from the verified token (auth tests; needs fixtures:whoami)"),
+            no_args("test_missing_capability", "Asks the client for a sampling completion (needs the sampling capability)"),
+            no_args("test_streaming_elicitation", "Asks the user for their name (an input request, never a stream request)"),
+            no_args("test_logging_tool", "Logs one message (sent only when the request asks for a log level)"),
+            no_args("test_trigger_tool_change", "Announces that the tool list changed (notifications/tools/list_changed)"),
+            no_args("test_trigger_prompt_change", "Announces that the prompt list changed (notifications/prompts/list_changed)"),
+            no_args("test_input_required_result_elicitation", "Asks the user for their name (user_name), then greets them"),
+            no_args("test_input_required_result_sampling", "Asks the client's model a question (capital_question)"),
+            no_args("test_input_required_result_list_roots", "Asks the client for its roots (client_roots)"),
+            no_args("test_input_required_result_request_state", "Asks for a confirmation (confirm) and keeps state across the retry"),
+            no_args("test_input_required_result_multiple_inputs", "Asks for a name, a completion and the roots in one round"),
+            no_args("test_input_required_result_multi_round", "Asks for a name (step1), then a colour (step2)"),
+            no_args("test_input_required_result_tampered_state", "Asks for a confirmation under a signed request state"),
+            no_args("test_input_required_result_capabilities", "Asks only for the inputs the client declared it can give"),
+            tool(
+                "test_mint",
+                "Mints a fresh random token after a delay (not idempotent: every run mints another; idempotency tests)",
+                closed(json!({ "delay_ms": { "type": "integer", "minimum": 0, "maximum": 10000 } }), &["delay_ms"]),
+            ),
             no_args("test_internal_error", "Fails inside, with an error full of internals (leak tests)"),
             no_args("test_panic", "Panics, with a message full of internals (leak tests)"),
             tool(
@@ -255,6 +309,97 @@ impl Catalog for ConformanceCatalog {
                 )])
             }
             "test_costly" => ok(vec![text(format!("report on {}", string_arg(&args, "topic")?))]),
+            "test_missing_capability" => {
+                let r = cx.ask("sample", "sampling/createMessage", sampling("Say hello."), CLIENT_TIMEOUT).await?;
+                ok(vec![text(format!("LLM response: {}", sampled_text(&r)))])
+            }
+            "test_streaming_elicitation" | "test_input_required_result_elicitation" => {
+                let r = cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await?;
+                ok(vec![text(format!("Hello, {}!", accepted_field(&r, "name")?))])
+            }
+            "test_logging_tool" => {
+                cx.log("info", Some("test_logging_tool"), json!("the logging tool ran")).await?;
+                ok(vec![text("logged one message")])
+            }
+            "test_trigger_tool_change" => {
+                cx.notify_session("notifications/tools/list_changed", json!({})).await?;
+                ok(vec![text("tools/list_changed sent")])
+            }
+            "test_trigger_prompt_change" => {
+                cx.notify_session("notifications/prompts/list_changed", json!({})).await?;
+                ok(vec![text("prompts/list_changed sent")])
+            }
+            "test_input_required_result_sampling" => {
+                let q = sampling("What is the capital of France?");
+                let r = cx.ask("capital_question", "sampling/createMessage", q, CLIENT_TIMEOUT).await?;
+                ok(vec![text(format!("The model said: {}", sampled_text(&r)))])
+            }
+            "test_input_required_result_list_roots" => {
+                let r = cx.ask("client_roots", "roots/list", json!({}), CLIENT_TIMEOUT).await?;
+                ok(vec![text(format!("The client has {} roots.", roots_count(&r)?))])
+            }
+            "test_input_required_result_request_state" | "test_input_required_result_tampered_state" => {
+                let r = cx.ask("confirm", "elicitation/create", form("Confirm?", "ok", "boolean"), CLIENT_TIMEOUT).await?;
+                accepted_field(&r, "ok")?;
+                ok(vec![text("state-ok: confirmed")])
+            }
+            "test_input_required_result_multiple_inputs" => {
+                let (name, greeting, roots) = futures::join!(
+                    cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT),
+                    cx.ask("greeting", "sampling/createMessage", sampling("Say a greeting."), CLIENT_TIMEOUT),
+                    cx.ask("client_roots", "roots/list", json!({}), CLIENT_TIMEOUT),
+                );
+                let (name, greeting, roots) = (name?, greeting?, roots?);
+                let name = accepted_field(&name, "name")?;
+                ok(vec![text(format!("{} {name}; {} roots.", sampled_text(&greeting), roots_count(&roots)?))])
+            }
+            "test_input_required_result_multi_round" => {
+                let name = cx.ask("step1", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await?;
+                let name = accepted_field(&name, "name")?;
+                let colour = cx
+                    .ask("step2", "elicitation/create", form("What is your favourite colour?", "color", "string"), CLIENT_TIMEOUT)
+                    .await?;
+                ok(vec![text(format!("{name} likes {}.", accepted_field(&colour, "color")?))])
+            }
+            "test_input_required_result_capabilities" => {
+                let caps = cx.client_capabilities();
+                let has = |c: &str| caps.get(c).is_some();
+                let (e, s, r) = futures::join!(
+                    async {
+                        if has("elicitation") {
+                            cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await.map(Some)
+                        } else {
+                            Ok(None)
+                        }
+                    },
+                    async {
+                        if has("sampling") {
+                            cx.ask("sample_input", "sampling/createMessage", sampling("Sample request"), CLIENT_TIMEOUT).await.map(Some)
+                        } else {
+                            Ok(None)
+                        }
+                    },
+                    async {
+                        if has("roots") {
+                            cx.ask("client_roots", "roots/list", json!({}), CLIENT_TIMEOUT).await.map(Some)
+                        } else {
+                            Ok(None)
+                        }
+                    },
+                );
+                let asked = [e?, s?, r?].into_iter().flatten().count();
+                if asked == 0 {
+                    return Err(ToolError::ClientUnsupported("sampling"));
+                }
+                ok(vec![text(format!("{asked} inputs received"))])
+            }
+            "test_mint" => {
+                let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0).min(10_000);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                let token: [u8; 12] = rand::random();
+                let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+                ok(vec![text(format!("minted {token}"))])
+            }
             "test_internal_error" => Err(ToolError::Internal(LEAKY_DETAIL.to_owned())),
             "test_panic" => panic!("{LEAKY_DETAIL}"),
             other => Err(ToolError::UnknownTool(other.chars().take(128).collect())),
@@ -319,7 +464,18 @@ impl Catalog for ConformanceCatalog {
             json!({ "name": "test_prompt_with_embedded_resource", "description": "A prompt that embeds a resource", "arguments": [
                 { "name": "resourceUri", "description": "URI of the resource to embed", "required": true }] }),
             json!({ "name": "test_prompt_with_image", "description": "A prompt with an image" }),
+            json!({ "name": "test_input_required_result_prompt", "description": "A prompt that asks the user for context first" }),
         ]
+    }
+
+    async fn get_prompt_with(&self, name: &str, args: &JsonObject, cx: &dyn ToolContext) -> Result<Value, ToolError> {
+        if name != "test_input_required_result_prompt" {
+            return self.get_prompt(name, args).await;
+        }
+        let form = form("What context should the prompt use?", "context", "string");
+        let r = cx.ask("user_context", "elicitation/create", form, CLIENT_TIMEOUT).await?;
+        let context = accepted_field(&r, "context")?;
+        Ok(json!({ "messages": [{ "role": "user", "content": text(format!("Answer with this context: {context}")) }] }))
     }
 
     async fn get_prompt(&self, name: &str, args: &JsonObject) -> Result<Value, ToolError> {

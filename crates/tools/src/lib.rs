@@ -77,6 +77,15 @@ pub trait ToolContext: Send + Sync {
     /// at most `timeout`, capped by the server's configured limit, then sends `notifications/cancelled`.
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError>;
 
+    /// [`request`](Self::request) under a key the tool chooses. In the 2026-07-28 generation, input requests are
+    /// multi round-trip requests: the call ends with an `InputRequiredResult` whose `inputRequests` has this key,
+    /// and the handler runs again, from the start, when the client retries with the answers; this returns the
+    /// answer then. So a handler must do nothing it cannot repeat before its input requests. To ask for several
+    /// inputs in one round, await them together (`futures::join!`). The 2025 generation ignores the key.
+    async fn ask(&self, _key: &str, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError> {
+        self.request(method, params, timeout).await
+    }
+
     /// Sends a notification to the session's standalone (GET) stream, wherever it is held.
     async fn notify_session(&self, method: &str, params: Value) -> Result<(), ToolError>;
 
@@ -155,6 +164,15 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// [`ToolError::UnknownPrompt`] or [`ToolError::InvalidParams`].
     async fn get_prompt(&self, name: &str, _args: &JsonObject) -> Result<Value, ToolError> {
         Err(ToolError::UnknownPrompt(name.to_owned()))
+    }
+
+    /// `prompts/get` with a context, for prompts that ask the client for input ([`ToolContext::ask`]; 2026-07-28
+    /// multi round-trip requests). Defaults to [`get_prompt`](Self::get_prompt).
+    ///
+    /// # Errors
+    /// As [`get_prompt`](Self::get_prompt).
+    async fn get_prompt_with(&self, name: &str, args: &JsonObject, _cx: &dyn ToolContext) -> Result<Value, ToolError> {
+        self.get_prompt(name, args).await
     }
 
     /// `completion/complete`: `reference` is `params.ref`, `argument` is `params.argument`.

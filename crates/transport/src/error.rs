@@ -29,6 +29,30 @@ pub mod code {
     pub const UNAVAILABLE: i64 = -32005;
     /// A limit refused the request (429): the rate limit or a per-principal cap. `error.data` says which.
     pub const LIMITED: i64 = -32006;
+    /// 2026-07-28: the HTTP headers do not match the body, or a required one is missing or malformed (400).
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// 2026-07-28: the request needs a client capability the request did not declare (400).
+    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    /// The requested protocol version is not served here (400); `error.data` lists the supported ones.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// 2026-07-28 answers keep out of the legacy sub-range (-32000 to -32019): a limit refused the request (429).
+    pub const MODERN_LIMITED: i64 = -31429;
+    /// 2026-07-28: the state store is unavailable (503).
+    pub const MODERN_UNAVAILABLE: i64 = -31503;
+
+    /// The code a 2026-07-28 answer carries for `code`: the legacy sub-range is not used there (the spec's
+    /// allocation policy); transport refusals become `Invalid Request`, the store's unavailability and limit
+    /// refusals get codes outside the JSON-RPC reserved range.
+    #[must_use]
+    pub fn modern(code: i64) -> i64 {
+        match code {
+            SERVER_ERROR | SESSION_NOT_FOUND | REQUEST_LOST | CURSOR_GONE => INVALID_REQUEST,
+            RESOURCE_NOT_FOUND => INVALID_PARAMS,
+            UNAVAILABLE => MODERN_UNAVAILABLE,
+            LIMITED => MODERN_LIMITED,
+            other => other,
+        }
+    }
 }
 
 /// Why the transport refused a request.
@@ -56,8 +80,20 @@ pub enum TransportError {
     MissingSession,
     #[error("session not found")]
     SessionNotFound,
-    #[error("bad request: unsupported MCP-Protocol-Version: {0}")]
+    #[error("unsupported protocol version: {0}")]
     ProtocolVersion(String),
+    /// 2026-07-28: a standard header is missing, malformed, or does not match the body.
+    #[error("header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// 2026-07-28: the request's `_meta` lacks a required field, or a field is malformed.
+    #[error("invalid params: {0}")]
+    InvalidMeta(String),
+    /// 2026-07-28: the request needs client capabilities it did not declare (`requiredCapabilities`).
+    #[error("the request needs client capabilities it did not declare: {}", .0.iter().map(String::as_str).collect::<Vec<_>>().join(", "))]
+    MissingCapability(Vec<String>),
+    /// 2026-07-28: the method is not served (404).
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
     #[error("bad request: no pending server request with this id")]
     UnknownResponse,
     #[error("bad request: Last-Event-ID is not an event id issued by this server")]
@@ -77,6 +113,9 @@ pub enum TransportError {
     /// A limit refused the request, or could not be checked.
     #[error(transparent)]
     Limit(LimitError),
+    /// A transport setting is invalid (raised while the server is configured, never on a request).
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 impl From<LimitError> for TransportError {
@@ -200,6 +239,12 @@ impl TransportError {
         }
     }
 
+    /// The JSON-RPC error object of this error (for an answer whose HTTP status has gone out already).
+    pub(crate) fn rpc_error(&self, modern: bool) -> Value {
+        let (_, c) = self.status_and_code();
+        json!({ "code": if modern { code::modern(c) } else { c }, "message": self.to_string() })
+    }
+
     /// The HTTP status this error is answered with.
     #[must_use]
     pub fn status_code(&self) -> StatusCode {
@@ -215,9 +260,12 @@ impl TransportError {
             Self::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
             Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::SERVER_ERROR),
             Self::InvalidRequest(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
-            Self::MissingSession | Self::ProtocolVersion(_) | Self::UnknownResponse | Self::BadCursor => {
-                (StatusCode::BAD_REQUEST, code::SERVER_ERROR)
-            }
+            Self::MissingSession | Self::UnknownResponse | Self::BadCursor => (StatusCode::BAD_REQUEST, code::SERVER_ERROR),
+            Self::ProtocolVersion(_) => (StatusCode::BAD_REQUEST, code::UNSUPPORTED_PROTOCOL_VERSION),
+            Self::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, code::HEADER_MISMATCH),
+            Self::InvalidMeta(_) => (StatusCode::BAD_REQUEST, code::INVALID_PARAMS),
+            Self::MissingCapability(_) => (StatusCode::BAD_REQUEST, code::MISSING_CLIENT_CAPABILITY),
+            Self::MethodNotFound(_) => (StatusCode::NOT_FOUND, code::METHOD_NOT_FOUND),
             Self::SessionNotFound => (StatusCode::NOT_FOUND, code::SESSION_NOT_FOUND),
             Self::CursorGone => (StatusCode::GONE, code::CURSOR_GONE),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, code::SERVER_ERROR),
@@ -228,6 +276,7 @@ impl TransportError {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)
             }
             Self::Limit(_) => (StatusCode::TOO_MANY_REQUESTS, code::LIMITED),
+            Self::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL_ERROR),
         }
     }
 }
@@ -240,17 +289,34 @@ pub fn error_body(code: i64, message: &str) -> Value {
 
 impl IntoResponse for TransportError {
     fn into_response(self) -> Response {
+        self.response(None, false)
+    }
+}
+
+impl TransportError {
+    /// The HTTP answer to this error: a JSON-RPC error with `id` (null when unknown). A 2026-07-28 answer
+    /// (`modern`) carries the code of the spec's allocation policy (see [`code::modern`]).
+    pub(crate) fn response(self, id: Option<&Value>, modern: bool) -> Response {
         let (status, code) = self.status_and_code();
-        let mut body = None;
+        let code = if modern { code::modern(code) } else { code };
+        let mut data = Value::Null;
         let message = match &self {
             Self::Parse => "Parse error".to_owned(),
             Self::Limit(e) => {
-                let (message, data) = limit_message(e);
-                if !data.is_null() {
-                    let error = json!({ "code": code, "message": message, "data": data });
-                    body = Some(json!({ "jsonrpc": "2.0", "id": null, "error": error }));
-                }
+                let (message, d) = limit_message(e);
+                data = d;
                 message
+            }
+            Self::ProtocolVersion(requested) => {
+                let supported: Vec<&str> =
+                    crate::MODERN_VERSIONS.iter().chain(crate::SUPPORTED_VERSIONS.iter().rev()).copied().collect();
+                data = json!({ "supported": supported, "requested": requested });
+                format!("Unsupported protocol version: {requested}")
+            }
+            Self::MissingCapability(caps) => {
+                let required: serde_json::Map<String, Value> = caps.iter().map(|c| (c.clone(), json!({}))).collect();
+                data = json!({ "requiredCapabilities": required });
+                self.to_string()
             }
             Self::Unavailable(e) => {
                 let cause = std::error::Error::source(e).map(ToString::to_string).unwrap_or_default();
@@ -259,12 +325,19 @@ impl IntoResponse for TransportError {
             }
             other => other.to_string(),
         };
-        let body = body.unwrap_or_else(|| error_body(code, &message));
+        let mut error = json!({ "code": code, "message": message });
+        if !data.is_null() {
+            error["data"] = data;
+        }
+        let body = json!({ "jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error });
         let mut resp = (status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         match self {
+            Self::MethodNotAllowed if modern => {
+                resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
             Self::MethodNotAllowed => {
                 resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             }

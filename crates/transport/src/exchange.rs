@@ -75,6 +75,8 @@ pub(crate) struct CallRequest<'a> {
     pub(crate) slot: Option<mcpfleet_limits::SlotGuard>,
     /// The call used one unit of its tool's quota (given back if the tool refuses the arguments).
     pub(crate) quota_charged: bool,
+    /// The call's idempotency key, if it has one.
+    pub(crate) idem: Option<crate::idempotency::Idempotent>,
 }
 
 impl Exchange {
@@ -86,7 +88,7 @@ impl Exchange {
         session: &SessionInfo,
         call: CallRequest<'_>,
     ) -> oneshot::Receiver<Outcome> {
-        let CallRequest { id: request_id, params, name, args, trace_id, span, slot, quota_charged } = call;
+        let CallRequest { id: request_id, params, name, args, trace_id, span, slot, quota_charged, idem } = call;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -111,7 +113,7 @@ impl Exchange {
             outstanding: std::sync::Mutex::new(Vec::new()),
         });
         let calls = ex.app.calls.clone();
-        calls.spawn(ex.drive(name, args, slot, quota_charged));
+        calls.spawn(ex.drive(name, args, slot, quota_charged, idem));
         rx
     }
 
@@ -130,6 +132,7 @@ impl Exchange {
         args: JsonObject,
         _slot: Option<mcpfleet_limits::SlotGuard>,
         quota_charged: bool,
+        idem: Option<crate::idempotency::Idempotent>,
     ) {
         let _done = self.done.clone().drop_guard();
         let cfg = self.app.config.clone();
@@ -138,13 +141,15 @@ impl Exchange {
         // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
         // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
         // a hung request, and cancellation aborts it. The lease is renewed by a task of its own as well.
-        let me = self.clone();
-        let mut call =
-            tokio::spawn(async move { crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id).await });
-        let sse_after = tokio::time::sleep(cfg.sse_after);
-        tokio::pin!(sse_after);
         // The tool's own timeout, else the operator's (--tool-timeout-secs).
         let timeout = self.app.catalog.tool_timeout(&audit.tool).unwrap_or(cfg.tool_timeout);
+        let me = self.clone();
+        let mut call = tokio::spawn(async move {
+            let run = crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id);
+            crate::idempotency::run(&me.app, idem.as_ref(), timeout, run).await
+        });
+        let sse_after = tokio::time::sleep(cfg.sse_after);
+        tokio::pin!(sse_after);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
@@ -162,10 +167,11 @@ impl Exchange {
             tokio::select! {
                 result = &mut call => {
                     let (result, end) = match result {
-                        Ok(r) => {
+                        Ok(crate::idempotency::Ran::Here(r)) => {
                             let end = outcome_of(&r);
                             (r, end)
                         }
+                        Ok(crate::idempotency::Ran::Replayed(v)) => (Ok(v), CallEnd::Replayed),
                         Err(e) => {
                             // A panic (or an abort we did not ask for): the model learns only that it failed.
                             tracing::error!(error = %e, trace_id = %self.trace_id, "tool task panicked");
@@ -173,9 +179,10 @@ impl Exchange {
                         }
                     };
                     self.record(&audit, end);
-                    if quota_charged && matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS) {
-                        // The tool refused its arguments: the quota unit goes back, before the client hears of it
-                        // (and can call again).
+                    let refused = matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS);
+                    if quota_charged && (refused || end == CallEnd::Replayed) {
+                        // The tool refused its arguments, or did not run (a replayed result): the quota unit goes
+                        // back, before the client hears of it (and can call again).
                         self.app.limits.refund(&self.principal.user, &audit.tool).await;
                     }
                     let msg = self.response(result);
@@ -614,7 +621,7 @@ fn parse_answer(answer: &str) -> Result<Value, ToolError> {
 /// call owns it), and
 /// writes its audit event: tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never
 /// the arguments).
-fn record_call(
+pub(crate) fn record_call(
     app: &AppState,
     principal: &Principal,
     span: Option<&opentelemetry::Context>,
@@ -672,15 +679,15 @@ impl RefusedCall<'_> {
 }
 
 /// What the audit event of a call needs from its start.
-struct Audit {
-    tool: String,
-    args_sha256: String,
-    started: std::time::Instant,
+pub(crate) struct Audit {
+    pub(crate) tool: String,
+    pub(crate) args_sha256: String,
+    pub(crate) started: std::time::Instant,
 }
 
 /// SHA-256 of the arguments as received (serialized), hex: equal arguments give equal hashes, and nothing of the
 /// arguments can be read back.
-fn args_digest(args: &JsonObject) -> String {
+pub(crate) fn args_digest(args: &JsonObject) -> String {
     use sha2::Digest as _;
     let bytes = serde_json::to_vec(args).unwrap_or_default();
     sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
@@ -705,6 +712,10 @@ pub(crate) enum CallEnd {
     Panicked,
     /// The tool ran past its timeout and was stopped (`isError`).
     TimedOut,
+    /// The tool ran and asked the client for input (2026-07-28 `InputRequiredResult`); a retry continues it.
+    InputRequired,
+    /// An earlier call with the same idempotency key had run: its result was returned, the tool did not run.
+    Replayed,
 }
 
 impl CallEnd {
@@ -720,16 +731,18 @@ impl CallEnd {
             Self::InvalidArguments => "invalid_arguments",
             Self::Panicked => "panicked",
             Self::TimedOut => "timeout",
+            Self::InputRequired => "input_required",
+            Self::Replayed => "replayed",
         }
     }
 
     /// The tool ran (its duration is observed).
     fn ran(self) -> bool {
-        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments)
+        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments | Self::Replayed)
     }
 }
 
-fn outcome_of(result: &Result<Value, (i64, String)>) -> CallEnd {
+pub(crate) fn outcome_of(result: &Result<Value, (i64, String)>) -> CallEnd {
     match result {
         Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => CallEnd::IsError,
         Ok(_) => CallEnd::Ok,

@@ -49,15 +49,30 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
 
 /// The MCP headers, each parsed once; a malformed one becomes an error only when a handler asks for it.
 pub(crate) struct McpHeaders {
-    version: Result<&'static str>,
+    version: Result<Option<String>>,
     session: Result<Option<String>>,
     last_event_id: Result<Option<EventId>>,
+    /// 2026-07-28: `Mcp-Method` and `Mcp-Name`, as sent.
+    pub(crate) mcp_method: Result<Option<String>>,
+    pub(crate) mcp_name: Result<Option<String>>,
 }
 
 impl McpHeaders {
-    /// `MCP-Protocol-Version`: absent means 2025-03-26; anything unsupported is 400.
+    /// `MCP-Protocol-Version` as sent, if it is well-formed.
+    pub(crate) fn raw_version(&self) -> Result<Option<&str>, &TransportError> {
+        self.version.as_ref().map(Option::as_deref)
+    }
+
+    /// `MCP-Protocol-Version` for the session generation: absent means 2025-03-26; anything unsupported is 400.
     pub(crate) fn version(&mut self) -> Result<&'static str> {
-        std::mem::replace(&mut self.version, Ok(SUPPORTED_VERSIONS[0]))
+        match std::mem::replace(&mut self.version, Ok(None))? {
+            None => Ok(SUPPORTED_VERSIONS[0]),
+            Some(v) => SUPPORTED_VERSIONS
+                .iter()
+                .find(|s| **s == v)
+                .copied()
+                .ok_or_else(|| TransportError::ProtocolVersion(truncate(&v, 32))),
+        }
     }
 
     /// The session the request names, for this caller: a missing header is 400; an id that cannot be ours names
@@ -84,18 +99,14 @@ impl FromRequestParts<AppState> for McpHeaders {
 
     async fn from_request_parts(parts: &mut Parts, _app: &AppState) -> Result<Self, Self::Rejection> {
         let h = &parts.headers;
-        let version = single(h, VERSION_HEADER).and_then(|v| match v {
-            None => Ok(SUPPORTED_VERSIONS[0]),
-            Some(v) => SUPPORTED_VERSIONS
-                .iter()
-                .find(|s| **s == v)
-                .copied()
-                .ok_or_else(|| TransportError::ProtocolVersion(truncate(v, 32))),
-        });
-        let session = single(h, SESSION_HEADER).map(|s| s.map(str::to_owned));
+        let owned = |name: &str| single(h, name).map(|s| s.map(str::to_owned));
+        let version = owned(VERSION_HEADER);
+        let session = owned(SESSION_HEADER);
         let last_event_id = single(h, LAST_EVENT_ID)
             .and_then(|v| v.map(|raw| raw.parse::<EventId>().map_err(|()| TransportError::BadCursor)).transpose());
-        Ok(Self { version, session, last_event_id })
+        let mcp_method = owned("mcp-method");
+        let mcp_name = owned("mcp-name");
+        Ok(Self { version, session, last_event_id, mcp_method, mcp_name })
     }
 }
 

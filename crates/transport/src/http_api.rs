@@ -28,8 +28,8 @@ const MAX_CLIENT_METADATA: usize = 16 * 1024;
 type Result<T, E = TransportError> = std::result::Result<T, E>;
 
 /// Who is asking, for admission: the verified principal, and the peer address where the bucket is keyed by it.
-struct Asker<'a> {
-    caller: &'a Principal,
+pub(crate) struct Asker<'a> {
+    pub(crate) caller: &'a Principal,
     peer: Option<IpAddr>,
 }
 
@@ -39,14 +39,18 @@ impl<'a> Asker<'a> {
         Self { caller, peer }
     }
 
-    fn request(&self) -> limits::Request<'a> {
+    pub(crate) fn request(&self) -> limits::Request<'a> {
         limits::Request::new(&self.caller.user, self.peer)
     }
 }
 
 /// Admits a request (bucket, session, caps, quota: one store call), noting the caller's bucket for the
 /// `RateLimit` headers.
-async fn admit(app: &AppState, info: &mut RpcInfo, req: &limits::Request<'_>) -> Result<Granted, LimitError> {
+pub(crate) async fn admit(
+    app: &AppState,
+    info: &mut RpcInfo,
+    req: &limits::Request<'_>,
+) -> Result<Granted, LimitError> {
     info.charged = true;
     match app.limits.admit(req).await {
         Ok(g) => {
@@ -169,18 +173,39 @@ pub(crate) async fn post(
 }
 
 /// One POSTed message being answered.
-struct Post<'a> {
-    app: &'a AppState,
+pub(crate) struct Post<'a> {
+    pub(crate) app: &'a AppState,
     ids: &'a RequestIds,
-    trace_id: &'a str,
-    span: &'a mut trace::SpanGuard,
-    asker: &'a Asker<'a>,
-    info: &'a mut RpcInfo,
+    pub(crate) trace_id: &'a str,
+    pub(crate) span: &'a mut trace::SpanGuard,
+    pub(crate) asker: &'a Asker<'a>,
+    pub(crate) info: &'a mut RpcInfo,
 }
 
 impl Post<'_> {
     async fn message(&mut self, mut h: McpHeaders, message: Message, duplicate: Option<&str>) -> Result<Response> {
         let app = self.app;
+        let params = match &message {
+            Message::Request { params, .. } | Message::Notification { params, .. } => Some(params),
+            Message::Response { .. } => None,
+        };
+        if crate::modern::is_modern(&h, params) {
+            self.info.modern = true;
+            return match message {
+                Message::Request { id, method, params } => {
+                    self.info.request_id = Some(id.clone());
+                    self.modern(&h, &id, &method, &params, duplicate).await
+                }
+                // 2026-07-28 defines no client notification over HTTP: accepted, and ignored.
+                Message::Notification { .. } => {
+                    admit(app, self.info, &self.asker.request()).await?;
+                    Ok(accepted())
+                }
+                Message::Response { .. } => Err(TransportError::InvalidRequest(
+                    "2026-07-28 clients send no responses: answer input requests with inputResponses on a retry",
+                )),
+            };
+        }
         if let Message::Request { id, method, params } = &message
             && method == "initialize"
         {
@@ -282,6 +307,10 @@ impl Post<'_> {
             self.span.error = Some("invalid_arguments".to_owned());
             return Ok(rpc_json(&id, Ok(invalid_result(&name, &invalid))));
         }
+        let idem = match crate::idempotency::from_params(&caller.user, &name, params, &args) {
+            Ok(i) => i,
+            Err(message) => return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, message)))),
+        };
         let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
         let admitted =
             admit_session(app, self.info, self.asker, h, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await;
@@ -310,11 +339,12 @@ impl Post<'_> {
             span: self.span.take().unwrap_or_default(),
             slot,
             quota_charged: granted.quota.is_some(),
+            idem,
         };
         let outcome = Exchange::start(app.clone(), key, caller.clone(), &session, call);
         match outcome.await {
             Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-            Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", None)),
+            Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", sse::Held::default())),
             Err(_) => Err(TransportError::SessionNotFound),
         }
     }
@@ -363,7 +393,7 @@ impl Post<'_> {
 
 /// The duplicate keys and schema violations of a call's arguments, if any. A duplicate key elsewhere in the
 /// message is a malformed request.
-fn invalid_arguments(
+pub(crate) fn invalid_arguments(
     app: &AppState,
     tool: &str,
     args: Option<&Value>,
@@ -385,7 +415,7 @@ fn invalid_arguments(
 
 /// The `isError` result of a call whose arguments do not match the tool's schema: every finding with its
 /// pointer, and what to do. The values sent are not echoed.
-fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Value {
+pub(crate) fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Value {
     let list = found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     let text = format!(
         "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its \
@@ -396,7 +426,7 @@ fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Va
 
 /// The `isError` result of a call refused by its tool's quota: it names the tool, the quota and when to come
 /// back, and tells the model to ask its user rather than retry.
-fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str) -> Value {
+pub(crate) fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str) -> Value {
     let text = format!(
         "Quota exhausted: the tool {tool} may be called {quota} by this user, and that is used up. It can be \
          called again in {retry_after} s. Do not retry it before then, and do not retry blindly: tell the user, \
@@ -420,6 +450,10 @@ pub(crate) async fn get(
     let mut info = rpc_info(Some("GET"), &caller, &h);
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
+        if modern_header(&h) {
+            info.modern = true;
+            return Err(TransportError::MethodNotAllowed);
+        }
         accepts?;
         h.version()?;
         let cursor = h.last_event_id()?;
@@ -428,7 +462,7 @@ pub(crate) async fn get(
         // Held before the stream opens, so that a failure to open frees it.
         let slot = granted.slot.map(|l| app.limits.hold(l));
         let rx = tail::open(&app, key, cursor, session.protocol_version.as_str() >= "2025-11-25").await?;
-        Ok(sse::response(&app, rx, "listen", slot))
+        Ok(sse::response(&app, rx, "listen", sse::Held { slot, ..sse::Held::default() }))
     }
     .await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
@@ -444,6 +478,10 @@ pub(crate) async fn delete(
     let mut info = rpc_info(Some("DELETE"), &caller, &h);
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
+        if modern_header(&h) {
+            info.modern = true;
+            return Err(TransportError::MethodNotAllowed);
+        }
         h.version()?;
         let key = h.session_key(&caller)?;
         admit(&app, &mut info, &asker.request()).await?;
@@ -457,6 +495,11 @@ pub(crate) async fn delete(
     .await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     with_info(r, info)
+}
+
+/// A GET or DELETE that says 2026-07-28: that generation has neither (405, `Allow: POST`).
+fn modern_header(h: &McpHeaders) -> bool {
+    matches!(h.raw_version(), Ok(Some(v)) if crate::MODERN_VERSIONS.contains(&v))
 }
 
 /// Any other method on `/mcp`: 405, after the caller checks.

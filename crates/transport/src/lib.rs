@@ -14,8 +14,11 @@ mod error;
 mod exchange;
 mod extract;
 mod http_api;
+mod idempotency;
 mod mcp;
 mod metrics;
+mod modern;
+mod mrtr;
 mod observe;
 mod origin;
 mod sse;
@@ -27,7 +30,9 @@ pub use admin::{AdminState, admin_router};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
 pub use mcpfleet_limits::Limiter;
+pub use idempotency::META_KEY as IDEMPOTENCY_META_KEY;
 pub use metrics::TransportMetrics;
+pub use mrtr::RequestStateKeys;
 pub use origin::HostPattern;
 
 use axum::Router;
@@ -43,6 +48,8 @@ use tokio_util::task::TaskTracker;
 
 /// Protocol versions of the session-based generation, oldest first.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+/// Protocol versions of the stateless generation (per-request `_meta`, no session).
+pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// How the endpoint behaves. Built once by the server's config module.
 #[derive(Clone, Debug)]
@@ -87,6 +94,13 @@ pub struct TransportConfig {
     /// Key the rate limit by the peer address instead of the principal (`--auth none`, where everyone is the
     /// same anonymous principal).
     pub rate_key_by_peer: bool,
+    /// Signs and verifies the `requestState` of multi round-trip requests (2026-07-28); every replica of a fleet
+    /// needs the same ring.
+    pub request_state: RequestStateKeys,
+    /// The `ttlMs` of cacheable 2026-07-28 results (`server/discover`, the lists, `resources/read`).
+    pub cache_ttl: Duration,
+    /// How long the result of a call with an idempotency key is kept for repeats.
+    pub idempotency_ttl: Duration,
 }
 
 impl Default for TransportConfig {
@@ -112,6 +126,9 @@ impl Default for TransportConfig {
             tool_scopes: BTreeMap::new(),
             dev_jwks: None,
             rate_key_by_peer: false,
+            request_state: RequestStateKeys::random(Duration::from_secs(600)),
+            cache_ttl: Duration::from_secs(300),
+            idempotency_ttl: Duration::from_secs(24 * 3600),
         }
     }
 }

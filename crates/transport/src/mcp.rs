@@ -17,7 +17,7 @@ pub(crate) fn str_param<'a>(params: &'a JsonObject, name: &str) -> Result<&'a st
     params.get(name).and_then(Value::as_str).ok_or_else(|| invalid(format!("params.{name} must be a string")))
 }
 
-fn tool_error(e: ToolError) -> (i64, String) {
+pub(crate) fn tool_error(e: ToolError) -> (i64, String) {
     match e {
         ToolError::UnknownTool(_) | ToolError::UnknownPrompt(_) | ToolError::InvalidParams(_) => {
             (code::INVALID_PARAMS, e.to_string())
@@ -30,7 +30,7 @@ fn tool_error(e: ToolError) -> (i64, String) {
     }
 }
 
-/// Answers a request that needs no stream.
+/// Answers a request that needs no stream, in a session.
 pub(crate) async fn plain(
     app: &AppState,
     key: &mcpfleet_state::SessionKey,
@@ -38,40 +38,12 @@ pub(crate) async fn plain(
     method: &str,
     params: &JsonObject,
 ) -> RpcResult {
-    let c = &app.catalog;
     match method {
         "ping" => Ok(json!({})),
-        "tools/list" => {
-            // A caller is offered only the tools its scopes allow it to call.
-            let mut tools = c.tools();
-            tools.retain(|t| {
-                t.get("name").and_then(Value::as_str).is_some_and(|n| caller.scopes.allow(&app.tool_scopes(n)))
-            });
-            Ok(json!({ "tools": tools }))
-        }
-        "resources/list" => Ok(json!({ "resources": c.resources() })),
-        "resources/templates/list" => Ok(json!({ "resourceTemplates": c.resource_templates() })),
-        "resources/read" => c.read_resource(str_param(params, "uri")?).await.map_err(tool_error),
         "resources/subscribe" | "resources/unsubscribe" => {
             let uri = str_param(params, "uri")?;
-            c.read_resource(uri).await.map_err(tool_error)?;
+            app.catalog.read_resource(uri).await.map_err(tool_error)?;
             Ok(json!({}))
-        }
-        "prompts/list" => Ok(json!({ "prompts": c.prompts() })),
-        "prompts/get" => {
-            let empty = JsonObject::new();
-            let args = match params.get("arguments") {
-                None => &empty,
-                Some(Value::Object(a)) => a,
-                Some(_) => return Err(invalid("params.arguments must be an object")),
-            };
-            c.get_prompt(str_param(params, "name")?, args).await.map_err(tool_error)
-        }
-        "completion/complete" => {
-            let (Some(r), Some(a)) = (params.get("ref"), params.get("argument")) else {
-                return Err(invalid("params.ref and params.argument are required"));
-            };
-            c.complete(r, a).await.map_err(tool_error)
         }
         "logging/setLevel" => {
             let level = str_param(params, "level")?;
@@ -86,8 +58,52 @@ pub(crate) async fn plain(
                 }
             }
         }
-        _ => Err((code::METHOD_NOT_FOUND, format!("method not found: {}", truncate(method, 64)))),
+        _ => match catalog_method(app, caller, method, params).await {
+            Some(r) => r,
+            None => Err((code::METHOD_NOT_FOUND, format!("method not found: {}", truncate(method, 64)))),
+        },
     }
+}
+
+/// The methods both generations answer from the catalog alone; `None` for any other method.
+pub(crate) async fn catalog_method(
+    app: &AppState,
+    caller: &crate::Principal,
+    method: &str,
+    params: &JsonObject,
+) -> Option<RpcResult> {
+    let c = &app.catalog;
+    Some(match method {
+        "tools/list" => {
+            // A caller is offered only the tools its scopes allow it to call.
+            let mut tools = c.tools();
+            tools.retain(|t| {
+                t.get("name").and_then(Value::as_str).is_some_and(|n| caller.scopes.allow(&app.tool_scopes(n)))
+            });
+            Ok(json!({ "tools": tools }))
+        }
+        "resources/list" => Ok(json!({ "resources": c.resources() })),
+        "resources/templates/list" => Ok(json!({ "resourceTemplates": c.resource_templates() })),
+        "resources/read" => match str_param(params, "uri") {
+            Ok(uri) => c.read_resource(uri).await.map_err(tool_error),
+            Err(e) => Err(e),
+        },
+        "prompts/list" => Ok(json!({ "prompts": c.prompts() })),
+        "prompts/get" => {
+            let empty = JsonObject::new();
+            match (params.get("arguments"), str_param(params, "name")) {
+                (Some(Value::Object(a)), Ok(name)) => c.get_prompt(name, a).await.map_err(tool_error),
+                (None, Ok(name)) => c.get_prompt(name, &empty).await.map_err(tool_error),
+                (Some(_), _) => Err(invalid("params.arguments must be an object")),
+                (_, Err(e)) => Err(e),
+            }
+        }
+        "completion/complete" => match (params.get("ref"), params.get("argument")) {
+            (Some(r), Some(a)) => c.complete(r, a).await.map_err(tool_error),
+            _ => Err(invalid("params.ref and params.argument are required")),
+        },
+        _ => return None,
+    })
 }
 
 pub(crate) fn truncate(s: &str, n: usize) -> String {
@@ -102,7 +118,13 @@ pub(crate) async fn call_tool(
     cx: &dyn ToolContext,
     trace_id: &str,
 ) -> RpcResult {
-    match app.catalog.call_tool(name, args, cx).await {
+    tool_result(app.catalog.call_tool(name, args, cx).await, name, trace_id)
+}
+
+/// What a tool's outcome becomes: unknown tools and refused arguments are protocol errors; every other failure
+/// is an `isError` result with no internals (the detail goes to the log).
+pub(crate) fn tool_result(r: Result<Value, ToolError>, name: &str, trace_id: &str) -> RpcResult {
+    match r {
         Ok(v) => Ok(v),
         Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => {
             Err((code::INVALID_PARAMS, e.to_string()))

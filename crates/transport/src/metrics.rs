@@ -12,7 +12,7 @@ pub const REQUEST_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// JSON-RPC methods that get their own label value; anything else is `other`.
-const KNOWN_METHODS: [&str; 18] = [
+const KNOWN_METHODS: [&str; 20] = [
     "initialize",
     "ping",
     "tools/list",
@@ -31,6 +31,8 @@ const KNOWN_METHODS: [&str; 18] = [
     "notifications/progress",
     "notifications/roots/list_changed",
     "response",
+    "server/discover",
+    "subscriptions/listen",
 ];
 
 /// The bounded label value for a JSON-RPC method.
@@ -50,6 +52,8 @@ pub struct TransportMetrics {
     pub(crate) sessions_created: IntCounter,
     pub(crate) sessions_deleted: IntCounter,
     pub(crate) auth_refusals: IntCounterVec,
+    pub(crate) idempotent_replays: IntCounter,
+    pub(crate) request_state_refusals: IntCounterVec,
 }
 
 impl TransportMetrics {
@@ -77,7 +81,7 @@ impl TransportMetrics {
             tool_calls: IntCounterVec::new(
                 Opts::new(
                     "mcp_tool_calls_total",
-                    "tools/call requests by tool and outcome: ok, is_error, protocol_error, refused, cancelled, session_gone.",
+                    "tools/call requests by tool and outcome: ok, is_error, protocol_error, refused, refused_by_limit, invalid_arguments, cancelled, session_gone, panicked, timeout, input_required, replayed.",
                 ),
                 &["tool", "outcome"],
             )?,
@@ -90,7 +94,10 @@ impl TransportMetrics {
                 &["tool"],
             )?,
             sse_open: IntGaugeVec::new(
-                Opts::new("mcp_sse_streams_open", "SSE responses open on this replica, by kind: call or listen."),
+                Opts::new(
+                    "mcp_sse_streams_open",
+                    "SSE responses open on this replica, by kind: call, listen (2025 GET streams) or subscription (2026 subscriptions/listen).",
+                ),
                 &["kind"],
             )?,
             sessions_created: IntCounter::new("mcp_sessions_created_total", "Sessions created by initialize.")?,
@@ -105,6 +112,17 @@ impl TransportMetrics {
                 ),
                 &["reason"],
             )?,
+            idempotent_replays: IntCounter::new(
+                "mcp_idempotent_replays_total",
+                "tools/call requests answered with the stored result of an earlier call with the same idempotency key (the tool did not run).",
+            )?,
+            request_state_refusals: IntCounterVec::new(
+                Opts::new(
+                    "mcp_request_state_refusals_total",
+                    "2026-07-28 retries refused because their requestState did not verify, by reason: malformed, unknown_key, bad_signature, expired, wrong_principal, wrong_request.",
+                ),
+                &["reason"],
+            )?,
         };
         registry.register(Box::new(m.requests.clone()))?;
         registry.register(Box::new(m.request_duration.clone()))?;
@@ -114,6 +132,8 @@ impl TransportMetrics {
         registry.register(Box::new(m.sessions_created.clone()))?;
         registry.register(Box::new(m.sessions_deleted.clone()))?;
         registry.register(Box::new(m.auth_refusals.clone()))?;
+        registry.register(Box::new(m.idempotent_replays.clone()))?;
+        registry.register(Box::new(m.request_state_refusals.clone()))?;
         Ok(m)
     }
 

@@ -46,11 +46,22 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains(['\n', '\r']) { s.replace('\n', "\\n").replace('\r', "\\r").into() } else { s.into() }
 }
 
+/// What an SSE body holds while it lives, and how it ends.
+#[derive(Default)]
+pub(crate) struct Held {
+    /// The caller's stream slot (GET and listen streams), freed when the body drops.
+    pub(crate) slot: Option<mcpfleet_limits::SlotGuard>,
+    /// Fired when the body drops: the client closed the stream, which cancels its request (2026-07-28).
+    pub(crate) cancel_on_drop: Option<tokio_util::sync::DropGuard>,
+    /// The feeder ends the stream itself on shutdown (with a final response) instead of the body's `retry:`.
+    pub(crate) feeder_handles_shutdown: bool,
+}
+
 struct BodyState {
     rx: mpsc::Receiver<Frame>,
     _open: StreamGuard,
-    /// The caller's stream slot (GET streams), freed when the body drops.
     _slot: Option<mcpfleet_limits::SlotGuard>,
+    _cancel: Option<tokio_util::sync::DropGuard>,
     keep_alive: tokio::time::Interval,
     shutdown: CancellationToken,
     retry: Duration,
@@ -63,15 +74,18 @@ pub(crate) fn response(
     app: &AppState,
     rx: mpsc::Receiver<Frame>,
     kind: &'static str,
-    slot: Option<mcpfleet_limits::SlotGuard>,
+    held: Held,
 ) -> Response {
-    let (keep_alive, retry, shutdown) = (app.config.keep_alive, app.config.retry, app.shutdown.clone());
+    let (keep_alive, retry) = (app.config.keep_alive, app.config.retry);
+    // A feeder that ends the stream itself is waited for; otherwise the body ends it with `retry:`.
+    let shutdown = if held.feeder_handles_shutdown { CancellationToken::new() } else { app.shutdown.clone() };
     let mut ka = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     ka.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let state = BodyState {
         rx,
         _open: app.metrics.stream_guard(kind),
-        _slot: slot,
+        _slot: held.slot,
+        _cancel: held.cancel_on_drop,
         keep_alive: ka,
         shutdown,
         retry,

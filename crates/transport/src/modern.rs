@@ -1,0 +1,973 @@
+//! The 2026-07-28 generation: every request is self-describing and answered on its own, by any replica, with no
+//! session. A POST is answered this way when its `MCP-Protocol-Version` header or its
+//! `params._meta["io.modelcontextprotocol/protocolVersion"]` names a modern version; anything else takes the
+//! session path (`http_api`). Here: the request metadata and header checks (`-32020`, `-32022`, `-32602`),
+//! `server/discover`, the catalog methods with `resultType`, `serverInfo` and caching hints, `tools/call` with
+//! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`crate::mrtr`]) and
+//! idempotency keys, and `subscriptions/listen` streams fed by the principal's notice channel.
+
+use crate::error::{TransportError, auth_rejection};
+use crate::exchange::{Audit, CallEnd, RefusedCall, record_call};
+use crate::extract::McpHeaders;
+use crate::http_api::{Post, admit, invalid_result, quota_result};
+use crate::idempotency::{self, Ran};
+use crate::mcp;
+use crate::mrtr::{RequestState, StateRefusal};
+use crate::sse::{self, Frame};
+use crate::{AppState, MODERN_VERSIONS, Principal, code};
+use async_trait::async_trait;
+use axum::response::{IntoResponse, Response};
+use mcpfleet_limits::{self as limits, LimitError};
+use mcpfleet_state::{Ring, SlotSet};
+use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+pub(crate) const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
+const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
+const SUBSCRIPTION_KEY: &str = "io.modelcontextprotocol/subscriptionId";
+/// Frames a slow client may fall behind on a call's stream before its messages are dropped.
+const LIVE_BUFFER: usize = 256;
+/// Most resource URIs one `subscriptions/listen` may name.
+const MAX_SUBSCRIPTIONS: usize = 256;
+/// Longest resource URI a subscription may name, in bytes.
+const MAX_URI_BYTES: usize = 2048;
+
+type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// The methods answered from the catalog alone (see [`mcp::catalog_method`]).
+const CATALOG_METHODS: [&str; 7] = [
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
+/// Whether a POSTed message is answered in the 2026-07-28 generation: its version header or its `_meta` says a
+/// modern version. (A `_meta` version is modern by definition: the session generation has no such field.)
+pub(crate) fn is_modern(h: &McpHeaders, params: Option<&JsonObject>) -> bool {
+    let header = matches!(h.raw_version(), Ok(Some(v)) if MODERN_VERSIONS.contains(&v));
+    header || params.and_then(|p| p.get("_meta")).and_then(|m| m.get(VERSION_KEY)).is_some()
+}
+
+/// What a modern request says of itself in `_meta`.
+pub(crate) struct Meta {
+    pub(crate) capabilities: Value,
+    /// The lowest log level the client wants (`notifications/message` is sent only when set).
+    pub(crate) log_level: Option<usize>,
+}
+
+/// Checks the version (header and `_meta` must agree, and be served here) and the required `_meta` fields.
+pub(crate) fn meta(h: &McpHeaders, params: &JsonObject) -> Result<Meta> {
+    let header = h.raw_version().map_err(|_| TransportError::HeaderMismatch("MCP-Protocol-Version is malformed".into()))?;
+    let meta = match params.get("_meta") {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => return Err(TransportError::InvalidMeta("params._meta must be an object".into())),
+    };
+    // Required fields first (-32602), then the header against the body (-32020), then the version (-32022).
+    let body = match meta.and_then(|m| m.get(VERSION_KEY)) {
+        None => {
+            return Err(TransportError::InvalidMeta(format!("params._meta[\"{VERSION_KEY}\"] is required")));
+        }
+        Some(Value::String(v)) => v.as_str(),
+        Some(_) => return Err(TransportError::InvalidMeta(format!("params._meta[\"{VERSION_KEY}\"] must be a string"))),
+    };
+    let capabilities = match meta.and_then(|m| m.get(CAPABILITIES_KEY)) {
+        Some(c @ Value::Object(_)) => c.clone(),
+        Some(_) => {
+            return Err(TransportError::InvalidMeta(format!("params._meta[\"{CAPABILITIES_KEY}\"] must be an object")));
+        }
+        None => return Err(TransportError::InvalidMeta(format!("params._meta[\"{CAPABILITIES_KEY}\"] is required"))),
+    };
+    match header {
+        None => return Err(TransportError::HeaderMismatch("the MCP-Protocol-Version header is required".into())),
+        Some(hv) if hv != body => {
+            return Err(TransportError::HeaderMismatch(format!(
+                "MCP-Protocol-Version header value '{}' does not match body value '{}'",
+                mcp::truncate(hv, 32),
+                mcp::truncate(body, 32)
+            )));
+        }
+        Some(_) => {}
+    }
+    if !MODERN_VERSIONS.contains(&body) {
+        return Err(TransportError::ProtocolVersion(mcp::truncate(body, 32)));
+    }
+    let log_level = match meta.and_then(|m| m.get(LOG_LEVEL_KEY)) {
+        None => None,
+        Some(v) => Some(v.as_str().and_then(|l| LOG_LEVELS.iter().position(|x| *x == l)).ok_or_else(|| {
+            TransportError::InvalidMeta(format!(
+                "params._meta[\"{LOG_LEVEL_KEY}\"] must be one of {}",
+                LOG_LEVELS.join(", ")
+            ))
+        })?),
+    };
+    Ok(Meta { capabilities, log_level })
+}
+
+/// Decodes a header value that may use the `=?base64?…?=` sentinel.
+fn decode_header(v: &str) -> Option<String> {
+    use base64::Engine as _;
+    match v.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        Some(b) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(v.to_owned()),
+    }
+}
+
+/// `Mcp-Method` and (for `tools/call`, `resources/read` and `prompts/get`) `Mcp-Name` must be present and match
+/// the body.
+pub(crate) fn check_headers(h: &McpHeaders, method: &str, params: &JsonObject) -> Result<()> {
+    let bad = |m: String| Err(TransportError::HeaderMismatch(m));
+    match &h.mcp_method {
+        Err(_) => return bad("the Mcp-Method header is malformed".into()),
+        Ok(None) => return bad("the Mcp-Method header is required".into()),
+        Ok(Some(m)) if m != method => {
+            return bad(format!(
+                "Mcp-Method header value '{}' does not match body value '{}'",
+                mcp::truncate(m, 64),
+                mcp::truncate(method, 64)
+            ));
+        }
+        Ok(Some(_)) => {}
+    }
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return Ok(()),
+    };
+    let header = match &h.mcp_name {
+        Err(_) => return bad("the Mcp-Name header is malformed".into()),
+        Ok(None) => return bad(format!("the Mcp-Name header is required for {method}")),
+        Ok(Some(v)) => v,
+    };
+    let Some(decoded) = decode_header(header) else {
+        return bad("the Mcp-Name header is not valid =?base64?…?= encoding".into());
+    };
+    // A body without the field is refused by the method itself (-32602).
+    if let Some(body) = params.get(field).and_then(Value::as_str)
+        && body != decoded
+    {
+        return bad(format!(
+            "Mcp-Name header value '{}' does not match body value '{}'",
+            mcp::truncate(&decoded, 64),
+            mcp::truncate(body, 64)
+        ));
+    }
+    Ok(())
+}
+
+/// Marks a result complete and names the server in its `_meta`; `cache` adds the caching hints.
+pub(crate) fn complete(app: &AppState, mut result: Value, cacheable: bool) -> Value {
+    if let Value::Object(o) = &mut result {
+        o.entry("resultType").or_insert_with(|| json!("complete"));
+        if cacheable {
+            let ttl = u64::try_from(app.config.cache_ttl.as_millis()).unwrap_or(u64::MAX);
+            o.insert("ttlMs".into(), json!(ttl));
+            // Lists filtered by the caller's scopes, and anything read under a token, are the caller's own.
+            let scope = if app.config.protected_resource.is_some() { "private" } else { "public" };
+            o.insert("cacheScope".into(), json!(scope));
+        }
+        let meta = o.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(m) = meta {
+            m.insert(SERVER_INFO_KEY.into(), server_info(app));
+        }
+    }
+    result
+}
+
+fn server_info(app: &AppState) -> Value {
+    json!({ "name": app.config.server_name, "version": app.config.server_version })
+}
+
+fn ok(id: &Value, result: Value) -> Response {
+    axum::Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
+}
+
+/// A JSON-RPC error answered with HTTP 200 (an error of the method itself, with the modern code allocation).
+fn rpc_error(id: &Value, (c, message): (i64, String), data: Option<Value>) -> Response {
+    let mut error = json!({ "code": code::modern(c), "message": message });
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    axum::Json(json!({ "jsonrpc": "2.0", "id": id, "error": error })).into_response()
+}
+
+/// The result of `server/discover`.
+fn discover(app: &AppState) -> Value {
+    let mut r = json!({
+        "supportedVersions": MODERN_VERSIONS.iter().chain(crate::SUPPORTED_VERSIONS.iter().rev()).collect::<Vec<_>>(),
+        "capabilities": capabilities(app),
+    });
+    if let Some(i) = app.catalog.instructions() {
+        r["instructions"] = json!(i);
+    }
+    complete(app, r, true)
+}
+
+/// The catalog's capabilities as 2026-07-28 states them: no `logging` (levels are per request) and no
+/// `resources.subscribe` (resource updates come through `subscriptions/listen`).
+fn capabilities(app: &AppState) -> Value {
+    let mut caps = app.catalog.capabilities();
+    if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
+        r.remove("subscribe");
+    }
+    caps
+}
+
+impl Post<'_> {
+    /// Answers one modern request. Every error carries the request's id and the modern code allocation.
+    pub(crate) async fn modern(
+        &mut self,
+        h: &McpHeaders,
+        id: &Value,
+        method: &str,
+        params: &JsonObject,
+        duplicate: Option<&str>,
+    ) -> Result<Response> {
+        let m = meta(h, params)?;
+        check_headers(h, method, params)?;
+        let app = self.app;
+        let cacheable = matches!(
+            method,
+            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
+        );
+        match method {
+            "tools/call" => self.modern_call(id, params, m, duplicate).await,
+            "prompts/get" => self.modern_prompt(id, params, m).await,
+            "subscriptions/listen" => self.listen(id, params).await,
+            "server/discover" => {
+                admit(app, self.info, &self.asker.request()).await?;
+                Ok(ok(id, discover(app)))
+            }
+            _ if !CATALOG_METHODS.contains(&method) => Err(TransportError::MethodNotFound(mcp::truncate(method, 64))),
+            _ => {
+                admit(app, self.info, &self.asker.request()).await?;
+                let r = mcp::catalog_method(app, self.asker.caller, method, params).await;
+                let r = r.unwrap_or_else(|| Err((code::METHOD_NOT_FOUND, "method not found".to_owned())));
+                Ok(match r {
+                    Ok(v) => ok(id, complete(app, v, cacheable)),
+                    Err(e) => {
+                        self.span.error = Some(e.0.to_string());
+                        // A resource not found names the URI (SEP-2164), under -32602.
+                        let data = (e.0 == code::RESOURCE_NOT_FOUND)
+                            .then(|| params.get("uri").map(|u| json!({ "uri": u })))
+                            .flatten();
+                        rpc_error(id, e, data)
+                    }
+                })
+            }
+        }
+    }
+
+    async fn modern_call(&mut self, id: &Value, params: &JsonObject, m: Meta, duplicate: Option<&str>) -> Result<Response> {
+        let app = self.app;
+        let caller = self.asker.caller;
+        let name = match mcp::str_param(params, "name") {
+            Ok(n) => n.to_owned(),
+            Err(e) => return Err(TransportError::InvalidMeta(e.1)),
+        };
+        let args = match params.get("arguments") {
+            None => JsonObject::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
+        };
+        let refused = |end: CallEnd| RefusedCall {
+            app,
+            principal: caller,
+            tool: &name,
+            args: &args,
+            trace_id: self.trace_id,
+            end,
+        };
+        let required = app.tool_scopes(&name);
+        if !caller.scopes.allow(&required) {
+            refused(CallEnd::Refused).record();
+            self.span.error = Some("insufficient_scope".to_owned());
+            return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
+        }
+        if let Some(invalid) = crate::http_api::invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
+            admit(app, self.info, &self.asker.request()).await?;
+            refused(CallEnd::InvalidArguments).record();
+            self.span.error = Some("invalid_arguments".to_owned());
+            return Ok(ok(id, complete(app, invalid_result(&name, &invalid), false)));
+        }
+        let idem = idempotency::from_params(&caller.user, &name, params, &args).map_err(TransportError::InvalidMeta)?;
+        let digest = idempotency::digest(&name, &args);
+        let (answers, retry) = self.input_answers("tools/call", &digest, params)?;
+        // Only the first round uses the tool's quota: a verified state proves an earlier round was admitted.
+        let quota = if retry { None } else { app.limits.quota_for(&name, app.catalog.tool_quota(&name)) };
+        let req = limits::Request { slot: Some(SlotSet::Calls), quota: quota.map(|q| (name.as_str(), q)), ..self.asker.request() };
+        let granted = match admit(app, self.info, &req).await {
+            Ok(g) => g,
+            Err(LimitError::QuotaExhausted { tool, quota, retry_after }) => {
+                refused(CallEnd::RefusedByLimit).record();
+                self.span.error = Some("quota_exhausted".to_owned());
+                return Ok(ok(id, complete(app, quota_result(&tool, quota, retry_after, self.trace_id), false)));
+            }
+            Err(e @ (LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
+                refused(CallEnd::RefusedByLimit).record();
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let slot = granted.slot.map(|l| app.limits.hold(l));
+        let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
+        let (tx, rx) = oneshot::channel();
+        let call = Arc::new(Call {
+            app: app.clone(),
+            principal: caller.clone(),
+            trace_id: self.trace_id.to_owned(),
+            span: self.span.take().unwrap_or_default(),
+            request_id: id.clone(),
+            progress_token,
+            cancel: CancellationToken::new(),
+            out: Mutex::new(Out::Pending(Some(tx))),
+            inputs: Inputs::new(answers, m, "tools/call", digest),
+        });
+        // Closing the response (the connection, or the SSE stream) cancels the call.
+        let cancel_on_drop = call.cancel.clone().drop_guard();
+        app.calls.spawn(call.clone().drive(name, args, slot, granted.quota.is_some(), idem));
+        match rx.await {
+            Ok(Answer::Json(v)) => {
+                cancel_on_drop.disarm();
+                Ok(axum::Json(v).into_response())
+            }
+            Ok(Answer::Refused(e)) => {
+                cancel_on_drop.disarm();
+                Err(e)
+            }
+            Ok(Answer::Sse(rx)) => {
+                Ok(sse::response(app, rx, "call", sse::Held { cancel_on_drop: Some(cancel_on_drop), ..sse::Held::default() }))
+            }
+            Err(_) => Err(TransportError::InvalidRequest("the call ended without an answer")),
+        }
+    }
+
+    /// The answers a request carries for its input requests. A retry with a `requestState` must verify it for
+    /// this caller, method and parameters; its earlier answers come from the state, and only the keys that state
+    /// asked for are taken from `inputResponses`. A request without a state may carry answers too (they are the
+    /// client's own words either way; the tool validates them). Returns the answers, and whether the state proved
+    /// this a retry of an admitted round.
+    fn input_answers(&mut self, method: &str, digest: &str, params: &JsonObject) -> Result<(JsonObject, bool)> {
+        let app = self.app;
+        let responses = match params.get("inputResponses") {
+            None => None,
+            Some(Value::Object(r)) => Some(r),
+            Some(_) => return Err(TransportError::InvalidMeta("params.inputResponses must be an object".into())),
+        };
+        let token = match params.get("requestState") {
+            None => return Ok((responses.cloned().unwrap_or_default(), false)),
+            Some(Value::String(t)) => t,
+            Some(_) => return Err(TransportError::InvalidMeta(StateRefusal::Malformed.message().to_owned())),
+        };
+        let state = match app.config.request_state.open(token, self.asker.caller.user.as_str(), method, digest) {
+            Ok(s) => s,
+            Err(refusal) => {
+                app.metrics.request_state_refusals.with_label_values(&[refusal.label()]).inc();
+                self.span.error = Some("request_state".to_owned());
+                return Err(TransportError::InvalidMeta(refusal.message().to_owned()));
+            }
+        };
+        let mut answers = state.a;
+        for k in &state.q {
+            if let Some(v) = responses.and_then(|r| r.get(k)) {
+                answers.insert(k.clone(), v.clone());
+            }
+        }
+        Ok((answers, true))
+    }
+
+    /// `prompts/get`, which may ask the client for input (multi round-trip) like a tool.
+    async fn modern_prompt(&mut self, id: &Value, params: &JsonObject, m: Meta) -> Result<Response> {
+        let app = self.app;
+        let name = match mcp::str_param(params, "name") {
+            Ok(n) => n.to_owned(),
+            Err(e) => return Err(TransportError::InvalidMeta(e.1)),
+        };
+        let args = match params.get("arguments") {
+            None => JsonObject::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
+        };
+        let digest = idempotency::digest(&name, &args);
+        let (answers, _) = self.input_answers("prompts/get", &digest, params)?;
+        admit(app, self.info, &self.asker.request()).await?;
+        let cx = PromptContext {
+            principal: self.asker.caller.clone(),
+            cancel: CancellationToken::new(),
+            inputs: Inputs::new(answers, m, "prompts/get", digest),
+        };
+        let r = app.catalog.get_prompt_with(&name, &args, &cx).await;
+        match cx.inputs.decide(app, &cx.principal, &r) {
+            Some(Ok(v)) => Ok(ok(id, complete(app, v, false))),
+            Some(Err(e)) => Err(e),
+            None => match r {
+                Ok(v) => Ok(ok(id, complete(app, v, false))),
+                Err(e) => {
+                    let e = mcp::tool_error(e);
+                    self.span.error = Some(e.0.to_string());
+                    Ok(rpc_error(id, e, None))
+                }
+            },
+        }
+    }
+
+    /// `subscriptions/listen`: a long-lived SSE stream of the notifications the client opted into, from the
+    /// principal's notice channel (fed by every replica), each tagged with the subscription's id.
+    async fn listen(&mut self, id: &Value, params: &JsonObject) -> Result<Response> {
+        let app = self.app;
+        let filter = Filter::parse(params, &capabilities(app))?;
+        let req = limits::Request { slot: Some(SlotSet::Streams), ..self.asker.request() };
+        let granted = admit(app, self.info, &req).await?;
+        let slot = granted.slot.map(|l| app.limits.hold(l));
+        // Subscribed before the acknowledgment goes out: nothing published after it is missed.
+        let mut sub = app.store.subscribe_user(&self.asker.caller.user).await?;
+        let (tx, rx) = mpsc::channel(LIVE_BUFFER);
+        let mut ack = json!({ "notifications": filter.acknowledged() });
+        ack["_meta"] = json!({ SUBSCRIPTION_KEY: id });
+        let ack = json!({ "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack });
+        let _ = tx.try_send(Frame::Unsequenced { data: ack.to_string() });
+        let (id, shutdown) = (id.clone(), app.shutdown.clone());
+        let end = complete(app, json!({ "_meta": { SUBSCRIPTION_KEY: id } }), false);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tx.closed() => return,
+                    () = shutdown.cancelled() => {
+                        // A graceful end: the listen request's own response, then the stream closes.
+                        let done = json!({ "jsonrpc": "2.0", "id": id, "result": end });
+                        let _ = tx.send(Frame::Unsequenced { data: done.to_string() }).await;
+                        return;
+                    }
+                    ring = sub.recv() => match ring {
+                        Some(Ring::Notice(msg)) => {
+                            if let Some(n) = filter.pass(&msg, &id) {
+                                // A client that stopped reading loses notifications, never the replica's memory.
+                                let _ = tx.try_send(Frame::Unsequenced { data: n });
+                            }
+                        }
+                        Some(_) => {}
+                        None => return,
+                    },
+                }
+            }
+        });
+        let held = sse::Held { slot, feeder_handles_shutdown: true, ..sse::Held::default() };
+        Ok(sse::response(app, rx, "subscription", held))
+    }
+}
+
+/// What a `subscriptions/listen` asked for, cut to what this server honours.
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Filter {
+    fn parse(params: &JsonObject, caps: &Value) -> Result<Self> {
+        let bad = |m: &str| TransportError::InvalidMeta(m.to_owned());
+        let n = match params.get("notifications") {
+            Some(Value::Object(n)) => n,
+            None => return Err(bad("params.notifications is required")),
+            Some(_) => return Err(bad("params.notifications must be an object")),
+        };
+        let flag = |k: &str, cap: &str| -> Result<bool> {
+            let asked = match n.get(k) {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(TransportError::InvalidMeta(format!("params.notifications.{k} must be a boolean"))),
+            };
+            Ok(asked && caps.get(cap).and_then(|c| c.get("listChanged")).and_then(Value::as_bool) == Some(true))
+        };
+        let uris = match n.get("resourceSubscriptions") {
+            None => Vec::new(),
+            Some(Value::Array(a)) if a.len() <= MAX_SUBSCRIPTIONS => a
+                .iter()
+                .map(|u| u.as_str().filter(|u| !u.is_empty() && u.len() <= MAX_URI_BYTES).map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    bad("params.notifications.resourceSubscriptions must hold URIs of 1 to 2048 bytes")
+                })?,
+            Some(_) => {
+                return Err(bad("params.notifications.resourceSubscriptions must be an array of at most 256 URIs"));
+            }
+        };
+        let subscribe = caps.get("resources").is_some();
+        Ok(Self {
+            tools: flag("toolsListChanged", "tools")?,
+            prompts: flag("promptsListChanged", "prompts")?,
+            resources: flag("resourcesListChanged", "resources")?,
+            uris: if subscribe { uris } else { Vec::new() },
+        })
+    }
+
+    fn acknowledged(&self) -> Value {
+        let mut a = JsonObject::new();
+        for (k, on) in [("toolsListChanged", self.tools), ("promptsListChanged", self.prompts), ("resourcesListChanged", self.resources)] {
+            if on {
+                a.insert(k.into(), json!(true));
+            }
+        }
+        if !self.uris.is_empty() {
+            a.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(a)
+    }
+
+    /// The notification to send for `msg`, tagged with the subscription, if the filter takes it.
+    fn pass(&self, msg: &str, id: &Value) -> Option<String> {
+        let mut n: Value = serde_json::from_str(msg).ok()?;
+        let wanted = match n.get("method").and_then(Value::as_str)? {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => {
+                let uri = n.get("params").and_then(|p| p.get("uri")).and_then(Value::as_str)?;
+                self.uris.iter().any(|u| u == uri)
+            }
+            _ => false,
+        };
+        if !wanted {
+            return None;
+        }
+        let params = n.as_object_mut()?.entry("params").or_insert_with(|| json!({}));
+        let meta = params.as_object_mut()?.entry("_meta").or_insert_with(|| json!({}));
+        meta.as_object_mut()?.insert(SUBSCRIPTION_KEY.into(), id.clone());
+        Some(n.to_string())
+    }
+}
+
+/// How the HTTP handler answers a call.
+enum Answer {
+    Json(Value),
+    Sse(mpsc::Receiver<Frame>),
+    /// A protocol refusal with its HTTP status (a capability the client did not declare).
+    Refused(TransportError),
+}
+
+enum Out {
+    Pending(Option<oneshot::Sender<Answer>>),
+    Streaming(mpsc::Sender<Frame>),
+    Done,
+}
+
+/// The input requests of this round (MRTR), and the capabilities they needed that the client lacks.
+#[derive(Default)]
+struct Round {
+    asked: Vec<(String, Value)>,
+    missing: Vec<String>,
+    /// How many input requests of each kind the tool made so far: the keys are `<kind>-<n>`, stable across rounds.
+    counts: std::collections::HashMap<&'static str, u32>,
+}
+
+/// One modern `tools/call` in flight. It answers with plain JSON unless it sends a notification (progress, a log
+/// message) or runs longer than `sse_after`; then it switches to an SSE stream of its own. Nothing is committed
+/// anywhere: a broken stream loses the call, and the client re-issues it (with its idempotency key, if it must
+/// not run twice).
+struct Call {
+    app: AppState,
+    principal: Principal,
+    trace_id: String,
+    span: opentelemetry::Context,
+    request_id: Value,
+    progress_token: Option<Value>,
+    cancel: CancellationToken,
+    out: Mutex<Out>,
+    inputs: Inputs,
+}
+
+/// The input requests (MRTR) of one request: the answers it carries, and what this round asks for.
+struct Inputs {
+    meta: Meta,
+    /// Answers by input request key: the earlier rounds' (from the state) and this retry's.
+    answers: JsonObject,
+    round: std::sync::Mutex<Round>,
+    /// The method and the digest of the salient parameters, which the state is bound to.
+    method: &'static str,
+    digest: String,
+}
+
+impl Inputs {
+    fn new(answers: JsonObject, meta: Meta, method: &'static str, digest: String) -> Self {
+        Self { meta, answers, round: std::sync::Mutex::default(), method, digest }
+    }
+
+    fn round(&self) -> std::sync::MutexGuard<'_, Round> {
+        self.round.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The answer under `key`, if the request carries it; else the request joins this round's `inputRequests`
+    /// and the handler is told to stop (it runs again, from the start, on the retry).
+    fn ask(&self, key: &str, method: &str, params: Value) -> std::result::Result<Value, ToolError> {
+        let Some(kind) = input_kind(method) else { return Err(ToolError::ClientUnsupported("requests")) };
+        if let Some(answer) = self.answers.get(key) {
+            return match answer {
+                Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
+                    Err(ToolError::ClientError {
+                        code: o.get("code").and_then(Value::as_i64).unwrap_or(-32603),
+                        message: o.get("message").and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
+                    })
+                }
+                Value::Object(_) => Ok(answer.clone()),
+                _ => Err(ToolError::InvalidParams(format!("inputResponses[\"{}\"] must be an object", mcp::truncate(key, 64)))),
+            };
+        }
+        let mut round = self.round();
+        if self.meta.capabilities.get(kind).is_none() {
+            round.missing.push(kind.to_owned());
+            return Err(ToolError::ClientUnsupported(kind));
+        }
+        round.asked.push((key.to_owned(), json!({ "method": method, "params": params })));
+        Err(ToolError::Cancelled)
+    }
+
+    /// A key for an input request the handler did not name: `<kind>-<n>`, stable across rounds.
+    fn auto_key(&self, method: &str) -> String {
+        let kind = input_kind(method).unwrap_or("request");
+        let mut round = self.round();
+        let n = round.counts.entry(kind).or_insert(0);
+        *n += 1;
+        format!("{kind}-{n}")
+    }
+
+    /// How this round ends regardless of what the handler returned: an `InputRequiredResult` when it asked for
+    /// input it does not have yet, a refusal when it needs a capability the client lacks; `None` when its own
+    /// outcome stands.
+    fn decide(
+        &self,
+        app: &AppState,
+        principal: &Principal,
+        r: &std::result::Result<Value, ToolError>,
+    ) -> Option<std::result::Result<Value, TransportError>> {
+        let round = std::mem::take(&mut *self.round());
+        if let Err(ToolError::ClientUnsupported(cap)) = r
+            && input_capability(cap)
+        {
+            return Some(Err(TransportError::MissingCapability(vec![(*cap).to_owned()])));
+        }
+        if !round.missing.is_empty() {
+            return Some(Err(TransportError::MissingCapability(round.missing)));
+        }
+        if round.asked.is_empty() {
+            return None;
+        }
+        let mut state = RequestState::new(principal.user.as_str(), self.method, &self.digest);
+        state.a = self.answers.clone();
+        state.q = round.asked.iter().map(|(k, _)| k.clone()).collect();
+        let requests: JsonObject = round.asked.into_iter().collect();
+        Some(Ok(json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": app.config.request_state.seal(state),
+        })))
+    }
+}
+
+/// The context of a `prompts/get`: it can ask for input, and nothing else.
+struct PromptContext {
+    principal: Principal,
+    cancel: CancellationToken,
+    inputs: Inputs,
+}
+
+#[async_trait]
+impl ToolContext for PromptContext {
+    async fn progress(&self, _: f64, _: Option<f64>, _: Option<&str>) -> std::result::Result<(), ToolError> {
+        Ok(())
+    }
+
+    async fn log(&self, _: &str, _: Option<&str>, _: Value) -> std::result::Result<(), ToolError> {
+        Ok(())
+    }
+
+    async fn request(&self, method: &str, params: Value, _timeout: Duration) -> std::result::Result<Value, ToolError> {
+        self.inputs.ask(&self.inputs.auto_key(method), method, params)
+    }
+
+    async fn ask(&self, key: &str, method: &str, params: Value, _: Duration) -> std::result::Result<Value, ToolError> {
+        self.inputs.ask(key, method, params)
+    }
+
+    async fn notify_session(&self, _: &str, _: Value) -> std::result::Result<(), ToolError> {
+        Err(ToolError::ClientUnsupported("notifications"))
+    }
+
+    async fn close_connection(&self, _: Duration) -> std::result::Result<(), ToolError> {
+        Err(ToolError::ClientUnsupported("stream resumption"))
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    fn client_capabilities(&self) -> &Value {
+        &self.inputs.meta.capabilities
+    }
+
+    fn cancelled(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+impl Call {
+    async fn drive(
+        self: Arc<Self>,
+        name: String,
+        args: JsonObject,
+        _slot: Option<mcpfleet_limits::SlotGuard>,
+        quota_charged: bool,
+        idem: Option<idempotency::Idempotent>,
+    ) {
+        let cfg = self.app.config.clone();
+        let started = std::time::Instant::now();
+        let timeout = self.app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
+        let args_sha = crate::exchange::args_digest(&args);
+        let me = self.clone();
+        let tool = name.clone();
+        let mut task = tokio::spawn(async move {
+            let run = async {
+                let r = me.app.catalog.call_tool(&tool, args, &*me).await;
+                me.finish(r, &tool)
+            };
+            idempotency::run(&me.app, idem.as_ref(), timeout, run).await
+        });
+        let sse_after = tokio::time::sleep(cfg.sse_after);
+        tokio::pin!(sse_after);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let audit = Audit { tool: name.clone(), args_sha256: args_sha, started };
+        let record = |end: CallEnd| record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, &audit, end);
+        loop {
+            tokio::select! {
+                r = &mut task => {
+                    let (result, end) = match r {
+                        Ok(Ran::Here(Err(Done::Refused(e)))) => {
+                            record(CallEnd::ProtocolError);
+                            self.refuse(e).await;
+                            return;
+                        }
+                        Ok(Ran::Here(Err(Done::Rpc(e)))) => (Err(e), CallEnd::ProtocolError),
+                        Ok(Ran::Here(Ok(v))) => {
+                            let end = if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
+                                CallEnd::InputRequired
+                            } else {
+                                crate::exchange::outcome_of(&Ok(v.clone()))
+                            };
+                            (Ok(v), end)
+                        }
+                        Ok(Ran::Replayed(v)) => (Ok(v), CallEnd::Replayed),
+                        Err(e) => {
+                            tracing::error!(error = %e, trace_id = %self.trace_id, "tool task panicked");
+                            (Ok(mcp::tool_failure(&self.trace_id)), CallEnd::Panicked)
+                        }
+                    };
+                    record(end);
+                    if quota_charged && matches!(end, CallEnd::Replayed)
+                        || quota_charged && matches!(&result, Err((c, _)) if *c == code::INVALID_PARAMS)
+                    {
+                        // The tool did not run (a replayed result, or arguments it refused): the unit goes back.
+                        self.app.limits.refund(&self.principal.user, &name).await;
+                    }
+                    let msg = match result {
+                        Ok(v) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, v, false) }),
+                        Err((c, m)) => json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code::modern(c), "message": m } }),
+                    };
+                    self.send_final(msg).await;
+                    return;
+                }
+                () = &mut deadline => {
+                    task.abort();
+                    tracing::warn!(tool.name = %name, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
+                    record(CallEnd::TimedOut);
+                    let text = format!(
+                        "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
+                         tell the user, quoting the trace id {}.",
+                        timeout.as_secs_f64(),
+                        self.trace_id
+                    );
+                    let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, mcp::is_error(&text), false) });
+                    self.send_final(msg).await;
+                    return;
+                }
+                () = self.cancel.cancelled() => {
+                    // The client closed the stream: stop, and send nothing more.
+                    task.abort();
+                    record(CallEnd::Cancelled);
+                    *self.out.lock().await = Out::Done;
+                    return;
+                }
+                () = &mut sse_after => {
+                    // Long and silent: switch to SSE so that the connection gets keep-alives.
+                    let mut out = self.out.lock().await;
+                    let _ = self.streaming(&mut out);
+                }
+            }
+        }
+    }
+
+    /// The tool's outcome as this round's result (see [`Inputs::decide`]); tool failures become `isError`
+    /// results as in the session generation.
+    fn finish(&self, r: std::result::Result<Value, ToolError>, tool: &str) -> std::result::Result<Value, Done> {
+        match self.inputs.decide(&self.app, &self.principal, &r) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(Done::Refused(e)),
+            None => mcp::tool_result(r, tool, &self.trace_id).map_err(Done::Rpc),
+        }
+    }
+
+    /// Switches to SSE if still pending; returns the stream's sender.
+    fn streaming(&self, out: &mut Out) -> Option<mpsc::Sender<Frame>> {
+        match out {
+            Out::Streaming(tx) => Some(tx.clone()),
+            Out::Pending(tx) => {
+                let (live, rx) = mpsc::channel(LIVE_BUFFER);
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Answer::Sse(rx));
+                }
+                *out = Out::Streaming(live.clone());
+                Some(live)
+            }
+            Out::Done => None,
+        }
+    }
+
+    async fn notify(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {
+        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        let mut out = self.out.lock().await;
+        let Some(tx) = self.streaming(&mut out) else { return Err(ToolError::Cancelled) };
+        drop(out);
+        // A client that stopped reading loses notifications; it must never stall the tool.
+        let _ = tx.try_send(Frame::Unsequenced { data: msg });
+        Ok(())
+    }
+
+    async fn send_final(&self, msg: Value) {
+        let mut out = self.out.lock().await;
+        match std::mem::replace(&mut *out, Out::Done) {
+            Out::Pending(Some(tx)) => {
+                let _ = tx.send(Answer::Json(msg));
+            }
+            Out::Streaming(tx) => {
+                let _ = tx.send(Frame::Unsequenced { data: msg.to_string() }).await;
+            }
+            _ => {}
+        }
+    }
+
+    async fn refuse(&self, e: TransportError) {
+        let mut out = self.out.lock().await;
+        match std::mem::replace(&mut *out, Out::Done) {
+            Out::Pending(Some(tx)) => {
+                let _ = tx.send(Answer::Refused(e));
+            }
+            Out::Streaming(tx) => {
+                // The stream is open (200 went out): the refusal is its final JSON-RPC error.
+                let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "error": e.rpc_error(true) });
+                let _ = tx.send(Frame::Unsequenced { data: msg.to_string() }).await;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What ends a round other than a result.
+enum Done {
+    Rpc((i64, String)),
+    Refused(TransportError),
+}
+
+impl From<(i64, String)> for Done {
+    fn from(e: (i64, String)) -> Self {
+        Self::Rpc(e)
+    }
+}
+
+/// Whether `cap` is a client capability that input requests need.
+fn input_capability(cap: &str) -> bool {
+    matches!(cap, "sampling" | "elicitation" | "roots")
+}
+
+/// The capability a server→client request needs, and the stable name of its kind.
+fn input_kind(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl ToolContext for Call {
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> std::result::Result<(), ToolError> {
+        let Some(token) = &self.progress_token else { return Ok(()) };
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(t) = total {
+            params["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            params["message"] = json!(m);
+        }
+        self.notify("notifications/progress", params).await
+    }
+
+    async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> std::result::Result<(), ToolError> {
+        // No `notifications/message` unless the request asked for a level, and none below it.
+        let Some(min) = self.inputs.meta.log_level else { return Ok(()) };
+        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        if rank < min {
+            return Ok(());
+        }
+        let mut params = json!({ "level": level, "data": data });
+        if let Some(l) = logger {
+            params["logger"] = json!(l);
+        }
+        self.notify("notifications/message", params).await
+    }
+
+    /// MRTR: see [`Inputs::ask`].
+    async fn request(&self, method: &str, params: Value, _timeout: Duration) -> std::result::Result<Value, ToolError> {
+        self.inputs.ask(&self.inputs.auto_key(method), method, params)
+    }
+
+    async fn ask(&self, key: &str, method: &str, params: Value, _: Duration) -> std::result::Result<Value, ToolError> {
+        self.inputs.ask(key, method, params)
+    }
+
+    async fn notify_session(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {
+        // No session: the principal's `subscriptions/listen` streams hear it, on every replica.
+        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        self.app.store.publish_user(&self.principal.user, &msg).await.map_err(|_| ToolError::Unavailable)
+    }
+
+    async fn close_connection(&self, _retry: Duration) -> std::result::Result<(), ToolError> {
+        // 2026-07-28 streams are not resumable: there is nothing to resume from.
+        Err(ToolError::ClientUnsupported("stream resumption"))
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    fn client_capabilities(&self) -> &Value {
+        &self.inputs.meta.capabilities
+    }
+
+    fn cancelled(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
