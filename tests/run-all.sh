@@ -18,6 +18,7 @@ if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
 
 tools=.tools
 if [ ! -x "$tools/node_modules/.bin/node" ] || [ ! -f "$tools/node_modules/@modelcontextprotocol/conformance/dist/index.js" ] \
+   || [ ! -f "$tools/node_modules/conformance-2026/dist/index.js" ] \
    || ! "$tools/node_modules/.bin/node" --version 2>/dev/null | grep -q '^v22\.'; then
   echo "installing Node 22 and @modelcontextprotocol/conformance into $tools"
   (cd "$tools" && npm install --no-audit --no-fund --loglevel=error && npm rebuild node --loglevel=error)
