@@ -258,3 +258,146 @@ impl Default for McpClient {
         Self::new()
     }
 }
+
+/// A client of the 2026-07-28 generation: every request carries its version, capabilities and client info in
+/// `_meta`, and the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers; there is no session.
+#[derive(Debug, Clone)]
+pub struct ModernClient {
+    http: reqwest::Client,
+    user: Option<String>,
+    token: Option<String>,
+    capabilities: Value,
+}
+
+impl ModernClient {
+    /// A client that declares the sampling, elicitation and roots capabilities.
+    #[must_use]
+    pub fn new() -> Self {
+        crate::init_tls();
+        Self {
+            http: reqwest::Client::builder().no_proxy().build().expect("client"),
+            user: None,
+            token: None,
+            capabilities: json!({ "sampling": {}, "elicitation": {}, "roots": {} }),
+        }
+    }
+
+    /// Acts as this principal (through the test authenticator).
+    #[must_use]
+    pub fn as_user(mut self, user: &str) -> Self {
+        self.user = Some(user.to_owned());
+        self
+    }
+
+    /// Sends this bearer token.
+    #[must_use]
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    /// Declares these client capabilities on every request.
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: Value) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// The request `method` with `params`, its `_meta` completed with the per-request fields.
+    #[must_use]
+    pub fn body(&self, id: i64, method: &str, mut params: Value) -> Value {
+        let meta = params.as_object_mut().expect("params object").entry("_meta").or_insert_with(|| json!({}));
+        let m = meta.as_object_mut().expect("_meta object");
+        m.entry("io.modelcontextprotocol/protocolVersion").or_insert_with(|| json!("2026-07-28"));
+        m.entry("io.modelcontextprotocol/clientCapabilities").or_insert_with(|| self.capabilities.clone());
+        m.entry("io.modelcontextprotocol/clientInfo").or_insert_with(|| json!({ "name": "mcpfleet-tests", "version": "1" }));
+        json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+    }
+
+    /// POSTs `body` with the standard headers taken from it, plus `extra` (which may override them).
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn send(&self, url: &str, body: &Value, extra: &[(&str, &str)]) -> reqwest::Response {
+        let method = body["method"].as_str().unwrap_or("");
+        let version = body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or("2026-07-28");
+        let mut rb = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        let overridden = |h: &str| extra.iter().any(|(k, _)| k.eq_ignore_ascii_case(h));
+        if !overridden("mcp-protocol-version") {
+            rb = rb.header("mcp-protocol-version", version);
+        }
+        if !overridden("mcp-method") {
+            rb = rb.header("mcp-method", method);
+        }
+        let name = match method {
+            "tools/call" | "prompts/get" => body["params"]["name"].as_str(),
+            "resources/read" => body["params"]["uri"].as_str(),
+            _ => None,
+        };
+        if let Some(n) = name.filter(|_| !overridden("mcp-name")) {
+            rb = rb.header("mcp-name", n);
+        }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(u) = &self.user {
+            rb = rb.header(crate::TEST_USER_HEADER, u);
+        }
+        for (k, v) in extra {
+            rb = rb.header(*k, *v);
+        }
+        rb.body(body.to_string()).send().await.expect("POST")
+    }
+
+    /// A request answered with JSON: the status and the body.
+    ///
+    /// # Panics
+    /// On a connection error or a body that is not JSON.
+    pub async fn request(&self, url: &str, id: i64, method: &str, params: Value) -> (u16, Value) {
+        let resp = self.send(url, &self.body(id, method, params), &[]).await;
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("json body"))
+    }
+
+    /// `tools/call` of `tool` with `args` and any other `params` (`inputResponses`, `requestState`, `_meta`);
+    /// the JSON-RPC response, from a JSON or an SSE answer.
+    ///
+    /// # Panics
+    /// On a connection error, or an answer without a response.
+    pub async fn call(&self, url: &str, id: i64, tool: &str, args: Value, mut params: Value) -> Value {
+        params["name"] = json!(tool);
+        params["arguments"] = args;
+        let resp = self.send(url, &self.body(id, "tools/call", params), &[]).await;
+        response_of(resp).await
+    }
+}
+
+impl Default for ModernClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The JSON-RPC response of an answer: the JSON body, or the SSE event that carries it.
+///
+/// # Panics
+/// On a body with no response.
+pub async fn response_of(resp: reqwest::Response) -> Value {
+    let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    if !ct.starts_with("text/event-stream") {
+        return resp.json().await.expect("json body");
+    }
+    let mut s = SseStream::new(resp);
+    loop {
+        let e = s.next(std::time::Duration::from_secs(30)).await.expect("sse").expect("a response before the end");
+        if let Ok(v) = serde_json::from_str::<Value>(&e.data)
+            && (v.get("result").is_some() || v.get("error").is_some())
+        {
+            return v;
+        }
+    }
+}

@@ -11,7 +11,7 @@ pub mod issuer;
 mod proxy;
 mod redis;
 
-pub use client::{McpClient, SseEvent, SseStream, data_messages, progress_values};
+pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
 pub use fleet::{Fleet, FleetBuilder, HeaderAuth, Replica, TEST_STATE_KEY, TEST_USER_HEADER, server_bin};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use proxy::RoundRobinProxy;
