@@ -2,8 +2,6 @@
 //! suite's own, beside the 2025 generation. Every test sends its requests to chosen replicas, so that a retry, a
 //! duplicate or a notification crosses from one replica to another.
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
-
 use jsonwebtoken::Algorithm;
 use mcpfleet_testkit::{Fleet, Issuer, McpClient, ModernClient, RedisServer, SseStream, TestKey, eventually, scrape};
 use serde_json::{Value, json};
@@ -80,7 +78,10 @@ async fn both_generations_on_every_replica() {
     assert!(d["ttlMs"].as_u64().is_some() && d["cacheScope"] == "private", "{d}");
     assert!(d["capabilities"]["resources"].get("subscribe").is_none(), "2026 has no resources/subscribe: {d}");
     let r = modern.call(&b, 3, "test_simple_text", json!({}), json!({})).await;
-    assert_eq!((text_of(&r), r["result"]["resultType"].clone()), ("This is a simple text response for testing.".into(), json!("complete")));
+    assert_eq!(
+        (text_of(&r), r["result"]["resultType"].clone()),
+        ("This is a simple text response for testing.".into(), json!("complete"))
+    );
     // The session still works after the modern traffic, on either replica.
     let r = legacy.request(&a, 4, "tools/list", json!({})).await;
     assert!(r["result"]["tools"].as_array().unwrap().len() > 5);
@@ -93,7 +94,8 @@ async fn both_generations_on_every_replica() {
     assert_eq!(l["result"]["resultType"], "complete");
     assert_eq!(l["result"]["cacheScope"], "private", "lists filtered by scopes are the caller's own");
     // tools/list is the same list in the same order on every replica.
-    let names = |v: &Value| v["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect::<Vec<_>>();
+    let names =
+        |v: &Value| v["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect::<Vec<_>>();
     let (_, on_a) = modern.request(&a, 6, "tools/list", json!({})).await;
     assert_eq!(names(&on_a), names(&l));
     // GET and DELETE saying 2026-07-28 get 405 (Allow: POST), on both replicas.
@@ -171,10 +173,15 @@ async fn modern_requests_are_checked_before_anything_runs() {
     assert_eq!((v["error"]["code"].clone(), v["error"]["data"]["uri"].clone()), (json!(-32602), json!("test://nope")));
     // A tool that needs a capability the request did not declare: 400, -32021, naming it; the tool never ran.
     let bare_caps = s.modern("alice").with_capabilities(json!({}));
-    let resp = bare_caps.send(&url, &bare_caps.body(14, "tools/call", json!({ "name": "test_missing_capability" })), &[]).await;
+    let resp = bare_caps
+        .send(&url, &bare_caps.body(14, "tools/call", json!({ "name": "test_missing_capability" })), &[])
+        .await;
     assert_eq!(resp.status(), 400);
     let v: Value = resp.json().await.unwrap();
-    assert_eq!((err(&v), v["error"]["data"]["requiredCapabilities"].clone()), ((json!(14), json!(-32021)), json!({ "sampling": {} })));
+    assert_eq!(
+        (err(&v), v["error"]["data"]["requiredCapabilities"].clone()),
+        ((json!(14), json!(-32021)), json!({ "sampling": {} }))
+    );
     // Arguments that do not match the schema: the isError result of the session generation, marked complete.
     let r = c.call(&url, 15, "test_costly", json!({ "topic": 5 }), json!({})).await;
     assert_eq!((r["result"]["isError"].clone(), r["result"]["resultType"].clone()), (json!(true), json!("complete")));
@@ -294,7 +301,8 @@ async fn forged_expired_and_foreign_states_are_refused() {
 async fn listen_streams_hear_notifications_published_on_other_replicas() {
     let mut s = setup(2, &["--max-streams-per-user", "1"]).await;
     let alice = s.modern("alice");
-    let filter = json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://watched-resource"] } });
+    let filter =
+        json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://watched-resource"] } });
     let resp = alice.send(&s.url(0), &alice.body(41, "subscriptions/listen", filter.clone()), &[]).await;
     assert_eq!(resp.status(), 200);
     let mut stream = SseStream::new(resp);
@@ -305,7 +313,8 @@ async fn listen_streams_hear_notifications_published_on_other_replicas() {
     let again = alice.send(&s.url(1), &alice.body(42, "subscriptions/listen", filter.clone()), &[]).await;
     assert_eq!(again.status(), 429);
     let bob = s.modern("bob");
-    let mut bobs = SseStream::new(bob.send(&s.url(1), &bob.body(43, "subscriptions/listen", filter.clone()), &[]).await);
+    let mut bobs =
+        SseStream::new(bob.send(&s.url(1), &bob.body(43, "subscriptions/listen", filter.clone()), &[]).await);
     bobs.until_method("notifications/subscriptions/acknowledged", T).await.unwrap();
     // A call on the other replica updates the watched resource: alice's stream on A hears it, tagged.
     let r = alice.call(&s.url(1), 2, "test_update_watched_resource", json!({}), json!({})).await;
@@ -357,7 +366,8 @@ async fn a_duplicate_call_runs_once_across_replicas() {
     // Later, in the other generation too: the stored result, and the tool does not run.
     let mut legacy = s.legacy("alice");
     legacy.initialize(&s.url(1)).await;
-    let params = json!({ "name": "test_mint", "arguments": args, "_meta": { "io.mcpfleet/idempotencyKey": "order-1" } });
+    let params =
+        json!({ "name": "test_mint", "arguments": args, "_meta": { "io.mcpfleet/idempotencyKey": "order-1" } });
     let r = legacy.request(&s.url(0), 3, "tools/call", params).await;
     assert_eq!(text_of(&r), minted);
     assert_eq!(s.metric(ran).await, 1.0);

@@ -151,7 +151,11 @@ fn duration_or_zero(s: &str) -> Result<Duration, String> {
 }
 
 /// The `requestState` key ring from `KID:BASE64SECRET` values; a random key for a single process without Redis.
-fn request_state_keys(raw: &[String], ttl: Duration, redis: bool) -> Result<mcpfleet_transport::RequestStateKeys, ServerError> {
+fn request_state_keys(
+    raw: &[String],
+    ttl: Duration,
+    redis: bool,
+) -> Result<mcpfleet_transport::RequestStateKeys, ServerError> {
     use base64::Engine as _;
     if raw.is_empty() {
         if redis {
@@ -341,7 +345,12 @@ struct ServeArgs {
     /// `KID:BASE64SECRET` (the secret at least 32 bytes). Repeat it to rotate: the first signs, every one listed
     /// verifies. Every replica of a fleet needs the same keys; required with --redis-url. Without Redis, a random
     /// key is made at start.
-    #[arg(long = "request-state-key", env = "MCPFLEET_REQUEST_STATE_KEYS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long = "request-state-key",
+        env = "MCPFLEET_REQUEST_STATE_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     request_state_keys: Vec<String>,
     /// How long a requestState stays valid (e.g. 10m).
     #[arg(long, env = "MCPFLEET_REQUEST_STATE_TTL", default_value = "10m", value_parser = bounded_duration)]

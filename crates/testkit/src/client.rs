@@ -310,7 +310,8 @@ impl ModernClient {
         let m = meta.as_object_mut().expect("_meta object");
         m.entry("io.modelcontextprotocol/protocolVersion").or_insert_with(|| json!("2026-07-28"));
         m.entry("io.modelcontextprotocol/clientCapabilities").or_insert_with(|| self.capabilities.clone());
-        m.entry("io.modelcontextprotocol/clientInfo").or_insert_with(|| json!({ "name": "mcpfleet-tests", "version": "1" }));
+        m.entry("io.modelcontextprotocol/clientInfo")
+            .or_insert_with(|| json!({ "name": "mcpfleet-tests", "version": "1" }));
         json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
     }
 
@@ -320,7 +321,8 @@ impl ModernClient {
     /// On a connection error.
     pub async fn send(&self, url: &str, body: &Value, extra: &[(&str, &str)]) -> reqwest::Response {
         let method = body["method"].as_str().unwrap_or("");
-        let version = body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or("2026-07-28");
+        let version =
+            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or("2026-07-28");
         let mut rb = self
             .http
             .post(url)

@@ -171,19 +171,46 @@ impl Catalog for ConformanceCatalog {
                 "Changes test://watched-resource and notifies the session's stream",
             ),
             no_args("test_whoami", "Says who called, from the verified token (auth tests; needs fixtures:whoami)"),
-            no_args("test_missing_capability", "Asks the client for a sampling completion (needs the sampling capability)"),
-            no_args("test_streaming_elicitation", "Asks the user for their name (an input request, never a stream request)"),
+            no_args(
+                "test_missing_capability",
+                "Asks the client for a sampling completion (needs the sampling capability)",
+            ),
+            no_args(
+                "test_streaming_elicitation",
+                "Asks the user for their name (an input request, never a stream request)",
+            ),
             no_args("test_logging_tool", "Logs one message (sent only when the request asks for a log level)"),
-            no_args("test_trigger_tool_change", "Announces that the tool list changed (notifications/tools/list_changed)"),
-            no_args("test_trigger_prompt_change", "Announces that the prompt list changed (notifications/prompts/list_changed)"),
-            no_args("test_input_required_result_elicitation", "Asks the user for their name (user_name), then greets them"),
+            no_args(
+                "test_trigger_tool_change",
+                "Announces that the tool list changed (notifications/tools/list_changed)",
+            ),
+            no_args(
+                "test_trigger_prompt_change",
+                "Announces that the prompt list changed (notifications/prompts/list_changed)",
+            ),
+            no_args(
+                "test_input_required_result_elicitation",
+                "Asks the user for their name (user_name), then greets them",
+            ),
             no_args("test_input_required_result_sampling", "Asks the client's model a question (capital_question)"),
             no_args("test_input_required_result_list_roots", "Asks the client for its roots (client_roots)"),
-            no_args("test_input_required_result_request_state", "Asks for a confirmation (confirm) and keeps state across the retry"),
-            no_args("test_input_required_result_multiple_inputs", "Asks for a name, a completion and the roots in one round"),
+            no_args(
+                "test_input_required_result_request_state",
+                "Asks for a confirmation (confirm) and keeps state across the retry",
+            ),
+            no_args(
+                "test_input_required_result_multiple_inputs",
+                "Asks for a name, a completion and the roots in one round",
+            ),
             no_args("test_input_required_result_multi_round", "Asks for a name (step1), then a colour (step2)"),
-            no_args("test_input_required_result_tampered_state", "Asks for a confirmation under a signed request state"),
-            no_args("test_input_required_result_capabilities", "Asks only for the inputs the client declared it can give"),
+            no_args(
+                "test_input_required_result_tampered_state",
+                "Asks for a confirmation under a signed request state",
+            ),
+            no_args(
+                "test_input_required_result_capabilities",
+                "Asks only for the inputs the client declared it can give",
+            ),
             tool(
                 "test_mint",
                 "Mints a fresh random token after a delay (not idempotent: every run mints another; idempotency tests)",
@@ -314,7 +341,14 @@ impl Catalog for ConformanceCatalog {
                 ok(vec![text(format!("LLM response: {}", sampled_text(&r)))])
             }
             "test_streaming_elicitation" | "test_input_required_result_elicitation" => {
-                let r = cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await?;
+                let r = cx
+                    .ask(
+                        "user_name",
+                        "elicitation/create",
+                        form("What is your name?", "name", "string"),
+                        CLIENT_TIMEOUT,
+                    )
+                    .await?;
                 ok(vec![text(format!("Hello, {}!", accepted_field(&r, "name")?))])
             }
             "test_logging_tool" => {
@@ -339,13 +373,19 @@ impl Catalog for ConformanceCatalog {
                 ok(vec![text(format!("The client has {} roots.", roots_count(&r)?))])
             }
             "test_input_required_result_request_state" | "test_input_required_result_tampered_state" => {
-                let r = cx.ask("confirm", "elicitation/create", form("Confirm?", "ok", "boolean"), CLIENT_TIMEOUT).await?;
+                let r =
+                    cx.ask("confirm", "elicitation/create", form("Confirm?", "ok", "boolean"), CLIENT_TIMEOUT).await?;
                 accepted_field(&r, "ok")?;
                 ok(vec![text("state-ok: confirmed")])
             }
             "test_input_required_result_multiple_inputs" => {
                 let (name, greeting, roots) = futures::join!(
-                    cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT),
+                    cx.ask(
+                        "user_name",
+                        "elicitation/create",
+                        form("What is your name?", "name", "string"),
+                        CLIENT_TIMEOUT
+                    ),
                     cx.ask("greeting", "sampling/createMessage", sampling("Say a greeting."), CLIENT_TIMEOUT),
                     cx.ask("client_roots", "roots/list", json!({}), CLIENT_TIMEOUT),
                 );
@@ -354,10 +394,17 @@ impl Catalog for ConformanceCatalog {
                 ok(vec![text(format!("{} {name}; {} roots.", sampled_text(&greeting), roots_count(&roots)?))])
             }
             "test_input_required_result_multi_round" => {
-                let name = cx.ask("step1", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await?;
+                let name = cx
+                    .ask("step1", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT)
+                    .await?;
                 let name = accepted_field(&name, "name")?;
                 let colour = cx
-                    .ask("step2", "elicitation/create", form("What is your favourite colour?", "color", "string"), CLIENT_TIMEOUT)
+                    .ask(
+                        "step2",
+                        "elicitation/create",
+                        form("What is your favourite colour?", "color", "string"),
+                        CLIENT_TIMEOUT,
+                    )
                     .await?;
                 ok(vec![text(format!("{name} likes {}.", accepted_field(&colour, "color")?))])
             }
@@ -367,14 +414,23 @@ impl Catalog for ConformanceCatalog {
                 let (e, s, r) = futures::join!(
                     async {
                         if has("elicitation") {
-                            cx.ask("user_name", "elicitation/create", form("What is your name?", "name", "string"), CLIENT_TIMEOUT).await.map(Some)
+                            cx.ask(
+                                "user_name",
+                                "elicitation/create",
+                                form("What is your name?", "name", "string"),
+                                CLIENT_TIMEOUT,
+                            )
+                            .await
+                            .map(Some)
                         } else {
                             Ok(None)
                         }
                     },
                     async {
                         if has("sampling") {
-                            cx.ask("sample_input", "sampling/createMessage", sampling("Sample request"), CLIENT_TIMEOUT).await.map(Some)
+                            cx.ask("sample_input", "sampling/createMessage", sampling("Sample request"), CLIENT_TIMEOUT)
+                                .await
+                                .map(Some)
                         } else {
                             Ok(None)
                         }

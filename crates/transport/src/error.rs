@@ -260,7 +260,9 @@ impl TransportError {
             Self::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
             Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::SERVER_ERROR),
             Self::InvalidRequest(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
-            Self::MissingSession | Self::UnknownResponse | Self::BadCursor => (StatusCode::BAD_REQUEST, code::SERVER_ERROR),
+            Self::MissingSession | Self::UnknownResponse | Self::BadCursor => {
+                (StatusCode::BAD_REQUEST, code::SERVER_ERROR)
+            }
             Self::ProtocolVersion(_) => (StatusCode::BAD_REQUEST, code::UNSUPPORTED_PROTOCOL_VERSION),
             Self::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, code::HEADER_MISMATCH),
             Self::InvalidMeta(_) => (StatusCode::BAD_REQUEST, code::INVALID_PARAMS),

@@ -738,7 +738,10 @@ impl CallEnd {
 
     /// The tool ran (its duration is observed).
     fn ran(self) -> bool {
-        !matches!(self, Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments | Self::Replayed)
+        !matches!(
+            self,
+            Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments | Self::Replayed
+        )
     }
 }
 

@@ -40,7 +40,9 @@ pub(crate) fn from_params(
     let key = raw
         .as_str()
         .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_BYTES && k.bytes().all(|b| (0x21..=0x7e).contains(&b)))
-        .ok_or_else(|| format!("params._meta[\"{META_KEY}\"] must be a string of 1 to {MAX_KEY_BYTES} visible ASCII characters"))?;
+        .ok_or_else(|| {
+            format!("params._meta[\"{META_KEY}\"] must be a string of 1 to {MAX_KEY_BYTES} visible ASCII characters")
+        })?;
     Ok(Some(Idempotent { key: IdempotencyKey::new(user, tool, key), digest: digest(tool, args) }))
 }
 

@@ -28,9 +28,9 @@ mod well_known;
 
 pub use admin::{AdminState, admin_router};
 pub use error::{TransportError, code};
+pub use idempotency::META_KEY as IDEMPOTENCY_META_KEY;
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
 pub use mcpfleet_limits::Limiter;
-pub use idempotency::META_KEY as IDEMPOTENCY_META_KEY;
 pub use metrics::TransportMetrics;
 pub use mrtr::RequestStateKeys;
 pub use origin::HostPattern;

@@ -67,7 +67,8 @@ pub(crate) struct Meta {
 
 /// Checks the version (header and `_meta` must agree, and be served here) and the required `_meta` fields.
 pub(crate) fn meta(h: &McpHeaders, params: &JsonObject) -> Result<Meta> {
-    let header = h.raw_version().map_err(|_| TransportError::HeaderMismatch("MCP-Protocol-Version is malformed".into()))?;
+    let header =
+        h.raw_version().map_err(|_| TransportError::HeaderMismatch("MCP-Protocol-Version is malformed".into()))?;
     let meta = match params.get("_meta") {
         None => None,
         Some(Value::Object(m)) => Some(m),
@@ -79,7 +80,9 @@ pub(crate) fn meta(h: &McpHeaders, params: &JsonObject) -> Result<Meta> {
             return Err(TransportError::InvalidMeta(format!("params._meta[\"{VERSION_KEY}\"] is required")));
         }
         Some(Value::String(v)) => v.as_str(),
-        Some(_) => return Err(TransportError::InvalidMeta(format!("params._meta[\"{VERSION_KEY}\"] must be a string"))),
+        Some(_) => {
+            return Err(TransportError::InvalidMeta(format!("params._meta[\"{VERSION_KEY}\"] must be a string")));
+        }
     };
     let capabilities = match meta.and_then(|m| m.get(CAPABILITIES_KEY)) {
         Some(c @ Value::Object(_)) => c.clone(),
@@ -271,7 +274,13 @@ impl Post<'_> {
         }
     }
 
-    async fn modern_call(&mut self, id: &Value, params: &JsonObject, m: Meta, duplicate: Option<&str>) -> Result<Response> {
+    async fn modern_call(
+        &mut self,
+        id: &Value,
+        params: &JsonObject,
+        m: Meta,
+        duplicate: Option<&str>,
+    ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
         let name = match mcp::str_param(params, "name") {
@@ -308,7 +317,11 @@ impl Post<'_> {
         let (answers, retry) = self.input_answers("tools/call", &digest, params)?;
         // Only the first round uses the tool's quota: a verified state proves an earlier round was admitted.
         let quota = if retry { None } else { app.limits.quota_for(&name, app.catalog.tool_quota(&name)) };
-        let req = limits::Request { slot: Some(SlotSet::Calls), quota: quota.map(|q| (name.as_str(), q)), ..self.asker.request() };
+        let req = limits::Request {
+            slot: Some(SlotSet::Calls),
+            quota: quota.map(|q| (name.as_str(), q)),
+            ..self.asker.request()
+        };
         let granted = match admit(app, self.info, &req).await {
             Ok(g) => g,
             Err(LimitError::QuotaExhausted { tool, quota, retry_after }) => {
@@ -348,9 +361,12 @@ impl Post<'_> {
                 cancel_on_drop.disarm();
                 Err(e)
             }
-            Ok(Answer::Sse(rx)) => {
-                Ok(sse::response(app, rx, "call", sse::Held { cancel_on_drop: Some(cancel_on_drop), ..sse::Held::default() }))
-            }
+            Ok(Answer::Sse(rx)) => Ok(sse::response(
+                app,
+                rx,
+                "call",
+                sse::Held { cancel_on_drop: Some(cancel_on_drop), ..sse::Held::default() },
+            )),
             Err(_) => Err(TransportError::InvalidRequest("the call ended without an answer")),
         }
     }
@@ -489,7 +505,9 @@ impl Filter {
             let asked = match n.get(k) {
                 None => false,
                 Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(TransportError::InvalidMeta(format!("params.notifications.{k} must be a boolean"))),
+                Some(_) => {
+                    return Err(TransportError::InvalidMeta(format!("params.notifications.{k} must be a boolean")));
+                }
             };
             Ok(asked && caps.get(cap).and_then(|c| c.get("listChanged")).and_then(Value::as_bool) == Some(true))
         };
@@ -499,9 +517,7 @@ impl Filter {
                 .iter()
                 .map(|u| u.as_str().filter(|u| !u.is_empty() && u.len() <= MAX_URI_BYTES).map(str::to_owned))
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| {
-                    bad("params.notifications.resourceSubscriptions must hold URIs of 1 to 2048 bytes")
-                })?,
+                .ok_or_else(|| bad("params.notifications.resourceSubscriptions must hold URIs of 1 to 2048 bytes"))?,
             Some(_) => {
                 return Err(bad("params.notifications.resourceSubscriptions must be an array of at most 256 URIs"));
             }
@@ -517,7 +533,11 @@ impl Filter {
 
     fn acknowledged(&self) -> Value {
         let mut a = JsonObject::new();
-        for (k, on) in [("toolsListChanged", self.tools), ("promptsListChanged", self.prompts), ("resourcesListChanged", self.resources)] {
+        for (k, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
             if on {
                 a.insert(k.into(), json!(true));
             }
@@ -619,11 +639,20 @@ impl Inputs {
                 Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
                     Err(ToolError::ClientError {
                         code: o.get("code").and_then(Value::as_i64).unwrap_or(-32603),
-                        message: o.get("message").and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
+                        message: o
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("error")
+                            .chars()
+                            .take(200)
+                            .collect(),
                     })
                 }
                 Value::Object(_) => Ok(answer.clone()),
-                _ => Err(ToolError::InvalidParams(format!("inputResponses[\"{}\"] must be an object", mcp::truncate(key, 64)))),
+                _ => Err(ToolError::InvalidParams(format!(
+                    "inputResponses[\"{}\"] must be an object",
+                    mcp::truncate(key, 64)
+                ))),
             };
         }
         let mut round = self.round();
@@ -750,7 +779,8 @@ impl Call {
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let audit = Audit { tool: name.clone(), args_sha256: args_sha, started };
-        let record = |end: CallEnd| record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, &audit, end);
+        let record =
+            |end: CallEnd| record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, &audit, end);
         loop {
             tokio::select! {
                 r = &mut task => {
@@ -776,9 +806,8 @@ impl Call {
                         }
                     };
                     record(end);
-                    if quota_charged && matches!(end, CallEnd::Replayed)
-                        || quota_charged && matches!(&result, Err((c, _)) if *c == code::INVALID_PARAMS)
-                    {
+                    let refused = matches!(&result, Err((c, _)) if *c == code::INVALID_PARAMS);
+                    if quota_charged && (end == CallEnd::Replayed || refused) {
                         // The tool did not run (a replayed result, or arguments it refused): the unit goes back.
                         self.app.limits.refund(&self.principal.user, &name).await;
                     }
@@ -913,7 +942,12 @@ fn input_kind(method: &str) -> Option<&'static str> {
 
 #[async_trait]
 impl ToolContext for Call {
-    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> std::result::Result<(), ToolError> {
+    async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> std::result::Result<(), ToolError> {
         let Some(token) = &self.progress_token else { return Ok(()) };
         let mut params = json!({ "progressToken": token, "progress": progress });
         if let Some(t) = total {

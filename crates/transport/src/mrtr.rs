@@ -8,10 +8,10 @@
 //! Wire form: `<kid>.<base64url(payload JSON)>.<base64url(HMAC(kid "." payload))>`. Nothing in it is secret from
 //! its own client (the answers are the client's own), but nothing in it can be changed or moved to another caller.
 
+use crate::TransportError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{KeyInit, Mac};
-use crate::TransportError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,7 +48,9 @@ impl RequestStateKeys {
             return bad("at least one request-state key is needed".to_owned());
         }
         for (i, (kid, secret)) in keys.iter().enumerate() {
-            let ok = !kid.is_empty() && kid.len() <= 32 && kid.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+            let ok = !kid.is_empty()
+                && kid.len() <= 32
+                && kid.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
             if !ok {
                 return bad(format!("request-state key id {kid:?} must be 1 to 32 characters of [A-Za-z0-9_-]"));
             }
@@ -93,12 +95,19 @@ impl RequestStateKeys {
     }
 
     /// Verifies a state presented by `user` on a retry of `method` with arguments digesting to `digest`.
-    pub(crate) fn open(&self, token: &str, user: &str, method: &str, digest: &str) -> Result<RequestState, StateRefusal> {
+    pub(crate) fn open(
+        &self,
+        token: &str,
+        user: &str,
+        method: &str,
+        digest: &str,
+    ) -> Result<RequestState, StateRefusal> {
         if token.len() > MAX_STATE_BYTES {
             return Err(StateRefusal::Malformed);
         }
         let mut parts = token.split('.');
-        let (Some(kid), Some(payload), Some(tag), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        let (Some(kid), Some(payload), Some(tag), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return Err(StateRefusal::Malformed);
         };
         let Some((_, secret)) = self.keys.iter().find(|(k, _)| k == kid) else {
@@ -106,11 +115,8 @@ impl RequestStateKeys {
         };
         let tag = B64.decode(tag).map_err(|_| StateRefusal::Malformed)?;
         Self::mac(secret, &format!("{kid}.{payload}")).verify_slice(&tag).map_err(|_| StateRefusal::BadSignature)?;
-        let state: RequestState = B64
-            .decode(payload)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or(StateRefusal::Malformed)?;
+        let state: RequestState =
+            B64.decode(payload).ok().and_then(|b| serde_json::from_slice(&b).ok()).ok_or(StateRefusal::Malformed)?;
         if state.v != 1 {
             return Err(StateRefusal::Malformed);
         }
@@ -207,7 +213,8 @@ mod tests {
     use super::*;
 
     fn ring(kids: &[&str], ttl: Duration) -> RequestStateKeys {
-        let keys = kids.iter().map(|k| ((*k).to_owned(), format!("{k}-secret-0123456789abcdef0123456789").into_bytes()));
+        let keys =
+            kids.iter().map(|k| ((*k).to_owned(), format!("{k}-secret-0123456789abcdef0123456789").into_bytes()));
         RequestStateKeys::new(keys.collect(), ttl).unwrap()
     }
 

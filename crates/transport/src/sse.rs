@@ -70,12 +70,7 @@ struct BodyState {
 
 /// An SSE response fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle connections get keep-alive comments; on shutdown the stream ends with a
 /// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(
-    app: &AppState,
-    rx: mpsc::Receiver<Frame>,
-    kind: &'static str,
-    held: Held,
-) -> Response {
+pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static str, held: Held) -> Response {
     let (keep_alive, retry) = (app.config.keep_alive, app.config.retry);
     // A feeder that ends the stream itself is waited for; otherwise the body ends it with `retry:`.
     let shutdown = if held.feeder_handles_shutdown { CancellationToken::new() } else { app.shutdown.clone() };
