@@ -1,8 +1,9 @@
 //! mcpfleet-state owns everything a session leaves behind between two HTTP requests: the session record, the
 //! per-session event log used to resume SSE streams, the in-flight leases, the routing of messages between
 //! replicas (responses to server→client requests, cancellations, notifications and the termination broadcast),
-//! and the atomic counters that limits are made of (token buckets, fixed windows, leased slots), under the same
-//! per-user hash tag so that one call admits a request.
+//! the atomic counters that limits are made of (token buckets, fixed windows, leased slots), under the same
+//! per-user hash tag so that one call admits a request, and what the stateless generation keeps between requests:
+//! idempotency records and each principal's notice channel.
 //!
 //! Two implementations sit behind the [`Store`] trait: [`RedisStore`], the production one that lets any replica
 //! answer any request, and [`MemoryStore`], the embedded default for a single process. One contract suite
