@@ -310,7 +310,7 @@ async fn refused_requests_write_nothing_and_get_clear_errors() {
         (
             post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).header("mcp-protocol-version", "1999-01-01"),
             400,
-            Some(-32000),
+            Some(-32022),
         ),
         (
             http.post(&url)
