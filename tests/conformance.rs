@@ -101,6 +101,10 @@ async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
         "input-required-result-tampered-state: 2 passed, 0 failed",
         "input-required-result-non-tool-request: 3 passed, 0 failed",
         "tools-list: 4 passed, 0 failed",
+        // Not scored for 2026-07-28 (pending in the alpha), but passing, and kept that way.
+        "json-schema-2020-12: 8 passed, 0 failed",
+        "http-header-validation: 14 passed, 0 failed",
+        "http-custom-header-server-validation: 10 passed, 0 failed",
     ] {
         assert!(summary.contains(scenario), "{scenario}:\n{summary}");
     }

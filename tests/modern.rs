@@ -163,6 +163,20 @@ async fn modern_requests_are_checked_before_anything_runs() {
     let encoded = format!("=?base64?{}?=", "dGVzdF9zaW1wbGVfdGV4dA==");
     let resp = c.send(&url, &call, &[("mcp-name", encoded.as_str())]).await;
     assert_eq!(mcpfleet_testkit::response_of(resp).await["result"]["resultType"], "complete");
+    // A parameter mirrored into a header (x-mcp-header): the header must be there and match, decoded.
+    let region =
+        c.body(16, "tools/call", json!({ "name": "test_header_param", "arguments": { "region": "us-west1" } }));
+    let ok = c.send(&url, &region, &[("mcp-param-region", "us-west1")]).await;
+    assert_eq!(mcpfleet_testkit::response_of(ok).await["result"]["content"][0]["text"], "region us-west1");
+    let encoded = c.send(&url, &region, &[("Mcp-Param-Region", "=?base64?dXMtd2VzdDE=?=")]).await;
+    assert_eq!(encoded.status(), 200);
+    for headers in
+        [vec![], vec![("mcp-param-region", "eu-north1")], vec![("mcp-param-region", "=?base64?dXMtd2VzdDE?=")]]
+    {
+        let resp = c.send(&url, &region, &headers).await;
+        assert_eq!(resp.status(), 400, "{headers:?}");
+        assert_eq!(err(&resp.json().await.unwrap()), (json!(16), json!(-32020)), "{headers:?}");
+    }
     // Methods of the session generation, and unknown ones: 404 and -32601.
     for method in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "no/such"] {
         let (status, v) = c.request(&url, 12, method, json!({})).await;

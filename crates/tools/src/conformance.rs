@@ -150,9 +150,19 @@ impl Catalog for ConformanceCatalog {
                 "inputSchema": {
                     "$schema": "https://json-schema.org/draft/2020-12/schema",
                     "type": "object",
-                    "$defs": { "address": { "type": "object", "properties": {
+                    "$defs": { "address": { "$anchor": "addressDef", "type": "object", "properties": {
                         "street": bounded_string(256), "city": bounded_string(256) }, "additionalProperties": false } },
-                    "properties": { "name": bounded_string(256), "address": { "$ref": "#/$defs/address" } },
+                    "properties": {
+                        "name": bounded_string(256),
+                        "address": { "$ref": "#/$defs/address" },
+                        "contactMethod": { "type": "string", "enum": ["phone", "email"] },
+                        "phone": bounded_string(64),
+                        "email": bounded_string(256),
+                    },
+                    "allOf": [{ "anyOf": [{ "required": ["phone"] }, { "required": ["email"] }] }],
+                    "if": { "properties": { "contactMethod": { "const": "phone" } }, "required": ["contactMethod"] },
+                    "then": { "required": ["phone"] },
+                    "else": { "required": ["email"] },
                     "additionalProperties": false,
                 }
             }),
@@ -210,6 +220,14 @@ impl Catalog for ConformanceCatalog {
             no_args(
                 "test_input_required_result_capabilities",
                 "Asks only for the inputs the client declared it can give",
+            ),
+            tool(
+                "test_header_param",
+                "Echoes a region that is mirrored into the Mcp-Param-Region header (x-mcp-header)",
+                closed(
+                    json!({ "region": { "type": "string", "maxLength": 64, "x-mcp-header": "Region" } }),
+                    &["region"],
+                ),
             ),
             tool(
                 "test_mint",
@@ -449,6 +467,7 @@ impl Catalog for ConformanceCatalog {
                 }
                 ok(vec![text(format!("{asked} inputs received"))])
             }
+            "test_header_param" => ok(vec![text(format!("region {}", string_arg(&args, "region")?))]),
             "test_mint" => {
                 let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0).min(10_000);
                 tokio::time::sleep(Duration::from_millis(delay)).await;

@@ -10,6 +10,7 @@
 pub mod conformance;
 mod empty;
 pub mod envelope;
+pub mod headers;
 pub mod lint;
 pub mod open;
 pub mod reference;

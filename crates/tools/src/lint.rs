@@ -5,13 +5,17 @@
 //! Errors:
 //! - `open-object`: an object that is not closed: `additionalProperties: false`, or `unevaluatedProperties: false`
 //!   where it is composed with `allOf`/`oneOf`/`anyOf`/`$ref` (there `additionalProperties: false` would reject the
-//!   properties the composition declares, so it is an offence too: `composition-needs-unevaluated`).
+//!   properties the composition declares, so it is an offence too: `composition-needs-unevaluated`). A branch
+//!   (`allOf`/`oneOf`/`anyOf`/`if`/`then`/`else`) that only constrains properties its closed parent declares (e.g.
+//!   `{"required": ["phone"]}`) is closed by that parent, and needs neither.
 //! - `object-without-properties`: a property of type `object` that declares no `properties`.
 //! - `unbounded-string`: a string without `maxLength` (an `enum` or `const` bounds it).
 //! - `unbounded-number`: a number or integer without a minimum and a maximum.
 //! - `unbounded-array`: an array without `maxItems`.
 //! - `ambiguous-oneof`: a `oneOf` two of whose branches can match the same object.
 //! - `dialect`: a `$schema` other than JSON Schema 2020-12.
+//! - `x-mcp-header`: an `x-mcp-header` annotation that breaks the 2026-07-28 rules (see [`crate::headers`]);
+//!   clients drop such a tool from their list.
 //!
 //! Warnings:
 //! - `id-without-pattern`: an id-like string (`id`, `*_id`, `*Id`) without a `pattern`.
@@ -57,6 +61,11 @@ pub fn lint_schema(schema: &Value) -> Vec<Finding> {
         l.error("/$schema", "dialect", format!("declares {d}; only JSON Schema 2020-12 ({DIALECT}) is accepted"));
     }
     l.walk(schema, "", Context::Root);
+    if let Err(offences) = crate::headers::param_headers(schema) {
+        for (at, message) in offences {
+            l.error(&at, "x-mcp-header", message);
+        }
+    }
     l.findings
 }
 
@@ -144,9 +153,18 @@ impl Linter {
                 self.walk(v, &p, Context::Property);
             }
         }
+        // Branches that only constrain the closed parent's own properties are closed by it.
+        let parent_closes = |v: &Value| {
+            is_false(s.get("additionalProperties")) && declared(v).iter().all(|k| has_property(s, k)) && !refers(v)
+        };
         for key in ["items", "additionalProperties", "unevaluatedProperties", "not", "if", "then", "else", "contains"] {
             if let Some(v @ Value::Object(_)) = s.get(key) {
-                self.walk(v, &format!("{at}/{key}"), Context::Other);
+                let cx = if matches!(key, "if" | "then" | "else") && parent_closes(v) {
+                    Context::ClosedBranch
+                } else {
+                    Context::Other
+                };
+                self.walk(v, &format!("{at}/{key}"), cx);
             }
         }
         for key in ["$defs", "definitions", "patternProperties", "dependentSchemas"] {
@@ -159,9 +177,9 @@ impl Linter {
         let closes_branches = is_false(s.get("unevaluatedProperties"));
         for key in ["prefixItems", "allOf", "oneOf", "anyOf"] {
             if let Some(Value::Array(a)) = s.get(key) {
-                let branch_cx =
-                    if closes_branches && key != "prefixItems" { Context::ClosedBranch } else { Context::Other };
                 for (i, v) in a.iter().enumerate() {
+                    let closed = key != "prefixItems" && (closes_branches || parent_closes(v));
+                    let branch_cx = if closed { Context::ClosedBranch } else { Context::Other };
                     self.walk(v, &format!("{at}/{key}/{i}"), branch_cx);
                 }
             }
@@ -174,7 +192,15 @@ impl Linter {
     fn object(&mut self, s: &Map<String, Value>, at: &str, cx: Context, composed: bool) {
         let additional = is_false(s.get("additionalProperties"));
         let unevaluated = is_false(s.get("unevaluatedProperties"));
-        if composed && additional && !unevaluated {
+        // additionalProperties:false is wrong on a composed object only when the composition declares properties
+        // the object itself does not (or reaches through a $ref, which may).
+        let escapes = s.contains_key("$ref")
+            || COMPOSITIONS
+                .iter()
+                .filter_map(|k| s.get(*k).and_then(Value::as_array))
+                .flatten()
+                .any(|b| refers(b) || declared(b).iter().any(|k| !has_property(s, k)));
+        if composed && additional && !unevaluated && escapes {
             self.error(
                 at,
                 "composition-needs-unevaluated",
@@ -183,6 +209,7 @@ impl Linter {
                     .to_owned(),
             );
         } else if !(additional || unevaluated || cx == Context::ClosedBranch) {
+            // (A composed object closed by additionalProperties:false whose composition adds no property is closed.)
             let how = if composed { "unevaluatedProperties:false" } else { "additionalProperties:false" };
             self.error(at, "open-object", format!("an object that is not closed: add {how}"));
         }
@@ -222,6 +249,40 @@ impl Linter {
             }
         }
     }
+}
+
+/// Every property name a subschema declares or requires, through its compositions and conditionals.
+fn declared(v: &Value) -> Vec<&str> {
+    let Value::Object(s) = v else { return Vec::new() };
+    let mut out: Vec<&str> = s
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    out.extend(required(s));
+    for key in COMPOSITIONS {
+        for b in s.get(key).and_then(Value::as_array).into_iter().flatten() {
+            out.extend(declared(b));
+        }
+    }
+    for key in ["if", "then", "else", "not"] {
+        if let Some(b) = s.get(key) {
+            out.extend(declared(b));
+        }
+    }
+    out
+}
+
+/// Whether a subschema (or one of its branches) uses `$ref`, which may declare anything.
+fn refers(v: &Value) -> bool {
+    let Value::Object(s) = v else { return false };
+    s.contains_key("$ref")
+        || COMPOSITIONS.iter().filter_map(|k| s.get(*k).and_then(Value::as_array)).flatten().any(refers)
+        || ["if", "then", "else", "not"].iter().filter_map(|k| s.get(*k)).any(refers)
+}
+
+fn has_property(s: &Map<String, Value>, name: &str) -> bool {
+    s.get("properties").and_then(Value::as_object).is_some_and(|p| p.contains_key(name))
 }
 
 fn required(s: &Map<String, Value>) -> Vec<&str> {
@@ -274,6 +335,27 @@ mod tests {
         let mut r: Vec<_> = lint_schema(&schema).into_iter().map(|f| (f.pointer, f.rule)).collect();
         r.sort();
         r
+    }
+
+    #[test]
+    fn branches_that_only_constrain_the_closed_parent_are_closed() {
+        let props = json!({ "kind": { "type": "string", "enum": ["phone", "email"] },
+            "phone": { "type": "string", "maxLength": 20 }, "email": { "type": "string", "maxLength": 99 } });
+        // The conformance suite's 2020-12 shape: allOf/anyOf of `required`, and if/then/else on the parent's
+        // properties, under additionalProperties:false.
+        let ok = json!({ "type": "object", "properties": props, "additionalProperties": false,
+            "allOf": [{ "anyOf": [{ "required": ["phone"] }, { "required": ["email"] }] }],
+            "if": { "properties": { "kind": { "const": "phone" } }, "required": ["kind"] },
+            "then": { "required": ["phone"] }, "else": { "required": ["email"] } });
+        assert_eq!(rules(ok), vec![]);
+        // A branch that brings a property of its own still needs unevaluatedProperties, and a conditional that
+        // names a property the parent lacks is not closed by it.
+        let adds = json!({ "type": "object", "properties": props, "additionalProperties": false,
+            "allOf": [{ "properties": { "fax": { "type": "string", "maxLength": 20 } } }] });
+        assert!(rules(adds).iter().any(|(_, r)| *r == "composition-needs-unevaluated"));
+        let foreign = json!({ "type": "object", "properties": props, "additionalProperties": false,
+            "if": { "properties": { "fax": { "const": "x" } } } });
+        assert_eq!(rules(foreign), vec![("/if".to_owned(), "open-object")]);
     }
 
     #[test]

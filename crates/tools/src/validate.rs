@@ -39,6 +39,8 @@ impl fmt::Display for Invalid {
 /// The compiled input schemas of a catalog's tools.
 pub struct Validator {
     tools: HashMap<String, jsonschema::Validator>,
+    /// The `x-mcp-header` parameters of each tool that has any.
+    headers: HashMap<String, Vec<crate::headers::ParamHeader>>,
 }
 
 impl fmt::Debug for Validator {
@@ -54,9 +56,15 @@ impl Validator {
     /// A tool without a name or whose schema does not compile: the message names it.
     pub fn new(tools: &[Value]) -> Result<Self, String> {
         let mut compiled = HashMap::new();
+        let mut headers = HashMap::new();
         for t in tools {
             let name = t.get("name").and_then(Value::as_str).ok_or("a tool without a name")?;
             let schema = t.get("inputSchema").ok_or_else(|| format!("{name}: no inputSchema"))?;
+            let h = crate::headers::param_headers(schema)
+                .map_err(|o| format!("{name}: invalid x-mcp-header at {}: {}", o[0].0, o[0].1))?;
+            if !h.is_empty() {
+                headers.insert(name.to_owned(), h);
+            }
             let v = jsonschema::draft202012::options()
                 .should_validate_formats(true)
                 .with_keyword(TEXT_KEYWORD, text_keyword)
@@ -64,13 +72,19 @@ impl Validator {
                 .map_err(|e| format!("{name}: the input schema does not compile: {e}"))?;
             compiled.insert(name.to_owned(), v);
         }
-        Ok(Self { tools: compiled })
+        Ok(Self { tools: compiled, headers })
     }
 
     /// An empty validator (no tools).
     #[must_use]
     pub fn empty() -> Self {
-        Self { tools: HashMap::new() }
+        Self { tools: HashMap::new(), headers: HashMap::new() }
+    }
+
+    /// The parameters of `tool` mirrored into `Mcp-Param-*` headers (`x-mcp-header`).
+    #[must_use]
+    pub fn param_headers(&self, tool: &str) -> &[crate::headers::ParamHeader] {
+        self.headers.get(tool).map_or(&[], Vec::as_slice)
     }
 
     #[must_use]

@@ -52,9 +52,11 @@ pub(crate) struct McpHeaders {
     version: Result<Option<String>>,
     session: Result<Option<String>>,
     last_event_id: Result<Option<EventId>>,
-    /// 2026-07-28: `Mcp-Method` and `Mcp-Name`, as sent.
+    /// 2026-07-28: `Mcp-Method` and `Mcp-Name`, as sent, and the `Mcp-Param-*` headers (the name after the
+    /// prefix, lowercased; the value as sent, or why it is unreadable).
     pub(crate) mcp_method: Result<Option<String>>,
     pub(crate) mcp_name: Result<Option<String>>,
+    pub(crate) mcp_params: Vec<(String, Result<String>)>,
 }
 
 impl McpHeaders {
@@ -106,7 +108,12 @@ impl FromRequestParts<AppState> for McpHeaders {
             .and_then(|v| v.map(|raw| raw.parse::<EventId>().map_err(|()| TransportError::BadCursor)).transpose());
         let mcp_method = owned("mcp-method");
         let mcp_name = owned("mcp-name");
-        Ok(Self { version, session, last_event_id, mcp_method, mcp_name })
+        let mcp_params = h
+            .keys()
+            .filter_map(|n| n.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), n.as_str())))
+            .map(|(p, n)| (p, single(h, n).map(Option::unwrap_or_default).map(str::to_owned)))
+            .collect();
+        Ok(Self { version, session, last_event_id, mcp_method, mcp_name, mcp_params })
     }
 }
 

@@ -171,6 +171,53 @@ pub(crate) fn check_headers(h: &McpHeaders, method: &str, params: &JsonObject) -
     Ok(())
 }
 
+/// The `Mcp-Param-*` headers of a `tools/call` against its arguments: every parameter the tool mirrors
+/// (`x-mcp-header`) that has a value needs its header, equal to the value once decoded (integers compare as
+/// numbers); a parameter without a value needs none.
+pub(crate) fn check_param_headers(h: &McpHeaders, app: &AppState, tool: &str, args: &JsonObject) -> Result<()> {
+    let declared = app.validator.param_headers(tool);
+    if declared.is_empty() {
+        return Ok(());
+    }
+    let args = Value::Object(args.clone());
+    for p in declared {
+        let Some(Ok(body)) = mcpfleet_tools::headers::header_text(p, &args) else { continue };
+        let wanted = p.name.to_ascii_lowercase();
+        let name = format!("Mcp-Param-{}", p.name);
+        let sent = h.mcp_params.iter().find(|(n, _)| *n == wanted).map(|(_, v)| v);
+        let sent = match sent {
+            None => {
+                return Err(TransportError::HeaderMismatch(format!(
+                    "the {name} header is required: the body has a value for it"
+                )));
+            }
+            Some(Err(_)) => {
+                return Err(TransportError::HeaderMismatch(format!("the {name} header has invalid characters")));
+            }
+            Some(Ok(v)) => v,
+        };
+        let Some(decoded) = decode_header(sent) else {
+            return Err(TransportError::HeaderMismatch(format!(
+                "the {name} header is not valid =?base64?…?= encoding"
+            )));
+        };
+        let same = match p.kind {
+            mcpfleet_tools::headers::ParamKind::Integer => {
+                decoded.parse::<f64>().ok().zip(body.parse::<f64>().ok()).is_some_and(|(a, b)| a == b)
+            }
+            _ => decoded == body,
+        };
+        if !same {
+            return Err(TransportError::HeaderMismatch(format!(
+                "{name} header value '{}' does not match body value '{}'",
+                mcp::truncate(&decoded, 64),
+                mcp::truncate(&body, 64)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Marks a result complete and names the server in its `_meta`; `cache` adds the caching hints.
 pub(crate) fn complete(app: &AppState, mut result: Value, cacheable: bool) -> Value {
     if let Value::Object(o) = &mut result {
@@ -247,7 +294,7 @@ impl Post<'_> {
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
         );
         match method {
-            "tools/call" => self.modern_call(id, params, m, duplicate).await,
+            "tools/call" => self.modern_call(h, id, params, m, duplicate).await,
             "prompts/get" => self.modern_prompt(id, params, m).await,
             "subscriptions/listen" => self.listen(id, params).await,
             "server/discover" => {
@@ -276,6 +323,7 @@ impl Post<'_> {
 
     async fn modern_call(
         &mut self,
+        h: &McpHeaders,
         id: &Value,
         params: &JsonObject,
         m: Meta,
@@ -292,6 +340,7 @@ impl Post<'_> {
             Some(Value::Object(a)) => a.clone(),
             Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
         };
+        check_param_headers(h, app, &name, &args)?;
         let refused = |end: CallEnd| RefusedCall {
             app,
             principal: caller,
