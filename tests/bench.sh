@@ -6,7 +6,8 @@
 #   SECS=30 SESSIONS=32 tests/bench.sh
 #
 # Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
-# two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token).
+# two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token); then the
+# 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call.
 # Columns: see docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,3 +94,8 @@ run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
 run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
+run "1 replica, Redis, 2026-07-28" 1 "" --redis-url "$REDIS_URL" --generation 2026 -- --redis-url "$REDIS_URL"
+run "3 replicas, Redis, round-robin, 2026-07-28" 3 "" --redis-url "$REDIS_URL" --generation 2026 -- \
+  --redis-url "$REDIS_URL"
+run "1 replica, Redis, 2026-07-28, idempotency keys" 1 "" --redis-url "$REDIS_URL" --generation 2026 \
+  --idempotency-keys -- --redis-url "$REDIS_URL"

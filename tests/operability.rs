@@ -263,7 +263,7 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let secret_arg = "a-secret-argument-value-7f3a";
     let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
-    let body = call(9, "json_schema_2020_12_tool", json!({ "name": secret_arg }));
+    let body = call(9, "json_schema_2020_12_tool", json!({ "name": secret_arg, "email": "a@example.com" }));
     let resp = c.post_with(&url, &body, &[("x-request-id", "req-audit-1"), ("traceparent", &traceparent)]).await;
     assert_eq!(resp.status(), 200);
     // A tool failure reaches the model as isError with the request's trace id: test_sampling in a session whose

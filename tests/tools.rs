@@ -83,7 +83,7 @@ async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the
         (
             "an extra nested field",
             "json_schema_2020_12_tool",
-            json!({ "name": "n", "address": { "city": "c", "zip": "z" } }),
+            json!({ "name": "n", "email": "e@example.com", "address": { "city": "c", "zip": "z" } }),
             r#"/arguments/address: no other properties (unexpected: "zip")"#,
         ),
         (

@@ -1,7 +1,8 @@
-//! mcpfleet-bench: a closed-loop load generator for an MCP endpoint (Streamable HTTP, 2025-11-25).
+//! mcpfleet-bench: a closed-loop load generator for an MCP endpoint (Streamable HTTP, 2025-11-25 or 2026-07-28).
 //!
-//! It opens `--sessions` sessions (each with `initialize` and `notifications/initialized`), then every session
-//! sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in turn (as a
+//! It opens `--sessions` sessions (each with `initialize` and `notifications/initialized`; with `--generation
+//! 2026` each "session" is only a client loop, and every request carries its `_meta` and standard headers), then
+//! every session sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in turn (as a
 //! round-robin balancer would). It reads JSON and SSE answers, and reports throughput, latency quantiles, errors by
 //! kind and 429s. Given the servers' pids it reports server CPU per call (from `/proc/<pid>/stat`); given the Redis
 //! URL, Redis commands per call (from `INFO commandstats`).
@@ -54,6 +55,12 @@ struct Args {
     /// Print the Markdown table header before the row.
     #[arg(long)]
     header: bool,
+    /// The protocol generation: `2025` (sessions, 2025-11-25) or `2026` (stateless, 2026-07-28).
+    #[arg(long, default_value = "2025", value_parser = ["2025", "2026"])]
+    generation: String,
+    /// Give every call a fresh idempotency key (`io.mcpfleet/idempotencyKey`), to measure what the record costs.
+    #[arg(long)]
+    idempotency_keys: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,17 +102,26 @@ struct Session {
     urls: Arc<Vec<String>>,
     token: Option<String>,
     id: String,
+    /// Speaks 2026-07-28: no session, the version and method in headers.
+    modern: bool,
 }
 
 impl Session {
     fn post(&self, url: &str, body: &Value) -> reqwest::RequestBuilder {
+        let version = if self.modern { "2026-07-28" } else { "2025-11-25" };
         let mut rb = self
             .http
             .post(url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-protocol-version", version)
             .body(body.to_string());
+        if self.modern {
+            rb = rb.header("mcp-method", body["method"].as_str().unwrap_or_default());
+            if let Some(name) = body["params"]["name"].as_str() {
+                rb = rb.header("mcp-name", name);
+            }
+        }
         if !self.id.is_empty() {
             rb = rb.header("mcp-session-id", &self.id);
         }
@@ -120,8 +136,12 @@ impl Session {
         urls: Arc<Vec<String>>,
         token: Option<String>,
         n: usize,
+        modern: bool,
     ) -> Result<Self, BenchError> {
-        let mut s = Self { http, urls, token, id: String::new() };
+        let mut s = Self { http, urls, token, id: String::new(), modern };
+        if modern {
+            return Ok(s);
+        }
         let url = s.urls[n % s.urls.len()].clone();
         let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "mcpfleet-bench", "version": "1" } } });
@@ -230,11 +250,20 @@ async fn run(a: Args) -> Result<(), BenchError> {
     let urls = Arc::new(a.urls.clone());
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
-        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n).await?));
+        let modern = a.generation == "2026";
+        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, modern).await?));
     }
-    let body =
+    let mut body =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
+    if a.generation == "2026" {
+        body["params"]["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": { "name": "mcpfleet-bench", "version": "1" },
+        });
+    }
     let body = Arc::new(body);
+    let keyed = a.idempotency_keys;
     let warmup_end = Instant::now() + Duration::from_secs(a.warmup_secs);
     let end = warmup_end + Duration::from_secs(a.secs);
     let mut tasks = Vec::new();
@@ -251,7 +280,13 @@ async fn run(a: Args) -> Result<(), BenchError> {
                 }
                 let url = &s.urls[i % s.urls.len()];
                 i += 1;
-                let k = s.call(url, &body).await;
+                let k = if keyed {
+                    let mut b = (*body).clone();
+                    b["params"]["_meta"]["io.mcpfleet/idempotencyKey"] = json!(format!("bench-{n}-{i}"));
+                    s.call(url, &b).await
+                } else {
+                    s.call(url, &body).await
+                };
                 if now >= warmup_end {
                     lat.push(now.elapsed());
                     *kinds.entry(k).or_default() += 1;
