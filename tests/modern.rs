@@ -139,6 +139,13 @@ async fn modern_requests_are_checked_before_anything_runs() {
     assert_eq!(err(&v), (json!(10), json!(-32022)));
     assert_eq!(v["error"]["data"]["requested"], "2027-01-01");
     assert_eq!(v["error"]["data"]["supported"][0], "2026-07-28");
+    // A _meta that names a session version is the session generation's business: it asks for the session.
+    let legacy =
+        c.body(17, "tools/list", json!({ "_meta": { "io.modelcontextprotocol/protocolVersion": "2025-11-25" } }));
+    let resp = c.send(&url, &legacy, &[]).await;
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("MCP-Session-Id header is required"), "{v}");
     // Mcp-Method and Mcp-Name must be there and match the body (a base64-encoded name is decoded first).
     let call = c.body(11, "tools/call", json!({ "name": "test_simple_text", "arguments": {} }));
     for headers in [

@@ -51,11 +51,13 @@ const CATALOG_METHODS: [&str; 7] = [
     "completion/complete",
 ];
 
-/// Whether a POSTed message is answered in the 2026-07-28 generation: its version header or its `_meta` says a
-/// modern version. (A `_meta` version is modern by definition: the session generation has no such field.)
+/// Whether a POSTed message is answered in the 2026-07-28 generation: its version header says a modern version,
+/// or its `_meta` names a protocol version that is not one of the session generation's (the session generation
+/// has no such field; a `_meta` naming a session version is left to the session path, which asks for a session).
 pub(crate) fn is_modern(h: &McpHeaders, params: Option<&JsonObject>) -> bool {
     let header = matches!(h.raw_version(), Ok(Some(v)) if MODERN_VERSIONS.contains(&v));
-    header || params.and_then(|p| p.get("_meta")).and_then(|m| m.get(VERSION_KEY)).is_some()
+    let meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(VERSION_KEY));
+    header || meta.is_some_and(|v| !v.as_str().is_some_and(|v| crate::SUPPORTED_VERSIONS.contains(&v)))
 }
 
 /// What a modern request says of itself in `_meta`.
