@@ -417,3 +417,16 @@ async fn closing_the_stream_cancels_the_call() {
     eventually(10, "the call to be cancelled", || async { s.metric(cancelled).await == 1.0 }).await;
     assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_countdown\"}").await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_silent_call_switches_to_sse_and_still_answers() {
+    let s = setup(1, &["--sse-after-ms", "200", "--keep-alive-ms", "100"]).await;
+    let c = s.modern("alice");
+    let body = c.body(1, "tools/call", json!({ "name": "test_mint", "arguments": { "delay_ms": 1200 } }));
+    let resp = c.send(&s.url(0), &body, &[]).await;
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let r = mcpfleet_testkit::response_of(resp).await;
+    assert!(text_of(&r).starts_with("minted "), "{r}");
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}").await, 1.0);
+}

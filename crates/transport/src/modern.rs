@@ -827,6 +827,7 @@ impl Call {
         });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
+        let mut upgraded = false;
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let audit = Audit { tool: name.clone(), args_sha256: args_sha, started };
@@ -890,7 +891,8 @@ impl Call {
                     *self.out.lock().await = Out::Done;
                     return;
                 }
-                () = &mut sse_after => {
+                () = &mut sse_after, if !upgraded => {
+                    upgraded = true;
                     // Long and silent: switch to SSE so that the connection gets keep-alives.
                     let mut out = self.out.lock().await;
                     let _ = self.streaming(&mut out);
