@@ -430,3 +430,22 @@ async fn a_long_silent_call_switches_to_sse_and_still_answers() {
     assert_eq!(r["result"]["resultType"], "complete");
     assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}").await, 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
+    let s = setup(2, &[]).await;
+    let c = s.modern("alice");
+    let params = json!({ "name": "test_mint", "arguments": { "delay_ms": 1500 },
+        "_meta": { "io.mcpfleet/idempotencyKey": "broken-1" } });
+    // The first attempt's connection breaks while the tool runs.
+    let (a, body) = (s.url(0), c.body(1, "tools/call", params.clone()));
+    let first = c.send(&a, &body, &[]);
+    assert!(tokio::time::timeout(Duration::from_millis(300), first).await.is_err(), "still running");
+    // The client re-issues it (new id, same key) on the other replica: it waits for the first run, which went on.
+    let again = mcpfleet_testkit::response_of(c.send(&s.url(1), &c.body(2, "tools/call", params), &[]).await).await;
+    assert!(text_of(&again).starts_with("minted "), "{again}");
+    let count = |outcome: &str| format!("mcp_tool_calls_total{{outcome=\"{outcome}\",tool=\"test_mint\"}}");
+    assert_eq!(s.metric(&count("ok")).await, 1.0, "the tool ran once");
+    assert_eq!(s.metric(&count("replayed")).await, 1.0);
+    assert_eq!(s.metric(&count("cancelled")).await, 0.0, "a keyed call is not stopped when its client goes away");
+}

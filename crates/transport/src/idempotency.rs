@@ -119,8 +119,11 @@ where
     }
     let renewer = renew(app, idem.key.clone(), token.clone());
     let _stop = renewer.drop_guard();
-    // Dropped (the call was cancelled or timed out) before it finished: the claim is released by its lapse.
+    // Dropped before it finished (the call was stopped: cancelled, or past its timeout): the claim is released at
+    // once, so that a re-issue runs instead of waiting for the lease to lapse.
+    let mut held = Held { app: app.clone(), key: idem.key.clone(), token: token.clone(), settled: false };
     let result = call.await;
+    held.settled = true;
     let keep = match &result {
         Ok(v) => v.get("resultType").and_then(Value::as_str) != Some("input_required"),
         Err(_) => false,
@@ -133,6 +136,28 @@ where
         tracing::warn!(error = %e, "idempotency record not updated; a repeat will run once its claim lapses");
     }
     Ran::Here(result)
+}
+
+/// A claim held by a running call; released (from a task of its own) if the call is dropped before it settles.
+struct Held {
+    app: AppState,
+    key: IdempotencyKey,
+    token: String,
+    settled: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let (store, key, token) = (self.app.store.clone(), self.key.clone(), std::mem::take(&mut self.token));
+        tokio::spawn(async move {
+            if let Err(e) = store.release_claim(&key, &token).await {
+                tracing::warn!(error = %e, "idempotency claim not released; it lapses with its lease");
+            }
+        });
+    }
 }
 
 /// Renews the claim every third of its lease until the returned token is cancelled (or dropped).

@@ -397,11 +397,12 @@ impl Post<'_> {
             request_id: id.clone(),
             progress_token,
             cancel: CancellationToken::new(),
+            closed: CancellationToken::new(),
             out: Mutex::new(Out::Pending(Some(tx))),
             inputs: Inputs::new(answers, m, "tools/call", digest),
         });
-        // Closing the response (the connection, or the SSE stream) cancels the call.
-        let cancel_on_drop = call.cancel.clone().drop_guard();
+        // Closing the response (the connection, or the SSE stream) cancels the call (see `drive`).
+        let cancel_on_drop = call.closed.clone().drop_guard();
         app.calls.spawn(call.clone().drive(name, args, slot, granted.quota.is_some(), idem));
         match rx.await {
             Ok(Answer::Json(v)) => {
@@ -515,7 +516,7 @@ impl Post<'_> {
                     () = shutdown.cancelled() => {
                         // A graceful end: the listen request's own response, then the stream closes.
                         let done = json!({ "jsonrpc": "2.0", "id": id, "result": end });
-                        let _ = tx.send(Frame::Unsequenced { data: done.to_string() }).await;
+                        send_bounded(&tx, Frame::Unsequenced { data: done.to_string() }).await;
                         return;
                     }
                     ring = sub.recv() => match ring {
@@ -656,7 +657,10 @@ struct Call {
     span: opentelemetry::Context,
     request_id: Value,
     progress_token: Option<Value>,
+    /// Stops the tool (`ToolContext::cancelled`).
     cancel: CancellationToken,
+    /// Fired when the client closes the response.
+    closed: CancellationToken,
     out: Mutex<Out>,
     inputs: Inputs,
 }
@@ -816,6 +820,11 @@ impl Call {
         let started = std::time::Instant::now();
         let timeout = self.app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
         let args_sha = crate::exchange::args_digest(&args);
+        // A call with an idempotency key is not stopped when its client goes away: it finishes and its result is
+        // stored, so that the client's re-issue (the spec's answer to a broken stream) gets the one true outcome
+        // instead of running a half-done side effect again.
+        let keyed = idem.is_some();
+        let mut detached = false;
         let me = self.clone();
         let tool = name.clone();
         let mut task = tokio::spawn(async move {
@@ -863,6 +872,9 @@ impl Call {
                         // The tool did not run (a replayed result, or arguments it refused): the unit goes back.
                         self.app.limits.refund(&self.principal.user, &name).await;
                     }
+                    if detached {
+                        return;
+                    }
                     let msg = match result {
                         Ok(v) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, v, false) }),
                         Err((c, m)) => json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code::modern(c), "message": m } }),
@@ -884,11 +896,18 @@ impl Call {
                     self.send_final(msg).await;
                     return;
                 }
-                () = self.cancel.cancelled() => {
-                    // The client closed the stream: stop, and send nothing more.
+                () = self.closed.cancelled(), if !detached => {
+                    // The client closed the stream: send nothing more, and stop the tool, unless its result is to
+                    // be kept for a re-issue.
+                    *self.out.lock().await = Out::Done;
+                    if keyed {
+                        detached = true;
+                        tracing::info!(tool.name = %name, trace_id = %self.trace_id, "client closed the stream; the keyed call finishes for its re-issue");
+                        continue;
+                    }
+                    self.cancel.cancel();
                     task.abort();
                     record(CallEnd::Cancelled);
-                    *self.out.lock().await = Out::Done;
                     return;
                 }
                 () = &mut sse_after, if !upgraded => {
@@ -943,9 +962,7 @@ impl Call {
             Out::Pending(Some(tx)) => {
                 let _ = tx.send(Answer::Json(msg));
             }
-            Out::Streaming(tx) => {
-                let _ = tx.send(Frame::Unsequenced { data: msg.to_string() }).await;
-            }
+            Out::Streaming(tx) => send_bounded(&tx, Frame::Unsequenced { data: msg.to_string() }).await,
             _ => {}
         }
     }
@@ -959,11 +976,19 @@ impl Call {
             Out::Streaming(tx) => {
                 // The stream is open (200 went out): the refusal is its final JSON-RPC error.
                 let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "error": e.rpc_error(true) });
-                let _ = tx.send(Frame::Unsequenced { data: msg.to_string() }).await;
+                send_bounded(&tx, Frame::Unsequenced { data: msg.to_string() }).await;
             }
             _ => {}
         }
     }
+}
+
+/// Longest a final message waits for room on a stream whose client stopped reading; then it is dropped (the
+/// client gave up on its answer), so that a stalled client never holds a call's task and slot.
+const FINAL_SEND_WAIT: Duration = Duration::from_secs(30);
+
+async fn send_bounded(tx: &mpsc::Sender<Frame>, frame: Frame) {
+    let _ = tokio::time::timeout(FINAL_SEND_WAIT, tx.send(frame)).await;
 }
 
 /// What ends a round other than a result.
