@@ -449,3 +449,80 @@ async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
     assert_eq!(s.metric(&count("replayed")).await, 1.0);
     assert_eq!(s.metric(&count("cancelled")).await, 0.0, "a keyed call is not stopped when its client goes away");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_keeps_the_tools_own_outcome_and_not_a_passing_failure() {
+    let s = setup(2, &["--tool-timeout-secs", "1"]).await;
+    let c = s.modern("alice");
+    let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
+    let count = |tool: &str, outcome: &str| format!("mcp_tool_calls_total{{outcome=\"{outcome}\",tool=\"{tool}\"}}");
+    // A failure inside the tool (it may pass) is not kept: the re-issue runs again.
+    for (i, url) in [s.url(0), s.url(1)].iter().enumerate() {
+        let r = c.call(url, i as i64, "test_internal_error", json!({}), keyed("k-internal")).await;
+        assert_eq!(r["result"]["isError"], true);
+    }
+    assert_eq!(s.metric(&count("test_internal_error", "is_error")).await, 2.0);
+    // The tool's own isError result is its outcome: kept, and replayed.
+    for (i, url) in [s.url(0), s.url(1)].iter().enumerate() {
+        let r = c.call(url, 10 + i as i64, "test_error_handling", json!({}), keyed("k-own")).await;
+        assert_eq!(r["result"]["isError"], true);
+    }
+    assert_eq!(s.metric(&count("test_error_handling", "is_error")).await, 1.0);
+    assert_eq!(s.metric(&count("test_error_handling", "replayed")).await, 1.0);
+    // A call stopped at its timeout may have done half its work: "did not finish" is kept, never run again.
+    let slow = json!({ "delay_ms": 3000 });
+    let first = c.call(&s.url(0), 20, "test_mint", slow.clone(), keyed("k-slow")).await;
+    assert!(text_of(&first).contains("did not finish"), "{first}");
+    let again = c.call(&s.url(1), 21, "test_mint", slow, keyed("k-slow")).await;
+    assert_eq!(text_of(&again), text_of(&first));
+    assert_eq!(s.metric(&count("test_mint", "timeout")).await, 1.0);
+    assert_eq!(s.metric(&count("test_mint", "replayed")).await, 1.0);
+    // A keyed call that sends progress and whose stream breaks still finishes with its result for the re-issue.
+    let params = json!({ "name": "test_countdown", "arguments": { "count": 5, "interval_ms": 100 },
+        "_meta": { "progressToken": "p", "io.mcpfleet/idempotencyKey": "k-count" } });
+    let mut stream = SseStream::new(c.send(&s.url(0), &c.body(30, "tools/call", params.clone()), &[]).await);
+    stream.until_method("notifications/progress", T).await.unwrap();
+    drop(stream);
+    let again = mcpfleet_testkit::response_of(c.send(&s.url(1), &c.body(31, "tools/call", params), &[]).await).await;
+    assert_eq!(text_of(&again), "counted to 5", "{again}");
+    assert_eq!(s.metric(&count("test_countdown", "ok")).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_round_call_uses_one_quota_unit_and_a_state_cannot_be_replayed_for_free() {
+    let tool = "test_input_required_result_request_state";
+    let s = setup(2, &["--quota", "test_input_required_result_request_state=1/1h"]).await;
+    let c = s.modern("alice");
+    // Round 1 asks for input: its unit comes back. Round 2 completes: one unit used.
+    let r1 = c.call(&s.url(0), 1, tool, json!({}), json!({})).await;
+    assert_eq!(r1["result"]["resultType"], "input_required");
+    let retry = json!({ "inputResponses": { "confirm": { "action": "accept", "content": { "ok": true } } },
+        "requestState": r1["result"]["requestState"] });
+    let r2 = c.call(&s.url(1), 2, tool, json!({}), retry.clone()).await;
+    assert_eq!(text_of(&r2), "state-ok: confirmed");
+    // The same state again would run the tool again: it is a call like any other, and the quota is used up.
+    let r3 = c.call(&s.url(0), 3, tool, json!({}), retry).await;
+    assert!(text_of(&r3).starts_with("Quota exhausted"), "{r3}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_carries_only_the_answers_the_tool_used() {
+    let s = setup(1, &["--max-body-bytes", "2000000"]).await;
+    let c = s.modern("alice");
+    let tool = "test_input_required_result_multi_round";
+    let junk = "x".repeat(300_000);
+    let first = json!({ "inputResponses": {
+        "step1": { "action": "accept", "content": { "name": "Alice" } },
+        "padding": { "action": "accept", "content": { "junk": junk } } } });
+    let r1 = c.call(&s.url(0), 1, tool, json!({}), first).await;
+    let state = r1["result"]["requestState"].as_str().unwrap().to_owned();
+    assert!(state.len() < 2000, "the unused answer is not carried: {} bytes", state.len());
+    let retry = json!({ "inputResponses": { "step2": { "action": "accept", "content": { "color": "red" } } }, "requestState": state });
+    let r2 = c.call(&s.url(0), 2, tool, json!({}), retry).await;
+    assert_eq!(text_of(&r2), "Alice likes red.");
+    // A mirrored header without a value in the body is a mismatch too.
+    let bare = c.body(3, "tools/call", json!({ "name": "test_header_param", "arguments": {} }));
+    let resp = c.send(&s.url(0), &bare, &[("mcp-param-region", "us-west1")]).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], -32020);
+}

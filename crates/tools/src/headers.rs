@@ -81,7 +81,14 @@ fn walk(v: &Value, at: &str, path: Option<Vec<String>>, found: &mut Vec<ParamHea
                     Some("boolean") => Some(ParamKind::Boolean),
                     _ => None,
                 };
+                const SAFE: f64 = 9_007_199_254_740_991.0;
+                let within = |k: &str, ok: fn(f64) -> bool| s.get(k).and_then(Value::as_f64).is_some_and(ok);
+                let safe = within("minimum", |v| v >= -SAFE) && within("maximum", |v| v <= SAFE);
                 match kind {
+                    Some(ParamKind::Integer) if !safe => offences.push((
+                        at.to_owned(),
+                        "an x-mcp-header integer needs a minimum and a maximum within ±(2^53 − 1)".to_owned(),
+                    )),
                     Some(kind) => found.push(ParamHeader { name: n.to_owned(), path: p.clone(), kind }),
                     None => offences.push((
                         at.to_owned(),
@@ -93,6 +100,10 @@ fn walk(v: &Value, at: &str, path: Option<Vec<String>>, found: &mut Vec<ParamHea
         }
     }
     for (key, child) in s {
+        // Instance data, not schemas.
+        if matches!(key.as_str(), "default" | "examples" | "const" | "enum") {
+            continue;
+        }
         match (key.as_str(), child) {
             ("properties", Value::Object(props)) => {
                 for (k, p) in props {
@@ -147,7 +158,8 @@ mod tests {
     fn annotations_are_found_on_properties_chains_only() {
         let s = json!({ "type": "object", "properties": {
             "region": { "type": "string", "x-mcp-header": "Region" },
-            "where": { "type": "object", "properties": { "zone": { "type": "integer", "x-mcp-header": "Zone" } } } } });
+            "where": { "type": "object", "properties": { "zone": { "type": "integer", "minimum": 0, "maximum": 99,
+                "x-mcp-header": "Zone" } } } } });
         let h = param_headers(&s).unwrap();
         assert_eq!(h.len(), 2);
         assert_eq!(

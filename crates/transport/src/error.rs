@@ -201,7 +201,7 @@ fn limit_message(e: &LimitError) -> (String, Value) {
         LimitError::CapReached { cap, limit } => {
             let what = match cap {
                 Cap::Sessions => "end one with DELETE, or let it expire",
-                Cap::Streams => "close one of your open GET streams first",
+                Cap::Streams => "close one of your open streams (a GET stream, or a subscriptions/listen) first",
                 Cap::Inflight => "wait for one of your running calls to finish",
             };
             let kind = match cap {
@@ -242,7 +242,11 @@ impl TransportError {
     /// The JSON-RPC error object of this error (for an answer whose HTTP status has gone out already).
     pub(crate) fn rpc_error(&self, modern: bool) -> Value {
         let (_, c) = self.status_and_code();
-        json!({ "code": if modern { code::modern(c) } else { c }, "message": self.to_string() })
+        let mut e = json!({ "code": if modern { code::modern(c) } else { c }, "message": self.to_string() });
+        if let Self::MissingCapability(caps) = self {
+            e["data"] = capabilities_data(caps);
+        }
+        e
     }
 
     /// The HTTP status this error is answered with.
@@ -283,6 +287,12 @@ impl TransportError {
     }
 }
 
+/// `error.data` of a -32021: `{"requiredCapabilities": {"sampling": {}}}`.
+fn capabilities_data(caps: &[String]) -> Value {
+    let required: serde_json::Map<String, Value> = caps.iter().map(|c| (c.clone(), json!({}))).collect();
+    json!({ "requiredCapabilities": required })
+}
+
 /// A JSON-RPC error object with a `null` id, as the body of an HTTP error.
 #[must_use]
 pub fn error_body(code: i64, message: &str) -> Value {
@@ -316,8 +326,7 @@ impl TransportError {
                 format!("Unsupported protocol version: {requested}")
             }
             Self::MissingCapability(caps) => {
-                let required: serde_json::Map<String, Value> = caps.iter().map(|c| (c.clone(), json!({}))).collect();
-                data = json!({ "requiredCapabilities": required });
+                data = capabilities_data(caps);
                 self.to_string()
             }
             Self::Unavailable(e) => {

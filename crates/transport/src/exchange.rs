@@ -144,9 +144,10 @@ impl Exchange {
         // The tool's own timeout, else the operator's (--tool-timeout-secs).
         let timeout = self.app.catalog.tool_timeout(&audit.tool).unwrap_or(cfg.tool_timeout);
         let me = self.clone();
+        let held = idem.clone();
         let mut call = tokio::spawn(async move {
             let run = crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id);
-            crate::idempotency::run(&me.app, idem.as_ref(), timeout, run).await
+            crate::idempotency::run(&me.app, held.as_ref(), timeout, run).await
         });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
@@ -190,15 +191,17 @@ impl Exchange {
                     return;
                 }
                 () = &mut deadline => {
-                    call.abort();
-                    tracing::warn!(tool.name = %audit.tool, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                    self.record(&audit, CallEnd::TimedOut);
                     let text = format!(
                         "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
                          tell the user, quoting the trace id {}.",
                         timeout.as_secs_f64(),
                         self.trace_id
                     );
+                    // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
+                    crate::idempotency::settle_stopped(&self.app, idem.as_ref(), &crate::mcp::is_error(&text)).await;
+                    call.abort();
+                    tracing::warn!(tool.name = %audit.tool, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
+                    self.record(&audit, CallEnd::TimedOut);
                     let msg = self.response(Ok(crate::mcp::is_error(&text)));
                     self.finish(msg).await;
                     return;

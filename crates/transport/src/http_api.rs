@@ -125,6 +125,8 @@ pub(crate) async fn post(
         Ok(Rpc(m, duplicate)) => (m, duplicate),
         Err(e) => {
             let mut info = rpc_info(None, &caller, &h);
+            // A body that could not be read is answered in the generation its version header names.
+            info.modern = modern_header(&h);
             let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
             return with_info(r, info);
         }
@@ -309,7 +311,7 @@ impl Post<'_> {
         }
         let idem = match crate::idempotency::from_params(&caller.user, &name, params, &args) {
             Ok(i) => i,
-            Err(message) => return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, message)))),
+            Err(e) => return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, e.to_string())))),
         };
         let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
         let admitted =

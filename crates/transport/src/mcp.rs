@@ -111,14 +111,24 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
 }
 
 /// Runs a tool. Unknown tools are protocol errors; tool failures become `isError` results with no internals.
+/// Also says whether the result is the tool's own outcome (what an idempotency key keeps: a result, or a refusal
+/// the tool made) rather than a transient failure.
 pub(crate) async fn call_tool(
     app: &AppState,
     name: &str,
     args: JsonObject,
     cx: &dyn ToolContext,
     trace_id: &str,
-) -> RpcResult {
-    tool_result(app.catalog.call_tool(name, args, cx).await, name, trace_id)
+) -> (RpcResult, bool) {
+    let r = app.catalog.call_tool(name, args, cx).await;
+    let own = own_outcome(&r);
+    (tool_result(r, name, trace_id), own)
+}
+
+/// Whether a tool's outcome is its own (a result, or a refusal it made), as opposed to a failure that a retry may
+/// not meet (the store, the client, an internal error, a cancellation).
+pub(crate) fn own_outcome(r: &Result<Value, ToolError>) -> bool {
+    matches!(r, Ok(_) | Err(ToolError::Failed(_)))
 }
 
 /// What a tool's outcome becomes: unknown tools and refused arguments are protocol errors; every other failure

@@ -183,20 +183,25 @@ pub(crate) fn check_param_headers(h: &McpHeaders, app: &AppState, tool: &str, ar
     }
     let args = Value::Object(args.clone());
     for p in declared {
-        let Some(Ok(body)) = mcpfleet_tools::headers::header_text(p, &args) else { continue };
         let wanted = p.name.to_ascii_lowercase();
         let name = format!("Mcp-Param-{}", p.name);
         let sent = h.mcp_params.iter().find(|(n, _)| *n == wanted).map(|(_, v)| v);
-        let sent = match sent {
-            None => {
+        let (body, sent) = match (mcpfleet_tools::headers::header_text(p, &args), sent) {
+            (_, Some(Err(_))) => {
+                return Err(TransportError::HeaderMismatch(format!("the {name} header has invalid characters")));
+            }
+            (None, None) | (Some(Err(())), _) => continue, // (a value of the wrong type: the schema refuses it)
+            (None, Some(Ok(_))) => {
+                return Err(TransportError::HeaderMismatch(format!(
+                    "the {name} header is sent but the body has no value for it"
+                )));
+            }
+            (Some(Ok(_)), None) => {
                 return Err(TransportError::HeaderMismatch(format!(
                     "the {name} header is required: the body has a value for it"
                 )));
             }
-            Some(Err(_)) => {
-                return Err(TransportError::HeaderMismatch(format!("the {name} header has invalid characters")));
-            }
-            Some(Ok(v)) => v,
+            (Some(Ok(b)), Some(Ok(v))) => (b, v),
         };
         let Some(decoded) = decode_header(sent) else {
             return Err(TransportError::HeaderMismatch(format!(
@@ -204,9 +209,7 @@ pub(crate) fn check_param_headers(h: &McpHeaders, app: &AppState, tool: &str, ar
             )));
         };
         let same = match p.kind {
-            mcpfleet_tools::headers::ParamKind::Integer => {
-                decoded.parse::<f64>().ok().zip(body.parse::<f64>().ok()).is_some_and(|(a, b)| a == b)
-            }
+            mcpfleet_tools::headers::ParamKind::Integer => same_integer(&decoded, &body),
             _ => decoded == body,
         };
         if !same {
@@ -218,6 +221,24 @@ pub(crate) fn check_param_headers(h: &McpHeaders, app: &AppState, tool: &str, ar
         }
     }
     Ok(())
+}
+
+/// Whether a header's integer text (`42`, or `42.0`) names the body's integer, exactly, within JavaScript's safe
+/// range (±(2^53 − 1)), as the spec asks of `x-mcp-header` integers.
+fn same_integer(header: &str, body: &str) -> bool {
+    const SAFE: i128 = (1 << 53) - 1;
+    let Ok(b) = body.parse::<i128>() else { return false };
+    let h = match header.parse::<i128>() {
+        Ok(h) => h,
+        Err(_) => match header.split_once('.') {
+            Some((int, frac)) if !frac.is_empty() && frac.bytes().all(|c| c == b'0') => match int.parse::<i128>() {
+                Ok(h) => h,
+                Err(_) => return false,
+            },
+            _ => return false,
+        },
+    };
+    h == b && h.abs() <= SAFE
 }
 
 /// Marks a result complete and names the server in its `_meta`; `cache` adds the caching hints.
@@ -342,7 +363,6 @@ impl Post<'_> {
             Some(Value::Object(a)) => a.clone(),
             Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
         };
-        check_param_headers(h, app, &name, &args)?;
         let refused = |end: CallEnd| RefusedCall {
             app,
             principal: caller,
@@ -357,17 +377,20 @@ impl Post<'_> {
             self.span.error = Some("insufficient_scope".to_owned());
             return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
         }
+        // After the scopes: a caller who may not call the tool learns nothing of its parameters.
+        check_param_headers(h, app, &name, &args)?;
         if let Some(invalid) = crate::http_api::invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             admit(app, self.info, &self.asker.request()).await?;
             refused(CallEnd::InvalidArguments).record();
             self.span.error = Some("invalid_arguments".to_owned());
             return Ok(ok(id, complete(app, invalid_result(&name, &invalid), false)));
         }
-        let idem = idempotency::from_params(&caller.user, &name, params, &args).map_err(TransportError::InvalidMeta)?;
+        let idem = idempotency::from_params(&caller.user, &name, params, &args)?;
         let digest = idempotency::digest(&name, &args);
-        let (answers, retry) = self.input_answers("tools/call", &digest, params)?;
-        // Only the first round uses the tool's quota: a verified state proves an earlier round was admitted.
-        let quota = if retry { None } else { app.limits.quota_for(&name, app.catalog.tool_quota(&name)) };
+        let answers = self.input_answers("tools/call", &digest, params)?;
+        // Every round is admitted against the tool's quota, and a round that ends asking for input gives its unit
+        // back: a call costs one unit however many rounds it takes, and replaying a state cannot run it for free.
+        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
         let req = limits::Request {
             slot: Some(SlotSet::Calls),
             quota: quota.map(|q| (name.as_str(), q)),
@@ -417,7 +440,13 @@ impl Post<'_> {
                 app,
                 rx,
                 "call",
-                sse::Held { cancel_on_drop: Some(cancel_on_drop), ..sse::Held::default() },
+                // No `retry:` on shutdown (2026-07-28 streams are not resumable): the call finishes within the
+                // shutdown grace and its result ends the stream.
+                sse::Held {
+                    cancel_on_drop: Some(cancel_on_drop),
+                    feeder_handles_shutdown: true,
+                    ..sse::Held::default()
+                },
             )),
             Err(_) => Err(TransportError::InvalidRequest("the call ended without an answer")),
         }
@@ -426,9 +455,8 @@ impl Post<'_> {
     /// The answers a request carries for its input requests. A retry with a `requestState` must verify it for
     /// this caller, method and parameters; its earlier answers come from the state, and only the keys that state
     /// asked for are taken from `inputResponses`. A request without a state may carry answers too (they are the
-    /// client's own words either way; the tool validates them). Returns the answers, and whether the state proved
-    /// this a retry of an admitted round.
-    fn input_answers(&mut self, method: &str, digest: &str, params: &JsonObject) -> Result<(JsonObject, bool)> {
+    /// client's own words either way; the tool validates them).
+    fn input_answers(&mut self, method: &str, digest: &str, params: &JsonObject) -> Result<JsonObject> {
         let app = self.app;
         let responses = match params.get("inputResponses") {
             None => None,
@@ -436,7 +464,7 @@ impl Post<'_> {
             Some(_) => return Err(TransportError::InvalidMeta("params.inputResponses must be an object".into())),
         };
         let token = match params.get("requestState") {
-            None => return Ok((responses.cloned().unwrap_or_default(), false)),
+            None => return Ok(responses.cloned().unwrap_or_default()),
             Some(Value::String(t)) => t,
             Some(_) => return Err(TransportError::InvalidMeta(StateRefusal::Malformed.message().to_owned())),
         };
@@ -454,7 +482,7 @@ impl Post<'_> {
                 answers.insert(k.clone(), v.clone());
             }
         }
-        Ok((answers, true))
+        Ok(answers)
     }
 
     /// `prompts/get`, which may ask the client for input (multi round-trip) like a tool.
@@ -470,7 +498,7 @@ impl Post<'_> {
             Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
         };
         let digest = idempotency::digest(&name, &args);
-        let (answers, _) = self.input_answers("prompts/get", &digest, params)?;
+        let answers = self.input_answers("prompts/get", &digest, params)?;
         admit(app, self.info, &self.asker.request()).await?;
         let cx = PromptContext {
             principal: self.asker.caller.clone(),
@@ -642,6 +670,8 @@ enum Out {
 struct Round {
     asked: Vec<(String, Value)>,
     missing: Vec<String>,
+    /// The keys whose answers the handler read: only these ride in the next state.
+    used: Vec<String>,
     /// How many input requests of each kind the tool made so far: the keys are `<kind>-<n>`, stable across rounds.
     counts: std::collections::HashMap<&'static str, u32>,
 }
@@ -690,6 +720,7 @@ impl Inputs {
     fn ask(&self, key: &str, method: &str, params: Value) -> std::result::Result<Value, ToolError> {
         let Some(kind) = input_kind(method) else { return Err(ToolError::ClientUnsupported("requests")) };
         if let Some(answer) = self.answers.get(key) {
+            self.round().used.push(key.to_owned());
             return match answer {
                 Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
                     Err(ToolError::ClientError {
@@ -750,7 +781,8 @@ impl Inputs {
             return None;
         }
         let mut state = RequestState::new(principal.user.as_str(), self.method, &self.digest);
-        state.a = self.answers.clone();
+        // Only the answers the handler used: whatever else the client sent does not grow the state.
+        state.a = round.used.iter().filter_map(|k| Some((k.clone(), self.answers.get(k)?.clone()))).collect();
         state.q = round.asked.iter().map(|(k, _)| k.clone()).collect();
         let requests: JsonObject = round.asked.into_iter().collect();
         Some(Ok(json!({
@@ -827,12 +859,14 @@ impl Call {
         let mut detached = false;
         let me = self.clone();
         let tool = name.clone();
+        let held = idem.clone();
         let mut task = tokio::spawn(async move {
             let run = async {
                 let r = me.app.catalog.call_tool(&tool, args, &*me).await;
-                me.finish(r, &tool)
+                let own = mcp::own_outcome(&r);
+                (me.finish(r, &tool), own)
             };
-            idempotency::run(&me.app, idem.as_ref(), timeout, run).await
+            idempotency::run(&me.app, held.as_ref(), timeout, run).await
         });
         let sse_after = tokio::time::sleep(cfg.sse_after);
         tokio::pin!(sse_after);
@@ -868,8 +902,9 @@ impl Call {
                     };
                     record(end);
                     let refused = matches!(&result, Err((c, _)) if *c == code::INVALID_PARAMS);
-                    if quota_charged && (end == CallEnd::Replayed || refused) {
-                        // The tool did not run (a replayed result, or arguments it refused): the unit goes back.
+                    if quota_charged && (matches!(end, CallEnd::Replayed | CallEnd::InputRequired) || refused) {
+                        // The tool did not run to its end (a replayed result, a round that asks for input, or
+                        // arguments it refused): the unit goes back.
                         self.app.limits.refund(&self.principal.user, &name).await;
                     }
                     if detached {
@@ -883,15 +918,20 @@ impl Call {
                     return;
                 }
                 () = &mut deadline => {
-                    task.abort();
-                    tracing::warn!(tool.name = %name, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                    record(CallEnd::TimedOut);
                     let text = format!(
                         "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
                          tell the user, quoting the trace id {}.",
                         timeout.as_secs_f64(),
                         self.trace_id
                     );
+                    // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
+                    idempotency::settle_stopped(&self.app, idem.as_ref(), &mcp::is_error(&text)).await;
+                    task.abort();
+                    tracing::warn!(tool.name = %name, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
+                    record(CallEnd::TimedOut);
+                    if detached {
+                        return;
+                    }
                     let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, mcp::is_error(&text), false) });
                     self.send_final(msg).await;
                     return;
@@ -949,7 +989,8 @@ impl Call {
     async fn notify(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {
         let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
         let mut out = self.out.lock().await;
-        let Some(tx) = self.streaming(&mut out) else { return Err(ToolError::Cancelled) };
+        // The client went away (a keyed call finishing for its re-issue): the notification has nowhere to go.
+        let Some(tx) = self.streaming(&mut out) else { return Ok(()) };
         drop(out);
         // A client that stopped reading loses notifications; it must never stall the tool.
         let _ = tx.try_send(Frame::Unsequenced { data: msg });

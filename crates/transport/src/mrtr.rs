@@ -18,14 +18,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-/// Largest `requestState` accepted, in bytes (the answers of every round ride in it).
-pub(crate) const MAX_STATE_BYTES: usize = 256 * 1024;
-
 /// The fleet's signing keys for `requestState`, and how long a state stays valid.
 #[derive(Clone)]
 pub struct RequestStateKeys {
-    /// `(kid, secret)`; the first signs, all verify.
-    keys: Vec<(String, Vec<u8>)>,
+    /// `(kid, HMAC keyed with its secret)`; the first signs, all verify.
+    keys: Vec<(String, HmacSha256)>,
     ttl: Duration,
 }
 
@@ -61,14 +58,22 @@ impl RequestStateKeys {
                 return bad(format!("request-state key id {kid:?} is given twice"));
             }
         }
-        Ok(Self { keys, ttl })
+        let mut ring = Vec::new();
+        for (kid, secret) in keys {
+            let mac = <HmacSha256 as KeyInit>::new_from_slice(&secret)
+                .map_err(|_| TransportError::Config(format!("request-state key {kid:?} cannot key HMAC-SHA256")))?;
+            ring.push((kid, mac));
+        }
+        Ok(Self { keys: ring, ttl })
     }
 
     /// A ring of one random key, for a single process (`serve` without Redis and without a configured key).
     #[must_use]
     pub fn random(ttl: Duration) -> Self {
-        let secret: [u8; 32] = rand::random();
-        Self { keys: vec![("local".to_owned(), secret.to_vec())], ttl }
+        // A key of HMAC-SHA256's block size (64 bytes) keys it as is.
+        let secret: [u8; 64] = rand::random();
+        let mac = <HmacSha256 as KeyInit>::new(&secret.into());
+        Self { keys: vec![("local".to_owned(), mac)], ttl }
     }
 
     /// How long a state stays valid.
@@ -77,9 +82,8 @@ impl RequestStateKeys {
         self.ttl
     }
 
-    fn mac(secret: &[u8], signed: &str) -> HmacSha256 {
-        // HMAC takes a key of any length.
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
+    fn mac(keyed: &HmacSha256, signed: &str) -> HmacSha256 {
+        let mut mac = keyed.clone();
         mac.update(signed.as_bytes());
         mac
     }
@@ -87,7 +91,7 @@ impl RequestStateKeys {
     /// Signs `state`, with an expiry of now + ttl.
     pub(crate) fn seal(&self, mut state: RequestState) -> String {
         state.e = now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX / 2);
-        let (kid, secret) = &self.keys[0];
+        let Some((kid, secret)) = self.keys.first() else { return String::new() };
         let payload = B64.encode(serde_json::to_vec(&state).unwrap_or_default());
         let signed = format!("{kid}.{payload}");
         let tag = B64.encode(Self::mac(secret, &signed).finalize().into_bytes());
@@ -102,9 +106,6 @@ impl RequestStateKeys {
         method: &str,
         digest: &str,
     ) -> Result<RequestState, StateRefusal> {
-        if token.len() > MAX_STATE_BYTES {
-            return Err(StateRefusal::Malformed);
-        }
         let mut parts = token.split('.');
         let (Some(kid), Some(payload), Some(tag), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
