@@ -7,8 +7,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use futures::future::join_all;
-use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, scrape};
+use mcpfleet_testkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, eventually};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
@@ -16,43 +15,8 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
 
-/// A JWT fleet. Bind the fields in this order so that the replicas go first.
-struct Setup {
-    fleet: Fleet,
-    key: TestKey,
-    issuer: Issuer,
-    redis: RedisServer,
-}
-
-async fn setup(n: usize, extra: &[&str]) -> Setup {
-    let redis = RedisServer::start();
-    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
-    let issuer = Issuer::start(&[&key]).await;
-    let mut b = Fleet::builder().replicas(n).redis(redis.url()).jwt(&issuer);
-    for a in extra {
-        b = b.arg(*a);
-    }
-    let fleet = b.start().await;
-    Setup { fleet, key, issuer, redis }
-}
-
-impl Setup {
-    fn token(&self, sub: &str) -> String {
-        self.key.token(&self.issuer.id(), sub).sign()
-    }
-
-    fn client(&self, sub: &str) -> McpClient {
-        McpClient::new().with_token(&self.token(sub))
-    }
-
-    /// Sums a metric over every replica.
-    async fn metric(&self, name: &str) -> f64 {
-        let mut sum = 0.0;
-        for r in &self.fleet.replicas {
-            sum += scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
-        }
-        sum
-    }
+async fn setup(n: usize, extra: &[&str]) -> JwtFleet {
+    JwtFleet::start(n, extra).await
 }
 
 /// What a client saw.

@@ -2,55 +2,15 @@
 //! suite's own, beside the 2025 generation. Every test sends its requests to chosen replicas, so that a retry, a
 //! duplicate or a notification crosses from one replica to another.
 
-use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, ModernClient, RedisServer, SseStream, TestKey, eventually, scrape};
+use mcpfleet_testkit::{JwtFleet, SseStream, eventually};
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
 
-/// A JWT fleet (so that tests can act as several principals). Bind the fields in this order so that the replicas
-/// go first.
-struct Setup {
-    fleet: Fleet,
-    key: TestKey,
-    issuer: Issuer,
-    _redis: RedisServer,
-}
-
-async fn setup(n: usize, extra: &[&str]) -> Setup {
-    let redis = RedisServer::start();
-    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
-    let issuer = Issuer::start(&[&key]).await;
-    let mut b = Fleet::builder().replicas(n).redis(redis.url()).jwt(&issuer);
-    for a in extra {
-        b = b.arg(*a);
-    }
-    let fleet = b.start().await;
-    Setup { fleet, key, issuer, _redis: redis }
-}
-
-impl Setup {
-    fn modern(&self, sub: &str) -> ModernClient {
-        ModernClient::new().with_token(&self.key.token(&self.issuer.id(), sub).sign())
-    }
-
-    fn legacy(&self, sub: &str) -> McpClient {
-        McpClient::new().with_token(&self.key.token(&self.issuer.id(), sub).sign())
-    }
-
-    fn url(&self, i: usize) -> String {
-        self.fleet.urls()[i].clone()
-    }
-
-    /// Sums a metric over every replica.
-    async fn metric(&self, name: &str) -> f64 {
-        let mut sum = 0.0;
-        for r in &self.fleet.replicas {
-            sum += scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
-        }
-        sum
-    }
+/// A JWT fleet on a Redis of its own (so that tests can act as several principals).
+async fn setup(n: usize, extra: &[&str]) -> JwtFleet {
+    JwtFleet::start(n, extra).await
 }
 
 fn text_of(response: &Value) -> String {
@@ -62,7 +22,7 @@ async fn both_generations_on_every_replica() {
     let s = setup(2, &[]).await;
     let (a, b) = (s.url(0), s.url(1));
     // A 2025 session: initialize on A, call on B.
-    let mut legacy = s.legacy("alice");
+    let mut legacy = s.client("alice");
     legacy.initialize(&a).await;
     let r = legacy.request(&b, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
     assert_eq!(text_of(&r), "This is a simple text response for testing.");
@@ -100,7 +60,7 @@ async fn both_generations_on_every_replica() {
     assert_eq!(names(&on_a), names(&l));
     // GET and DELETE saying 2026-07-28 get 405 (Allow: POST), on both replicas.
     let http = reqwest::Client::new();
-    let token = format!("Bearer {}", s.key.token(&s.issuer.id(), "alice").sign());
+    let token = format!("Bearer {}", s.token("alice"));
     for url in [&a, &b] {
         let get = http.get(url).header("mcp-protocol-version", "2026-07-28").header("authorization", &token);
         let get = get.header("accept", "text/event-stream").send().await.unwrap();
@@ -158,7 +118,7 @@ async fn modern_requests_are_checked_before_anything_runs() {
         assert_eq!(err(&resp.json().await.unwrap()), (json!(11), json!(-32020)), "{headers:?}");
     }
     let http = reqwest::Client::new();
-    let token = format!("Bearer {}", s.key.token(&s.issuer.id(), "alice").sign());
+    let token = format!("Bearer {}", s.token("alice"));
     let bare = http
         .post(&url)
         .header("content-type", "application/json")
@@ -385,7 +345,7 @@ async fn a_duplicate_call_runs_once_across_replicas() {
     let replayed = "mcp_tool_calls_total{outcome=\"replayed\",tool=\"test_mint\"}";
     assert_eq!((s.metric(ran).await, s.metric(replayed).await), (1.0, 1.0), "the handler ran once");
     // Later, in the other generation too: the stored result, and the tool does not run.
-    let mut legacy = s.legacy("alice");
+    let mut legacy = s.client("alice");
     legacy.initialize(&s.url(1)).await;
     let params =
         json!({ "name": "test_mint", "arguments": args, "_meta": { "io.mcpfleet/idempotencyKey": "order-1" } });

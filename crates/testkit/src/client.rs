@@ -154,14 +154,19 @@ impl McpClient {
         self
     }
 
-    fn headers(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        let mut rb = rb.header("mcp-protocol-version", "2025-11-25");
+    /// Who the client is: its bearer token, or its test principal.
+    fn identity(&self, mut rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if let Some(t) = &self.token {
             rb = rb.header("authorization", format!("Bearer {t}"));
         }
         if let Some(u) = &self.user {
             rb = rb.header(crate::TEST_USER_HEADER, u);
         }
+        rb
+    }
+
+    fn headers(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let mut rb = self.identity(rb.header("mcp-protocol-version", "2025-11-25"));
         if let Some(s) = &self.session {
             rb = rb.header("mcp-session-id", s);
         }
@@ -263,9 +268,8 @@ impl Default for McpClient {
 /// `_meta`, and the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers; there is no session.
 #[derive(Debug, Clone)]
 pub struct ModernClient {
-    http: reqwest::Client,
-    user: Option<String>,
-    token: Option<String>,
+    /// The connection and the identity (no session: a 2026-07-28 client never has one).
+    base: McpClient,
     capabilities: Value,
 }
 
@@ -273,27 +277,19 @@ impl ModernClient {
     /// A client that declares the sampling, elicitation and roots capabilities.
     #[must_use]
     pub fn new() -> Self {
-        crate::init_tls();
-        Self {
-            http: reqwest::Client::builder().no_proxy().build().expect("client"),
-            user: None,
-            token: None,
-            capabilities: json!({ "sampling": {}, "elicitation": {}, "roots": {} }),
-        }
+        Self { base: McpClient::new(), capabilities: json!({ "sampling": {}, "elicitation": {}, "roots": {} }) }
     }
 
     /// Acts as this principal (through the test authenticator).
     #[must_use]
-    pub fn as_user(mut self, user: &str) -> Self {
-        self.user = Some(user.to_owned());
-        self
+    pub fn as_user(self, user: &str) -> Self {
+        Self { base: self.base.as_user(user), ..self }
     }
 
     /// Sends this bearer token.
     #[must_use]
-    pub fn with_token(mut self, token: &str) -> Self {
-        self.token = Some(token.to_owned());
-        self
+    pub fn with_token(self, token: &str) -> Self {
+        Self { base: self.base.with_token(token), ..self }
     }
 
     /// Declares these client capabilities on every request.
@@ -324,8 +320,8 @@ impl ModernClient {
         let version =
             body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or("2026-07-28");
         let mut rb = self
-            .http
-            .post(url)
+            .base
+            .identity(self.base.http.post(url))
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
         let overridden = |h: &str| extra.iter().any(|(k, _)| k.eq_ignore_ascii_case(h));
@@ -342,12 +338,6 @@ impl ModernClient {
         };
         if let Some(n) = name.filter(|_| !overridden("mcp-name")) {
             rb = rb.header("mcp-name", n);
-        }
-        if let Some(t) = &self.token {
-            rb = rb.header("authorization", format!("Bearer {t}"));
-        }
-        if let Some(u) = &self.user {
-            rb = rb.header(crate::TEST_USER_HEADER, u);
         }
         for (k, v) in extra {
             rb = rb.header(*k, *v);

@@ -365,3 +365,67 @@ impl FleetBuilder {
         Replica::InProcess { addr, stop }
     }
 }
+
+/// A fleet of process replicas on a Redis of its own with `--auth jwt`, against an issuer publishing one Ed25519
+/// key: tests act as any principal by its `sub`. Its fields drop in order, the replicas first.
+#[derive(Debug)]
+pub struct JwtFleet {
+    pub fleet: Fleet,
+    pub key: crate::TestKey,
+    pub issuer: crate::Issuer,
+    pub redis: crate::RedisServer,
+}
+
+impl JwtFleet {
+    /// Starts `n` replicas with `extra` serve flags.
+    pub async fn start(n: usize, extra: &[&str]) -> Self {
+        let redis = crate::RedisServer::start();
+        let key = crate::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+        let issuer = crate::Issuer::start(&[&key]).await;
+        let mut b = Fleet::builder().replicas(n).redis(redis.url()).jwt(&issuer);
+        for a in extra {
+            b = b.arg(*a);
+        }
+        let fleet = b.start().await;
+        Self { fleet, key, issuer, redis }
+    }
+
+    /// A signed access token for `sub`.
+    #[must_use]
+    pub fn token(&self, sub: &str) -> String {
+        self.key.token(&self.issuer.id(), sub).sign()
+    }
+
+    /// A token builder for `sub` (to add claims).
+    #[must_use]
+    pub fn token_for(&self, sub: &str) -> crate::TokenBuilder {
+        self.key.token(&self.issuer.id(), sub)
+    }
+
+    /// A 2025-generation client with `sub`'s token.
+    #[must_use]
+    pub fn client(&self, sub: &str) -> crate::McpClient {
+        crate::McpClient::new().with_token(&self.token(sub))
+    }
+
+    /// A 2026-07-28 client with `sub`'s token.
+    #[must_use]
+    pub fn modern(&self, sub: &str) -> crate::ModernClient {
+        crate::ModernClient::new().with_token(&self.token(sub))
+    }
+
+    /// The `/mcp` URL of replica `i`.
+    #[must_use]
+    pub fn url(&self, i: usize) -> String {
+        self.fleet.urls()[i].clone()
+    }
+
+    /// A metric summed over every replica (0 where a replica has none).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let mut sum = 0.0;
+        for r in &self.fleet.replicas {
+            sum += crate::scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
+        }
+        sum
+    }
+}

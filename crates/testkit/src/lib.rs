@@ -12,7 +12,7 @@ mod proxy;
 mod redis;
 
 pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
-pub use fleet::{Fleet, FleetBuilder, HeaderAuth, Replica, TEST_STATE_KEY, TEST_USER_HEADER, server_bin};
+pub use fleet::{Fleet, FleetBuilder, HeaderAuth, JwtFleet, Replica, TEST_STATE_KEY, TEST_USER_HEADER, server_bin};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;

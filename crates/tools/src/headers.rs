@@ -134,9 +134,10 @@ fn walk(v: &Value, at: &str, path: Option<Vec<String>>, found: &mut Vec<ParamHea
 
 /// The value of `header` at its path in `args`, as its header text, if present and not null.
 #[must_use]
-pub fn header_text(header: &ParamHeader, args: &Value) -> Option<Result<String, ()>> {
-    let mut v = args;
-    for k in &header.path {
+pub fn header_text(header: &ParamHeader, args: &serde_json::Map<String, Value>) -> Option<Result<String, ()>> {
+    let (first, rest) = header.path.split_first()?;
+    let mut v = args.get(first)?;
+    for k in rest {
         v = v.get(k)?;
     }
     Some(match (header.kind, v) {
@@ -166,8 +167,9 @@ mod tests {
             (h[1].name.as_str(), h[1].path.clone(), h[1].kind),
             ("Zone", vec!["where".to_owned(), "zone".to_owned()], ParamKind::Integer)
         );
-        assert_eq!(header_text(&h[1], &json!({ "where": { "zone": 7 } })), Some(Ok("7".to_owned())));
-        assert_eq!(header_text(&h[0], &json!({ "region": null })), None);
+        let args = |v: Value| v.as_object().cloned().unwrap();
+        assert_eq!(header_text(&h[1], &args(json!({ "where": { "zone": 7 } }))), Some(Ok("7".to_owned())));
+        assert_eq!(header_text(&h[0], &args(json!({ "region": null }))), None);
         let bad = json!({ "type": "object", "properties": {
             "a": { "type": "number", "x-mcp-header": "A" },
             "b": { "type": "string", "x-mcp-header": "a" },

@@ -191,18 +191,13 @@ impl Exchange {
                     return;
                 }
                 () = &mut deadline => {
-                    let text = format!(
-                        "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
-                         tell the user, quoting the trace id {}.",
-                        timeout.as_secs_f64(),
-                        self.trace_id
-                    );
+                    let stopped = crate::mcp::timed_out(timeout, &self.trace_id);
                     // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
-                    crate::idempotency::settle_stopped(&self.app, idem.as_ref(), &crate::mcp::is_error(&text)).await;
+                    crate::idempotency::settle_stopped(&self.app, idem.as_ref(), &stopped).await;
                     call.abort();
                     tracing::warn!(tool.name = %audit.tool, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
                     self.record(&audit, CallEnd::TimedOut);
-                    let msg = self.response(Ok(crate::mcp::is_error(&text)));
+                    let msg = self.response(Ok(stopped));
                     self.finish(msg).await;
                     return;
                 }
@@ -527,26 +522,14 @@ fn context_error(e: StateError) -> ToolError {
 impl ToolContext for Exchange {
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), ToolError> {
         let Some(token) = &self.progress_token else { return Ok(()) };
-        let mut params = json!({ "progressToken": token, "progress": progress });
-        if let Some(t) = total {
-            params["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            params["message"] = json!(m);
-        }
-        self.notify("notifications/progress", params).await
+        self.notify("notifications/progress", crate::mcp::progress_params(token, progress, total, message)).await
     }
 
     async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> Result<(), ToolError> {
-        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
-        if rank < self.min_log_level {
-            return Ok(());
+        match crate::mcp::log_params(self.min_log_level, level, logger, data) {
+            Some(params) => self.notify("notifications/message", params).await,
+            None => Ok(()),
         }
-        let mut params = json!({ "level": level, "data": data });
-        if let Some(l) = logger {
-            params["logger"] = json!(l);
-        }
-        self.notify("notifications/message", params).await
     }
 
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError> {

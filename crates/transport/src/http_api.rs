@@ -270,42 +270,19 @@ impl Post<'_> {
     ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
-        let name = match mcp::str_param(params, "name") {
-            Ok(n) => n.to_owned(),
+        let (name, args) = match mcp::target(params) {
+            Ok(t) => t,
             Err(e) => {
                 self.span.error = Some(e.0.to_string());
                 return Ok(rpc_json(&id, Err(e)));
             }
         };
-        let args = match params.get("arguments") {
-            None => JsonObject::new(),
-            Some(Value::Object(a)) => a.clone(),
-            Some(_) => {
-                self.span.error = Some(code::INVALID_PARAMS.to_string());
-                return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, "params.arguments must be an object".into()))));
-            }
-        };
-        let refused = |end: CallEnd| RefusedCall {
-            app,
-            principal: caller,
-            tool: &name,
-            args: &args,
-            trace_id: self.trace_id,
-            end,
-        };
-        // Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming
-        // them, before anything runs or is counted against a quota.
-        let required = app.tool_scopes(&name);
-        if !caller.scopes.allow(&required) {
-            refused(CallEnd::Refused).record();
-            self.span.error = Some("insufficient_scope".to_owned());
-            return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
-        }
+        self.require_tool_scopes(&name, &args)?;
         // The arguments against the exact schema the tool publishes, before anything runs or is counted against a
         // quota. A refusal still checks the session (and takes the token) in one round trip.
         if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             admit_session(app, self.info, self.asker, h, None, None).await?;
-            refused(CallEnd::InvalidArguments).record();
+            self.record_refused(&name, &args, CallEnd::InvalidArguments);
             self.span.error = Some("invalid_arguments".to_owned());
             return Ok(rpc_json(&id, Ok(invalid_result(&name, &invalid))));
         }
@@ -320,12 +297,12 @@ impl Post<'_> {
             Ok(a) => a,
             Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
                 // Not a protocol error: the model reads it, and should ask its user instead of retrying.
-                refused(CallEnd::RefusedByLimit).record();
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
                 self.span.error = Some("quota_exhausted".to_owned());
                 return Ok(rpc_json(&id, Ok(quota_result(&tool, quota, retry_after, self.trace_id))));
             }
             Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
-                refused(CallEnd::RefusedByLimit).record();
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -349,6 +326,25 @@ impl Post<'_> {
             Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", sse::Held::default())),
             Err(_) => Err(TransportError::SessionNotFound),
         }
+    }
+
+    /// Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming them,
+    /// before anything runs or is counted against a quota; the refusal is audited.
+    pub(crate) fn require_tool_scopes(&mut self, name: &str, args: &JsonObject) -> Result<()> {
+        let app = self.app;
+        let required = app.tool_scopes(name);
+        if self.asker.caller.scopes.allow(&required) {
+            return Ok(());
+        }
+        self.record_refused(name, args, CallEnd::Refused);
+        self.span.error = Some("insufficient_scope".to_owned());
+        Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)))
+    }
+
+    /// Counts and audits a call refused before it started.
+    pub(crate) fn record_refused(&self, tool: &str, args: &JsonObject, end: CallEnd) {
+        let principal = self.asker.caller;
+        RefusedCall { app: self.app, principal, tool, args, trace_id: self.trace_id, end }.record();
     }
 
     async fn initialize(&mut self, id: &Value, params: &JsonObject) -> Result<Response> {

@@ -31,7 +31,6 @@ mod well_known;
 
 pub use admin::{AdminState, admin_router};
 pub use error::{TransportError, code};
-pub use idempotency::META_KEY as IDEMPOTENCY_META_KEY;
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
 pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;

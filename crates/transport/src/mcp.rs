@@ -65,7 +65,63 @@ pub(crate) async fn plain(
     }
 }
 
-/// The methods both generations answer from the catalog alone; `None` for any other method.
+/// The methods [`catalog_method`] answers.
+pub(crate) const CATALOG_METHODS: [&str; 7] = [
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
+/// `params.name` and `params.arguments` (absent arguments are an empty object) of a `tools/call` or `prompts/get`.
+pub(crate) fn target(params: &JsonObject) -> Result<(String, JsonObject), (i64, String)> {
+    let name = str_param(params, "name")?.to_owned();
+    match params.get("arguments") {
+        None => Ok((name, JsonObject::new())),
+        Some(Value::Object(a)) => Ok((name, a.clone())),
+        Some(_) => Err(invalid("params.arguments must be an object")),
+    }
+}
+
+/// The params of `notifications/progress`.
+pub(crate) fn progress_params(token: &Value, progress: f64, total: Option<f64>, message: Option<&str>) -> Value {
+    let mut params = json!({ "progressToken": token, "progress": progress });
+    if let Some(t) = total {
+        params["total"] = json!(t);
+    }
+    if let Some(m) = message {
+        params["message"] = json!(m);
+    }
+    params
+}
+
+/// The params of `notifications/message` at `level`, if that is at or above `min` (an index into [`LOG_LEVELS`]).
+pub(crate) fn log_params(min: usize, level: &str, logger: Option<&str>, data: Value) -> Option<Value> {
+    let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+    if rank < min {
+        return None;
+    }
+    let mut params = json!({ "level": level, "data": data });
+    if let Some(l) = logger {
+        params["logger"] = json!(l);
+    }
+    Some(params)
+}
+
+/// The `isError` result of a call stopped at its timeout.
+pub(crate) fn timed_out(timeout: std::time::Duration, trace_id: &str) -> Value {
+    is_error(&format!(
+        "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; tell the user, \
+         quoting the trace id {trace_id}.",
+        timeout.as_secs_f64()
+    ))
+}
+
+/// The methods both generations answer from the catalog alone (those of [`CATALOG_METHODS`]); `None` for any
+/// other method.
 pub(crate) async fn catalog_method(
     app: &AppState,
     caller: &crate::Principal,
@@ -89,15 +145,10 @@ pub(crate) async fn catalog_method(
             Err(e) => Err(e),
         },
         "prompts/list" => Ok(json!({ "prompts": c.prompts() })),
-        "prompts/get" => {
-            let empty = JsonObject::new();
-            match (params.get("arguments"), str_param(params, "name")) {
-                (Some(Value::Object(a)), Ok(name)) => c.get_prompt(name, a).await.map_err(tool_error),
-                (None, Ok(name)) => c.get_prompt(name, &empty).await.map_err(tool_error),
-                (Some(_), _) => Err(invalid("params.arguments must be an object")),
-                (_, Err(e)) => Err(e),
-            }
-        }
+        "prompts/get" => match target(params) {
+            Ok((name, args)) => c.get_prompt(&name, &args).await.map_err(tool_error),
+            Err(e) => Err(e),
+        },
         "completion/complete" => match (params.get("ref"), params.get("argument")) {
             (Some(r), Some(a)) => c.complete(r, a).await.map_err(tool_error),
             _ => Err(invalid("params.ref and params.argument are required")),

@@ -6,8 +6,8 @@
 //! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`crate::mrtr`]) and
 //! idempotency keys, and `subscriptions/listen` streams fed by the principal's notice channel.
 
-use crate::error::{TransportError, auth_rejection};
-use crate::exchange::{Audit, CallEnd, RefusedCall, record_call};
+use crate::error::TransportError;
+use crate::exchange::{Audit, CallEnd, record_call};
 use crate::extract::McpHeaders;
 use crate::http_api::{Post, admit, invalid_result, quota_result};
 use crate::idempotency::{self, Ran};
@@ -39,17 +39,6 @@ const MAX_SUBSCRIPTIONS: usize = 256;
 const MAX_URI_BYTES: usize = 2048;
 
 type Result<T, E = TransportError> = std::result::Result<T, E>;
-
-/// The methods answered from the catalog alone (see [`mcp::catalog_method`]).
-const CATALOG_METHODS: [&str; 7] = [
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-];
 
 /// Whether a POSTed message is answered in the 2026-07-28 generation: its version header says a modern version,
 /// or its `_meta` names a protocol version that is not one of the session generation's (the session generation
@@ -181,12 +170,11 @@ pub(crate) fn check_param_headers(h: &McpHeaders, app: &AppState, tool: &str, ar
     if declared.is_empty() {
         return Ok(());
     }
-    let args = Value::Object(args.clone());
     for p in declared {
         let wanted = p.name.to_ascii_lowercase();
         let name = format!("Mcp-Param-{}", p.name);
         let sent = h.mcp_params.iter().find(|(n, _)| *n == wanted).map(|(_, v)| v);
-        let (body, sent) = match (mcpfleet_tools::headers::header_text(p, &args), sent) {
+        let (body, sent) = match (mcpfleet_tools::headers::header_text(p, args), sent) {
             (_, Some(Err(_))) => {
                 return Err(TransportError::HeaderMismatch(format!("the {name} header has invalid characters")));
             }
@@ -324,7 +312,9 @@ impl Post<'_> {
                 admit(app, self.info, &self.asker.request()).await?;
                 Ok(ok(id, discover(app)))
             }
-            _ if !CATALOG_METHODS.contains(&method) => Err(TransportError::MethodNotFound(mcp::truncate(method, 64))),
+            _ if !mcp::CATALOG_METHODS.contains(&method) => {
+                Err(TransportError::MethodNotFound(mcp::truncate(method, 64)))
+            }
             _ => {
                 admit(app, self.info, &self.asker.request()).await?;
                 let r = mcp::catalog_method(app, self.asker.caller, method, params).await;
@@ -354,34 +344,13 @@ impl Post<'_> {
     ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
-        let name = match mcp::str_param(params, "name") {
-            Ok(n) => n.to_owned(),
-            Err(e) => return Err(TransportError::InvalidMeta(e.1)),
-        };
-        let args = match params.get("arguments") {
-            None => JsonObject::new(),
-            Some(Value::Object(a)) => a.clone(),
-            Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
-        };
-        let refused = |end: CallEnd| RefusedCall {
-            app,
-            principal: caller,
-            tool: &name,
-            args: &args,
-            trace_id: self.trace_id,
-            end,
-        };
-        let required = app.tool_scopes(&name);
-        if !caller.scopes.allow(&required) {
-            refused(CallEnd::Refused).record();
-            self.span.error = Some("insufficient_scope".to_owned());
-            return Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)));
-        }
+        let (name, args) = mcp::target(params).map_err(|e| TransportError::InvalidMeta(e.1))?;
+        self.require_tool_scopes(&name, &args)?;
         // After the scopes: a caller who may not call the tool learns nothing of its parameters.
         check_param_headers(h, app, &name, &args)?;
         if let Some(invalid) = crate::http_api::invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             admit(app, self.info, &self.asker.request()).await?;
-            refused(CallEnd::InvalidArguments).record();
+            self.record_refused(&name, &args, CallEnd::InvalidArguments);
             self.span.error = Some("invalid_arguments".to_owned());
             return Ok(ok(id, complete(app, invalid_result(&name, &invalid), false)));
         }
@@ -399,12 +368,12 @@ impl Post<'_> {
         let granted = match admit(app, self.info, &req).await {
             Ok(g) => g,
             Err(LimitError::QuotaExhausted { tool, quota, retry_after }) => {
-                refused(CallEnd::RefusedByLimit).record();
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
                 self.span.error = Some("quota_exhausted".to_owned());
                 return Ok(ok(id, complete(app, quota_result(&tool, quota, retry_after, self.trace_id), false)));
             }
             Err(e @ (LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
-                refused(CallEnd::RefusedByLimit).record();
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
                 return Err(e.into());
             }
             Err(e) => return Err(e.into()),
@@ -488,15 +457,7 @@ impl Post<'_> {
     /// `prompts/get`, which may ask the client for input (multi round-trip) like a tool.
     async fn modern_prompt(&mut self, id: &Value, params: &JsonObject, m: Meta) -> Result<Response> {
         let app = self.app;
-        let name = match mcp::str_param(params, "name") {
-            Ok(n) => n.to_owned(),
-            Err(e) => return Err(TransportError::InvalidMeta(e.1)),
-        };
-        let args = match params.get("arguments") {
-            None => JsonObject::new(),
-            Some(Value::Object(a)) => a.clone(),
-            Some(_) => return Err(TransportError::InvalidMeta("params.arguments must be an object".into())),
-        };
+        let (name, args) = mcp::target(params).map_err(|e| TransportError::InvalidMeta(e.1))?;
         let digest = idempotency::digest(&name, &args);
         let answers = self.input_answers("prompts/get", &digest, params)?;
         admit(app, self.info, &self.asker.request()).await?;
@@ -918,21 +879,16 @@ impl Call {
                     return;
                 }
                 () = &mut deadline => {
-                    let text = format!(
-                        "The tool did not finish within {} s and was stopped. Do not retry with the same arguments; \
-                         tell the user, quoting the trace id {}.",
-                        timeout.as_secs_f64(),
-                        self.trace_id
-                    );
+                    let stopped = mcp::timed_out(timeout, &self.trace_id);
                     // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
-                    idempotency::settle_stopped(&self.app, idem.as_ref(), &mcp::is_error(&text)).await;
+                    idempotency::settle_stopped(&self.app, idem.as_ref(), &stopped).await;
                     task.abort();
                     tracing::warn!(tool.name = %name, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
                     record(CallEnd::TimedOut);
                     if detached {
                         return;
                     }
-                    let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, mcp::is_error(&text), false) });
+                    let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, stopped, false) });
                     self.send_final(msg).await;
                     return;
                 }
@@ -1044,19 +1000,19 @@ impl From<(i64, String)> for Done {
     }
 }
 
+/// The server→client requests a round may ask for, each with the client capability it needs (which also names
+/// its kind in automatic input keys).
+const INPUT_KINDS: [(&str, &str); 3] =
+    [("sampling/createMessage", "sampling"), ("elicitation/create", "elicitation"), ("roots/list", "roots")];
+
 /// Whether `cap` is a client capability that input requests need.
 fn input_capability(cap: &str) -> bool {
-    matches!(cap, "sampling" | "elicitation" | "roots")
+    INPUT_KINDS.iter().any(|(_, c)| *c == cap)
 }
 
-/// The capability a server→client request needs, and the stable name of its kind.
+/// The capability an input request of `method` needs.
 fn input_kind(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
+    INPUT_KINDS.iter().find(|(m, _)| *m == method).map(|(_, c)| *c)
 }
 
 #[async_trait]
@@ -1068,28 +1024,16 @@ impl ToolContext for Call {
         message: Option<&str>,
     ) -> std::result::Result<(), ToolError> {
         let Some(token) = &self.progress_token else { return Ok(()) };
-        let mut params = json!({ "progressToken": token, "progress": progress });
-        if let Some(t) = total {
-            params["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            params["message"] = json!(m);
-        }
-        self.notify("notifications/progress", params).await
+        self.notify("notifications/progress", mcp::progress_params(token, progress, total, message)).await
     }
 
     async fn log(&self, level: &str, logger: Option<&str>, data: Value) -> std::result::Result<(), ToolError> {
         // No `notifications/message` unless the request asked for a level, and none below it.
         let Some(min) = self.inputs.meta.log_level else { return Ok(()) };
-        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
-        if rank < min {
-            return Ok(());
+        match mcp::log_params(min, level, logger, data) {
+            Some(params) => self.notify("notifications/message", params).await,
+            None => Ok(()),
         }
-        let mut params = json!({ "level": level, "data": data });
-        if let Some(l) = logger {
-            params["logger"] = json!(l);
-        }
-        self.notify("notifications/message", params).await
     }
 
     /// MRTR: see [`Inputs::ask`].

@@ -76,12 +76,6 @@ impl RequestStateKeys {
         Self { keys: vec![("local".to_owned(), mac)], ttl }
     }
 
-    /// How long a state stays valid.
-    #[must_use]
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     fn mac(keyed: &HmacSha256, signed: &str) -> HmacSha256 {
         let mut mac = keyed.clone();
         mac.update(signed.as_bytes());
