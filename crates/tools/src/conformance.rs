@@ -445,6 +445,7 @@ impl Catalog for ConformanceCatalog {
                 let answers = futures::future::join_all(asks).await.into_iter().collect::<Result<Vec<_>, _>>()?;
                 ok(vec![text(format!("{} inputs received", answers.len()))])
             }
+            "test_header_param" => ok(vec![text(format!("region {}", string_arg(&args, "region")?))]),
             "test_mint" => {
                 let delay = args.get("delay_ms").and_then(Value::as_u64).unwrap_or(0).min(10_000);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
