@@ -311,7 +311,9 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
         let resp = c.post(&urls[1], &body).await;
         assert_eq!(resp.status(), 403, "{tool}");
         let ch = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
-        assert!(ch.contains("error=\"insufficient_scope\"") && ch.contains(&format!("scope=\"{scope}\"")), "{ch}");
+        // Every scope the request needs (the endpoint's, then the tool's), so that a client that replaces its
+        // scopes with the challenge's (the 1.x SDKs) asks for a token that works.
+        assert!(ch.contains("error=\"insufficient_scope\"") && ch.contains(&format!("scope=\"mcp:access {scope}\"")), "{ch}");
         assert!(ch.contains(&format!("resource_metadata=\"{METADATA}\"")), "{ch}");
         let b: Value = resp.json().await.unwrap();
         assert!(b["error"]["message"].as_str().unwrap().contains(scope), "{b}");

@@ -60,7 +60,9 @@ fn tempfile_dir(label: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_one_replica_in_memory() {
-    let fleet = Fleet::builder().replicas(1).start().await;
+    // The yardstick: `mcpfleet serve --fixtures conformance` with the server's own defaults (the testkit adds only
+    // the listen and admin addresses and a drain delay of 0).
+    let fleet = Fleet::builder().replicas(1).server_limits().start().await;
     let url = fleet.urls()[0].clone();
     let summary = tokio::task::spawn_blocking(move || run_suite(&url, "memory-1")).await.unwrap();
     assert!(summary.contains(", 0 failed") && summary.contains("tools-call-sampling: 1 passed"));

@@ -7,7 +7,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use futures::future::join_all;
-use mcpfleet_testkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, eventually};
+use mcpfleet_testkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, data_messages, eventually};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
@@ -580,4 +580,131 @@ async fn fail_open_decides_the_rate_on_a_local_share_and_counts_it() {
     assert_limited(&statuses[2], "rate");
     assert_eq!(s.metric(r#"mcp_limit_fail_open_total{outcome="allowed"}"#).await, 2.0);
     assert_eq!(s.metric(r#"mcp_limit_fail_open_total{outcome="denied"}"#).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_messages_never_wait_on_the_bucket_and_have_a_bucket_of_their_own() {
+    // A bucket of 6 that does not refill during the test.
+    let s = setup(2, &["--rate-burst", "6", "--rate-per-second", "0.001"]).await;
+    let (a, b) = (s.url(0), s.url(1));
+    let mut c = s.client("alice");
+    c.initialize(&a).await; // 2 tokens: initialize, notifications/initialized
+    let mut stream = c.call_streaming(&b, 1, "test_sampling", json!({ "prompt": "hi" })).await; // 3
+    let ask = stream.until_method("sampling/createMessage", T).await.unwrap();
+    // The client uses its bucket up.
+    let mut refused = None;
+    for id in 10..20 {
+        let r = ping(&c, &a, id).await;
+        if r.status == 429 {
+            refused = Some(id);
+            break;
+        }
+    }
+    assert_eq!(refused, Some(13), "3 tokens were left for pings");
+    // Its answer to the server's request, a cancellation and the DELETE still go through.
+    let answer = json!({ "jsonrpc": "2.0", "id": ask["id"], "result": {
+        "role": "assistant", "content": { "type": "text", "text": "sampled" }, "model": "m" } });
+    assert_eq!(c.post(&a, &answer).await.status(), 202, "the answer to a server request");
+    let events = stream.collect(T).await.unwrap();
+    let last = data_messages(&events).pop().unwrap();
+    assert!(last["result"]["content"][0]["text"].as_str().unwrap().contains("sampled"), "{last}");
+    let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 99 } });
+    assert_eq!(c.post(&b, &cancel).await.status(), 202, "notifications/cancelled");
+    assert_eq!(c.delete(&a).await.status(), 200, "the session DELETE");
+    // They have a bucket of their own, as large: 3 of its 6 tokens are used, so DELETEs of sessions that do not
+    // exist get 404 three times, then 429.
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            v.push(c.delete(&b).await.status().as_u16());
+        }
+        v
+    };
+    assert_eq!(statuses, [404, 404, 404, 429, 429], "the control bucket bounds a DELETE flood");
+}
+
+/// Runs `workers` clients through `url`, each making `calls` tool calls one after another; the statuses seen.
+async fn call_loops(fleet: &JwtFleet, url: &str, workers: usize, calls: u64) -> BTreeMap<u16, usize> {
+    let runs = (0..workers).map(|_| {
+        let mut c = fleet.client("alice");
+        let url = url.to_owned();
+        async move {
+            c.initialize(&url).await;
+            let mut seen = Vec::new();
+            for id in 0..calls {
+                seen.push(c.post(&url, &call(id, "test_simple_text", json!({}))).await.status().as_u16());
+            }
+            seen
+        }
+    });
+    let mut counts = BTreeMap::new();
+    for s in join_all(runs).await.into_iter().flatten() {
+        *counts.entry(s).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inflight_cap_never_refuses_a_client_at_it_across_replicas() {
+    const CAP: usize = 8;
+    let s = setup(3, &["--max-inflight-per-user", "8"]).await;
+    let proxy = mcpfleet_testkit::RoundRobinProxy::start(s.fleet.bases()).await;
+    // CAP workers, each with one call in flight at a time, round-robin over the replicas: never over the cap.
+    let counts = call_loops(&s, &proxy.url(), CAP, 60).await;
+    println!("{CAP} workers × 60 calls at a cap of {CAP}: {counts:?}");
+    assert_eq!(counts, BTreeMap::from([(200, CAP * 60)]), "a client at its cap was refused");
+    // The cap still holds: CAP long calls in flight, and one more is refused.
+    let mut c = s.client("alice");
+    c.initialize(&s.url(0)).await;
+    let mut long = Vec::new();
+    for id in 0..CAP {
+        let args = json!({ "count": 40, "interval_ms": 50 });
+        let mut st = c.call_streaming(&s.url(id % 3), i64::try_from(id).unwrap(), "test_countdown", args).await;
+        st.next(T).await.unwrap();
+        long.push(st);
+    }
+    let over = seen(c.post(&s.url(1), &call(100, "test_simple_text", json!({}))).await).await;
+    assert_limited(&over, "inflight");
+    drop(long);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_limits_let_an_ordinary_client_work_and_the_strict_profile_does_not() {
+    // The server's own defaults, as a new user gets them, through three replicas behind round-robin.
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).server_limits().start().await;
+    let proxy = mcpfleet_testkit::RoundRobinProxy::start(fleet.bases()).await;
+    let url = proxy.url();
+    let sdk_loop = |url: String| async move {
+        let mut c = McpClient::new();
+        c.initialize(&url).await;
+        let mut statuses = BTreeMap::<u16, usize>::new();
+        for id in 0..100 {
+            *statuses.entry(c.post(&url, &call(id, "test_simple_text", json!({}))).await.status().as_u16()).or_default() +=
+                1;
+        }
+        (statuses, c.delete(&url).await.status().as_u16())
+    };
+    let (statuses, deleted) = sdk_loop(url.clone()).await;
+    assert_eq!(statuses, BTreeMap::from([(200, 100)]), "the 100-call loop under the default limits");
+    assert_eq!(deleted, 200);
+    drop((proxy, fleet));
+    // The seed's stricter profile (burst 60, 1/s), documented as an example, refuses the same loop partway; the
+    // DELETE after it still goes through.
+    let redis = RedisServer::start();
+    let strict = Fleet::builder()
+        .replicas(3)
+        .redis(redis.url())
+        .server_limits()
+        .arg("--rate-burst")
+        .arg("60")
+        .arg("--rate-per-second")
+        .arg("1")
+        .start()
+        .await;
+    let proxy = mcpfleet_testkit::RoundRobinProxy::start(strict.bases()).await;
+    let (statuses, deleted) = sdk_loop(proxy.url()).await;
+    println!("the strict profile: {statuses:?}");
+    assert!(statuses.get(&429).copied().unwrap_or(0) > 30, "{statuses:?}");
+    assert_eq!(deleted, 200, "a DELETE is never refused by the bucket");
 }

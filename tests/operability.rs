@@ -381,3 +381,63 @@ async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
     let code = tokio::task::spawn_blocking(move || draining.replicas[0].wait_exit(20)).await.unwrap();
     assert_eq!(code, Some(0));
 }
+
+/// Runs `mcpfleet serve` with `extra` flags, its stderr a pipe or (through `script`) a terminal, until its
+/// "serving MCP" log line appears; that line.
+fn first_log_line(extra: &[&str], on_terminal: bool) -> String {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+    let bin = mcpfleet_testkit::server_bin();
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut cmd = if on_terminal {
+        // `script` gives the server a pseudo-terminal for stdout and stderr; its output is what the terminal showed.
+        let line = std::iter::once(bin.to_string_lossy().into_owned())
+            .chain(args.iter().map(|a| (*a).to_owned()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut c = Command::new("script");
+        c.args(["-qfec", &line, "/dev/null"]).stdout(Stdio::piped()).stderr(Stdio::null());
+        c
+    } else {
+        let mut c = Command::new(&bin);
+        c.args(&args).stdout(Stdio::null()).stderr(Stdio::piped());
+        c
+    };
+    let mut child = cmd.env("MCPFLEET_LOG", "info").env_remove("MCPFLEET_LOG_FORMAT").spawn().unwrap();
+    let out: Box<dyn std::io::Read + Send> = if on_terminal {
+        Box::new(child.stdout.take().unwrap())
+    } else {
+        Box::new(child.stderr.take().unwrap())
+    };
+    let mut found = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if line.contains("serving MCP") {
+            found = Some(line);
+            break;
+        }
+    }
+    let _ = Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
+    let _ = child.wait();
+    found.expect("no 'serving MCP' log line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_text_on_a_terminal_and_json_elsewhere() {
+    let lines = tokio::task::spawn_blocking(|| {
+        [
+            first_log_line(&[], true),
+            first_log_line(&[], false),
+            first_log_line(&["--log-format", "json"], true),
+            first_log_line(&["--log-format", "text"], false),
+        ]
+    })
+    .await
+    .unwrap();
+    let is_json = |l: &str| serde_json::from_str::<Value>(l.trim()).is_ok_and(|v| v["message"] == "serving MCP on /mcp");
+    assert!(!is_json(&lines[0]) && lines[0].contains(" INFO ") && lines[0].contains("serving MCP"), "{lines:?}");
+    assert!(is_json(&lines[1]), "{lines:?}");
+    assert!(is_json(&lines[2]), "{lines:?}");
+    assert!(!is_json(&lines[3]) && lines[3].contains(" INFO "), "{lines:?}");
+}

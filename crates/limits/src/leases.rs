@@ -1,6 +1,9 @@
 //! The capped slots this replica holds (open streams, calls in flight). One task renews them all, every third of
-//! their lease; a slot whose holder ends is freed in a batch that rides on its principal's next admission, or, if
-//! none comes, at the next flush (every 50 ms). So a call under the in-flight cap costs one round trip, not two.
+//! their lease, and frees the slots whose holders ended: at once (the task wakes when a slot ends; the release
+//! goes out beside the answer and never delays it), in one store call per principal and set for whatever ended
+//! meanwhile. An admission of the same principal on this replica that comes first takes the
+//! ended slots along instead. So a call under the in-flight cap costs one round trip before its answer and at
+//! most one after it.
 
 use crate::SlotLease;
 use mcpfleet_state::{LimitStore, SlotSet, UserKey};
@@ -9,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How often ended slots that no admission took are freed.
+/// How often the task looks for slots to renew (and frees ended ones a wake-up missed).
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 struct Held {
@@ -23,12 +26,20 @@ pub(crate) struct Leases {
     ttl: Duration,
     held: Mutex<HashMap<String, Held>>,
     ended: Mutex<HashMap<(UserKey, SlotSet), Vec<String>>>,
+    /// Wakes the task when a slot ends.
+    wake: tokio::sync::Notify,
 }
 
 impl Leases {
     /// Starts the renew-and-flush task, when there is a runtime to run it on.
     pub(crate) fn start(store: Arc<dyn LimitStore>, ttl: Duration) -> Arc<Self> {
-        let me = Arc::new(Self { store, ttl, held: Mutex::default(), ended: Mutex::default() });
+        let me = Arc::new(Self {
+            store,
+            ttl,
+            held: Mutex::default(),
+            ended: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(maintain(Arc::downgrade(&me)));
         }
@@ -44,6 +55,7 @@ impl Leases {
     fn end(&self, token: String) {
         let Some(h) = self.held.lock().unwrap_or_else(PoisonError::into_inner).remove(&token) else { return };
         self.ended.lock().unwrap_or_else(PoisonError::into_inner).entry((h.user, h.set)).or_default().push(token);
+        self.wake.notify_one();
     }
 
     /// The ended slots of `user` in `set`, for its next admission to free.
@@ -108,8 +120,11 @@ async fn maintain(leases: Weak<Leases>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_renewal = Instant::now();
     loop {
-        tick.tick().await;
         let Some(l) = leases.upgrade() else { return };
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = l.wake.notified() => {}
+        }
         l.flush().await;
         if last_renewal.elapsed() >= l.ttl / 6 {
             last_renewal = Instant::now();

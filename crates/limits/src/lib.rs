@@ -30,6 +30,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The pauses before each recheck of a slot cap that looked full (see `Limiter::recheck_slot`).
+const SLOT_RECHECK: [Duration; 4] =
+    [Duration::from_millis(10), Duration::from_millis(25), Duration::from_millis(50), Duration::from_millis(100)];
+
 /// The most principals the local caches remember; beyond it, expired entries go, then everything.
 const CACHE_CAP: usize = 65_536;
 
@@ -150,13 +154,25 @@ pub struct Request<'a> {
     pub slot: Option<SlotSet>,
     /// The tool being called and its effective quota (see [`Limiter::quota_for`]).
     pub quota: Option<(&'a str, Quota)>,
+    /// A control message: a session `DELETE`, a client's answer to a server→client request, or
+    /// `notifications/cancelled`. It never takes a token from the principal's bucket, so that a client that used
+    /// its bucket up can still end its session, answer and cancel; it takes one from the principal's control
+    /// bucket instead, which has the same burst and rate and is counted apart, so that these messages cannot
+    /// flood the store either.
+    pub control: bool,
 }
 
 impl<'a> Request<'a> {
     /// A request of `user` that needs only the bucket.
     #[must_use]
     pub fn new(user: &'a UserKey, peer: Option<IpAddr>) -> Self {
-        Self { user, peer, session: SessionOp::None, slot: None, quota: None }
+        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false }
+    }
+
+    /// The same request as a control message (see [`Request::control`]).
+    #[must_use]
+    pub fn as_control(self) -> Self {
+        Self { control: true, ..self }
     }
 }
 
@@ -238,9 +254,10 @@ impl Limiter {
 
     fn bucket(&self, req: &Request<'_>) -> Option<BucketSpec> {
         let r = self.cfg.rate?;
+        let base = if req.control { "tbc" } else { "tb" };
         let name = match req.peer {
-            Some(ip) => format!("tb:{ip}"),
-            None => "tb".to_owned(),
+            Some(ip) => format!("{base}:{ip}"),
+            None => base.to_owned(),
         };
         Some(BucketSpec { name, capacity: f64::from(r.burst), per_second: r.per_second })
     }
@@ -297,8 +314,11 @@ impl Limiter {
             release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
         };
         match self.store.admit(&a).await {
-            Ok(r) => {
+            Ok(mut r) => {
                 self.breaker.success();
+                if matches!(r.refused, Some(Refusal::Slots { .. })) {
+                    r = self.recheck_slot(&a, r).await;
+                }
                 self.decide(req, bucket.as_ref(), slot, r, now)
             }
             Err(e) => {
@@ -308,6 +328,27 @@ impl Limiter {
                 self.store_down(req, bucket.as_ref(), now, Some(e))
             }
         }
+    }
+
+    /// A slot cap that looks full may be full only of slots whose calls have ended: their replicas free them
+    /// just after writing the answer, and a client that sends its next call at once, through another replica,
+    /// can get there first. So a slot refusal is checked again, for at most [`SLOT_RECHECK`] in all, before it
+    /// stands. The bucket's token is already taken: the rechecks ask for the session, the slot and the quota
+    /// only. A client at or under its cap is admitted; one over it gets its refusal about 0.2 s later.
+    async fn recheck_slot(&self, first: &Admission<'_>, refused: Admitted) -> Admitted {
+        let retry = Admission { bucket: None, release: None, ..first.clone() };
+        for pause in SLOT_RECHECK {
+            tokio::time::sleep(pause).await;
+            match self.store.admit(&retry).await {
+                Ok(r) if matches!(r.refused, Some(Refusal::Slots { .. })) => {}
+                Ok(r) => return Admitted { bucket: refused.bucket, ..r },
+                Err(e) => {
+                    tracing::debug!(error = %e, "slot recheck failed");
+                    break;
+                }
+            }
+        }
+        refused
     }
 
     fn rate_status(&self, r: &BucketReading) -> Option<RateStatus> {

@@ -66,6 +66,29 @@ struct TokenArgs {
     dev_key_file: Option<PathBuf>,
 }
 
+/// The format of log lines on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text when stderr is a terminal, JSON lines otherwise (a container's log collector, a file, a pipe).
+    Auto,
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+impl LogFormat {
+    /// Whether the logs are text, given whether stderr is a terminal.
+    #[must_use]
+    pub fn is_text(self, stderr_is_terminal: bool) -> bool {
+        match self {
+            Self::Auto => stderr_is_terminal,
+            Self::Json => false,
+            Self::Text => true,
+        }
+    }
+}
+
 /// How callers are identified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
@@ -229,10 +252,10 @@ struct ServeArgs {
     redis_timeout: Duration,
     /// Requests a principal may make at once: the capacity of its token bucket, shared by every replica. 0 turns
     /// the rate limit off.
-    #[arg(long, env = "MCPFLEET_RATE_BURST", default_value_t = 60, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    #[arg(long, env = "MCPFLEET_RATE_BURST", default_value_t = 300, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     rate_burst: u32,
     /// Requests per second a principal's bucket refills.
-    #[arg(long, env = "MCPFLEET_RATE_PER_SECOND", default_value_t = 1.0, value_parser = rate_per_second)]
+    #[arg(long, env = "MCPFLEET_RATE_PER_SECOND", default_value_t = 20.0, value_parser = rate_per_second)]
     rate_per_second: f64,
     /// A per-principal quota on a tool, TOOL=LIMIT/WINDOW (like search=10/1h; WINDOW in ms, s, m, h or d), over
     /// the tool's own; TOOL=off lifts the tool's own. Repeatable.
@@ -391,9 +414,12 @@ struct ServeArgs {
     /// no spans are exported (trace ids still appear in logs and tool errors).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
-    /// Human-readable logs instead of JSON.
+    /// Development defaults: --auth dev, and text logs unless --log-format says otherwise.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
+    /// Log line format: auto (text when stderr is a terminal, JSON otherwise), json or text.
+    #[arg(long, env = "MCPFLEET_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "MCPFLEET_LOG", default_value = "info")]
     log: String,
@@ -428,6 +454,8 @@ pub struct Config {
     pub transport: mcpfleet_transport::TransportConfig,
     pub dev: bool,
     pub log: String,
+    /// `--log-format`; `--dev` alone means text.
+    pub log_format: LogFormat,
     /// How long running calls may take to finish after shutdown begins.
     pub shutdown_grace: Duration,
     pub admin_listen: SocketAddr,
@@ -705,6 +733,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         transport,
         dev: a.dev,
         log: a.log,
+        log_format: a.log_format.unwrap_or(if a.dev { LogFormat::Text } else { LogFormat::Auto }),
         shutdown_grace: Duration::from_secs(a.shutdown_grace_secs),
         admin_listen: a.admin_listen,
         otlp_endpoint: match a.otlp_endpoint.filter(|e| !e.is_empty()) {
@@ -798,7 +827,12 @@ mod tests {
         assert!(with("--resource-url", "http://mcp.example.com/mcp").is_err());
         assert!(with("--resource-url", "https://mcp.example.com/mcp?x=1").is_err());
         assert!(serve(&["--auth", "jwt", "--jwt-leeway", "31"]).is_err());
-        // --dev alone means --auth dev.
+        // --dev alone means --auth dev, and text logs unless --log-format says otherwise.
         assert!(matches!(serve(&["--dev"]).unwrap().auth, AuthConfig::Dev { .. }));
+        assert_eq!(serve(&["--dev"]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(serve(&["--dev", "--log-format", "json"]).unwrap().log_format, LogFormat::Json);
+        assert_eq!(serve(&[]).unwrap().log_format, LogFormat::Auto);
+        assert!(LogFormat::Auto.is_text(true) && !LogFormat::Auto.is_text(false));
+        assert!(serve(&["--log-format", "yaml"]).is_err());
     }
 }

@@ -259,9 +259,10 @@ fn init_tracing(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
         .lossy(false)
         .thread_name("mcpfleet-log")
         .finish(std::io::stderr());
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
-    if cfg.dev {
-        builder.pretty().init();
+    if cfg.log_format.is_text(terminal) {
+        builder.with_ansi(false).init();
     } else {
         builder.json().flatten_event(true).init();
     }

@@ -149,6 +149,7 @@ pub struct FleetBuilder {
     header_auth: bool,
     catalog: Option<Arc<dyn mcpfleet_tools::Catalog>>,
     log_file: Option<PathBuf>,
+    server_limits: bool,
 }
 
 /// A running fleet.
@@ -181,6 +182,7 @@ impl Fleet {
             args: Vec::new(),
             header_auth: false,
             log_file: None,
+            server_limits: false,
             catalog: None,
         }
     }
@@ -247,6 +249,14 @@ impl FleetBuilder {
         b
     }
 
+    /// Keeps the server's own default limits (bucket, caps) instead of the testkit's, which no ordinary test
+    /// reaches: for tests of what a new user gets.
+    #[must_use]
+    pub fn server_limits(mut self) -> Self {
+        self.server_limits = true;
+        self
+    }
+
     /// Appends every replica's stderr (its logs) to `path`, at `level`.
     #[must_use]
     pub fn log_to(mut self, path: impl Into<PathBuf>, level: &str) -> Self {
@@ -293,7 +303,8 @@ impl FleetBuilder {
             ("--max-streams-per-user", "0"),
             ("--max-inflight-per-user", "0"),
         ];
-        for (flag, value) in defaults {
+        let defaults = if self.server_limits { &defaults[..2] } else { &defaults[..] };
+        for &(flag, value) in defaults {
             if !self.args.iter().any(|x| x == flag) {
                 a.extend([flag.to_owned(), value.to_owned()]);
             }

@@ -160,8 +160,16 @@ fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportErr
             StatusCode::UNAUTHORIZED
         }
         AuthError::InsufficientScope(scopes) => {
+            // Every scope the request needs, not only the missing one: the 1.x SDKs replace their requested
+            // scopes with the challenge's, and a challenge that left out the endpoint's scopes made them loop.
+            let mut all: Vec<&str> = resource.map(|r| r.required_scopes.iter().map(String::as_str).collect()).unwrap_or_default();
+            for s in scopes {
+                if !all.contains(&s.as_str()) {
+                    all.push(s);
+                }
+            }
             params.push("error=\"insufficient_scope\"".to_owned());
-            params.push(format!("scope=\"{}\"", scopes.join(" ")));
+            params.push(format!("scope=\"{}\"", all.join(" ")));
             StatusCode::FORBIDDEN
         }
         AuthError::KeysUnavailable | AuthError::KeySource(_) => {

@@ -217,8 +217,11 @@ impl Post<'_> {
         match message {
             Message::Response { id, raw } => self.response(&mut h, &id, &raw).await,
             Message::Notification { method, params } => {
-                let (key, _) = admit_session(app, self.info, self.asker, &mut h, None, None).await?;
-                if method == "notifications/cancelled"
+                let cancel = method == "notifications/cancelled";
+                let key = h.session_key(self.asker.caller)?;
+                let req = limits::Request { session: SessionOp::Touch(&key.id), control: cancel, ..self.asker.request() };
+                admit(app, self.info, &req).await?;
+                if cancel
                     && let Some(id) = params.get("requestId")
                     && (id.is_string() || id.is_i64() || id.is_u64())
                     && id.to_string().len() <= 256
@@ -248,7 +251,7 @@ impl Post<'_> {
         let key = h.session_key(self.asker.caller)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
         let raw = std::str::from_utf8(raw).map_err(|_| TransportError::Parse)?;
-        admit(app, self.info, &self.asker.request()).await?;
+        admit(app, self.info, &self.asker.request().as_control()).await?;
         match app.store.deliver_response(&key, id, raw).await? {
             Delivery::Delivered { waiter_trace } => {
                 // The answer joins the trace of the call that waits for it, wherever that call runs.
@@ -482,7 +485,7 @@ pub(crate) async fn delete(
         }
         h.version()?;
         let key = h.session_key(&caller)?;
-        admit(&app, &mut info, &asker.request()).await?;
+        admit(&app, &mut info, &asker.request().as_control()).await?;
         if app.store.delete_session(&key).await? {
             app.metrics.sessions_deleted.inc();
             Ok(StatusCode::OK.into_response())
