@@ -968,3 +968,47 @@ async fn the_shutdown_grace_bounds_the_whole_drain() {
     assert!(started.elapsed() < Duration::from_secs(3), "exited within the grace: {:?}", started.elapsed());
     call.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_never_makes_a_resume_repeat_an_event() {
+    // Appends time out during the stall; Redis applies them when it wakes. The client must still see each event
+    // once, however it combines the live stream with a resume from any id it got.
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .arg("--redis-timeout")
+        .arg("200ms")
+        .arg("--lease-ttl-ms")
+        .arg("3000")
+        .start()
+        .await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut s = client.call_streaming(&a, 1, "test_countdown", json!({ "count": 40, "interval_ms": 50 })).await;
+    let mut live: Vec<SseEvent> = Vec::new();
+    while progress_values(&data_messages(&live)).len() < 10 {
+        live.push(s.next(T).await.unwrap().unwrap());
+    }
+    redis.signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    redis.signal("-CONT");
+    live.extend(s.collect(Duration::from_secs(30)).await.unwrap());
+    let messages = data_messages(&live);
+    assert_eq!(progress_values(&messages), (1..=40).collect::<Vec<u64>>(), "every progress event once, live");
+    assert_eq!(messages.last().unwrap()["id"], 1, "the response comes last");
+    for e in live.iter().filter(|e| e.json().is_some()) {
+        assert!(e.id.is_some(), "an event without an id cannot be resumed: {e:?}");
+    }
+    // A client that broke after any event and resumed from its id on another replica: each event once.
+    for (i, e) in live.iter().enumerate() {
+        let Some(id) = &e.id else { continue };
+        let resp = client.get(&b, Some(id)).await;
+        assert_eq!(resp.status(), 200, "resume from {id}");
+        let replay = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+        let seen: Vec<Value> = data_messages(&live[..=i]).into_iter().chain(data_messages(&replay)).collect();
+        assert_eq!(progress_values(&seen), (1..=40).collect::<Vec<u64>>(), "resumed from {id}");
+        assert_eq!(seen.iter().filter(|m| m["id"] == 1).count(), 1, "one response, resumed from {id}");
+    }
+}

@@ -9,6 +9,8 @@ pub enum StateError {
     Conflict,
     #[error("stream already has its final event")]
     StreamFinished,
+    #[error("a later event of this stream is already committed")]
+    Superseded,
     #[error("event cursor is no longer retained")]
     CursorGone,
     #[error("state store did not answer within {0:?}")]

@@ -69,6 +69,8 @@ struct Session {
     responses: HashMap<String, String>,
     cancellations: HashMap<String, Instant>,
     leases: HashMap<u64, Instant>,
+    /// The last place (`AppendOptions::seq`) written to each running POST stream, and that event's id.
+    seqs: HashMap<u64, (u64, EventId)>,
     events: VecDeque<Event>,
 }
 
@@ -89,6 +91,7 @@ impl Session {
             responses: HashMap::new(),
             cancellations: HashMap::new(),
             leases: HashMap::new(),
+            seqs: HashMap::new(),
             events: VecDeque::new(),
         }
     }
@@ -259,19 +262,34 @@ impl EventStore for MemoryStore {
     async fn append(&self, key: &SessionKey, stream: u64, data: &str, opts: &AppendOptions) -> Result<EventId> {
         let mut g = self.lock();
         let s = g.live(key).ok_or(StateError::SessionNotFound)?;
+        if let (Some(q), Some((seen, id))) = (opts.seq, s.seqs.get(&stream)) {
+            if *seen == q {
+                return Ok(*id);
+            }
+            if *seen > q {
+                return Err(StateError::Superseded);
+            }
+        }
         if stream != 0 && !s.leases.contains_key(&stream) {
             return Err(StateError::StreamFinished);
         }
         if opts.is_final {
             s.leases.remove(&stream);
             s.request_ids.remove(&stream);
+            s.seqs.remove(&stream);
         } else if let (Some(l), true) = (opts.lease, stream != 0) {
             s.leases.insert(stream, Instant::now() + l);
         }
         if let Some(p) = &opts.pending_request {
             s.pending.insert(p.clone(), opts.pending_trace.clone());
         }
-        Ok(g.push(key, self.max_events, stream, data, opts.is_final))
+        let id = g.push(key, self.max_events, stream, data, opts.is_final);
+        if let (Some(q), false) = (opts.seq, opts.is_final)
+            && let Some(s) = g.live(key)
+        {
+            s.seqs.insert(stream, (q, id));
+        }
+        Ok(id)
     }
 
     async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
@@ -334,6 +352,7 @@ impl EventStore for MemoryStore {
             Some(exp) if *exp <= Instant::now() => {
                 s.leases.remove(&stream);
                 s.request_ids.remove(&stream);
+                s.seqs.remove(&stream);
                 Ok(Some(g.push(key, self.max_events, stream, data, true)))
             }
             _ => Ok(None),

@@ -164,6 +164,12 @@ pub struct AppendOptions {
     pub pending_trace: Option<String>,
     /// Extends the stream's lease by this much.
     pub lease: Option<Duration>,
+    /// The event's place in its POST stream (1, 2, …), counted by the stream's one writer, for a non-final event.
+    /// It makes the append idempotent: an append whose place the stream has already reached writes nothing. If
+    /// it is the stream's last event, its id is returned (a retry after a timeout learns the id of the write that
+    /// landed); if a later one is, the append fails with [`StateError::Superseded`](crate::StateError). So a
+    /// write that reaches the store after its writer gave up on it can never add a second copy.
+    pub seq: Option<u64>,
 }
 
 /// The state of a POST stream.

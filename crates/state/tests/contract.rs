@@ -138,6 +138,7 @@ contract!(
     sessions_idle_ttl,
     sessions_delete,
     streams_replay_by_stream,
+    streams_sequenced_appends_are_written_once,
     streams_final_event_and_errors,
     cursors_gone,
     cursors_gone_after_trim,
@@ -363,6 +364,41 @@ async fn sessions_delete(kind: Kind) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Streams and replay
+
+async fn streams_sequenced_appends_are_written_once(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let (k, primed) = open_post(s, &key, "1", LONG).await;
+    let at = |q: u64| AppendOptions { seq: Some(q), ..AppendOptions::default() };
+    let e1 = s.append(&key, k, "one", &at(1)).await.expect("first write of 1");
+    // A repeat (a retry after a timeout whose write landed, or the late write itself) writes nothing and tells
+    // the id of the write that landed.
+    assert_eq!(s.append(&key, k, "one", &at(1)).await.expect("repeat of 1"), e1);
+    let e2 = s.append(&key, k, "two", &at(2)).await.expect("2");
+    // A write of 1 that arrives after 2: nothing.
+    assert!(matches!(s.append(&key, k, "one", &at(1)).await, Err(StateError::Superseded)));
+    // Places may be skipped (an event given up on), never repeated.
+    let e4 = s.append(&key, k, "four", &at(4)).await.expect("4");
+    assert!(matches!(s.append(&key, k, "three", &at(3)).await, Err(StateError::Superseded)));
+    let done = append_final(s, &key, k, "done").await;
+    // After the final event, a late write of any place finds the stream finished.
+    assert!(matches!(s.append(&key, k, "five", &at(5)).await, Err(StateError::StreamFinished)));
+    let (events, _) = s.read_after(&key, k, &primed, true, 100).await.expect("read");
+    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+    assert_eq!(data, ["one", "two", "four", "done"], "each event once");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [e1, e2, e4, done]);
+    // Another stream keeps its own places.
+    let (k2, _) = open_post(s, &key, "2", LONG).await;
+    let f1 = s.append(&key, k2, "other one", &at(1)).await.expect("stream 2, place 1");
+    assert_ne!(f1, e1);
+    if let Backend::Redis { server, cfg } = &h.backend {
+        // The places of a finished stream are not kept.
+        let hash = format!("{}{{u:{}}}:s:{}", cfg.prefix, key.user.as_str(), key.id.as_str());
+        let fields = server.raw(&["HKEYS", &hash]);
+        assert!(!fields.contains(&format!("sq:{k}")) && fields.contains(&format!("sq:{k2}")), "{fields}");
+    }
+}
 
 async fn streams_replay_by_stream(kind: Kind) {
     let h = Harness::new(kind).await;

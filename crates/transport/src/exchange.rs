@@ -8,7 +8,9 @@ use crate::Principal;
 use crate::sse::Frame;
 use crate::{AppState, random_token};
 use async_trait::async_trait;
-use mcpfleet_state::{AppendOptions, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription};
+use mcpfleet_state::{
+    AppendOptions, EventId, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription,
+};
 use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -21,6 +23,9 @@ use tokio_util::sync::CancellationToken;
 const LIVE_BUFFER: usize = 256;
 /// How long a call keeps trying to commit its response through a store outage.
 const FINAL_RETRY_FOR: Duration = Duration::from_secs(60);
+/// How long an intermediate event (progress, a log message, a server→client request) is retried before it is
+/// dropped; the tool waits meanwhile.
+const EVENT_RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// How the HTTP handler answers.
 pub(crate) enum Outcome {
@@ -30,7 +35,9 @@ pub(crate) enum Outcome {
 
 enum Mode {
     Pending(Option<oneshot::Sender<Outcome>>),
-    Streaming { stream: u64, live: Option<mpsc::Sender<Frame>> },
+    /// `sent`: the place (`AppendOptions::seq`) of the last event committed, or given up on; `last`: the id of
+    /// the last event committed (the priming event's at first).
+    Streaming { stream: u64, live: Option<mpsc::Sender<Frame>>, sent: u64, last: EventId },
     Done,
 }
 
@@ -334,7 +341,7 @@ impl Exchange {
             _ => None,
         };
         self.spawn_renewer(stream, token);
-        *m = Mode::Streaming { stream, live };
+        *m = Mode::Streaming { stream, live, sent: 0, last: priming };
         Ok(())
     }
 
@@ -342,27 +349,40 @@ impl Exchange {
     async fn emit(&self, msg: &Value, opts: AppendOptions) -> Result<(), ToolError> {
         let mut m = self.mode.lock().await;
         self.ensure_streaming_locked(&mut m).await?;
-        let Mode::Streaming { stream, live } = &mut *m else { return Err(ToolError::SessionGone) };
+        let Mode::Streaming { stream, live, sent, last } = &mut *m else { return Err(ToolError::SessionGone) };
         let data = msg.to_string();
-        let frame = match self.app.store.append(&self.key, *stream, &data, &opts).await {
-            Ok(id) => Frame::Event { id, data },
-            Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ToolError::SessionGone),
-            // A server→client request that is not recorded as pending could never be answered.
-            Err(e) if opts.pending_request.is_some() => {
-                tracing::warn!(error = %e, "server→client request not committed");
-                // The commit may have landed after all (a timeout): make sure no answer can be accepted for it.
-                if let Some(id) = &opts.pending_request {
-                    let _ = self.app.store.forget_pending(&self.key, id).await;
+        // An event reaches the client only with the id of its commit, so a resume can never replay a copy of one
+        // it already has. Its place in the stream makes the retries (and a write that lands after a timeout) add
+        // no second copy. The tool waits meanwhile.
+        *sent += 1;
+        let opts = AppendOptions { seq: Some(*sent), ..opts };
+        let give_up = tokio::time::Instant::now() + EVENT_RETRY_FOR;
+        let mut backoff = Duration::from_millis(100);
+        let id = loop {
+            match self.app.store.append(&self.key, *stream, &data, &opts).await {
+                Ok(id) => break id,
+                Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ToolError::SessionGone),
+                Err(e) if tokio::time::Instant::now() + backoff < give_up && !matches!(e, StateError::Superseded) => {
+                    tracing::warn!(error = %e, "event not committed yet; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
-                return Err(ToolError::Unavailable);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "event not committed; sending it without an id");
-                Frame::Unsequenced { data }
+                Err(e) => {
+                    // Given up: never sent. Should the write still land, a resume delivers it (once); the next
+                    // event takes the next place, so the write cannot land after it.
+                    self.app.metrics.events_dropped.inc();
+                    tracing::error!(error = %e, "event not committed; dropped");
+                    if let Some(id) = &opts.pending_request {
+                        // A server→client request that is not recorded as pending could never be answered.
+                        let _ = self.app.store.forget_pending(&self.key, id).await;
+                    }
+                    return Err(ToolError::Unavailable);
+                }
             }
         };
+        *last = id;
         if let Some(tx) = live
-            && tx.try_send(frame).is_err()
+            && tx.try_send(Frame::Event { id, data }).is_err()
         {
             // Gone or too slow: the client resumes from the log.
             *live = None;
@@ -386,8 +406,8 @@ impl Exchange {
                     let _ = tx.send(Outcome::Json(msg));
                 }
             }
-            Mode::Streaming { stream, live } => {
-                let frame = self.commit_final(stream, msg.to_string()).await;
+            Mode::Streaming { stream, live, last, .. } => {
+                let frame = self.commit_final(stream, last, msg.to_string()).await;
                 // Never wait on a stalled client: if the frame does not fit, it resumes from the log.
                 if let (Some(tx), Some(f)) = (live, frame) {
                     let _ = tx.try_send(f);
@@ -399,15 +419,26 @@ impl Exchange {
 
     /// Commits the response as the stream's final event. A store failure is retried while the lease (renewed
     /// until the exchange ends) keeps resumers waiting, so a finished call's result is not reported as lost.
-    async fn commit_final(&self, stream: u64, data: String) -> Option<Frame> {
+    ///
+    /// The final event needs no place of its own: once one write of it lands, the stream is finished and every
+    /// other write of it is refused. A retry refused that way after an earlier attempt failed finds the write that
+    /// landed in the log, after `last`, and sends that.
+    async fn commit_final(&self, stream: u64, last: EventId, data: String) -> Option<Frame> {
         let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
         let give_up = tokio::time::Instant::now() + FINAL_RETRY_FOR;
         let mut backoff = Duration::from_millis(100);
+        let mut failed = false;
         loop {
             match self.app.store.append(&self.key, stream, &data, &opts).await {
                 Ok(id) => return Some(Frame::Event { id, data }),
+                Err(StateError::StreamFinished) if failed => {
+                    let landed = self.app.store.read_after(&self.key, stream, &last, true, 64).await.ok()?;
+                    let e = landed.0.into_iter().find(|e| e.is_final && e.data == data)?;
+                    return Some(Frame::Event { id: e.id, data });
+                }
                 Err(StateError::SessionNotFound | StateError::StreamFinished) => return None,
                 Err(e) if tokio::time::Instant::now() + backoff < give_up => {
+                    failed = true;
                     tracing::warn!(error = %e, "final response not committed yet; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -495,9 +526,9 @@ impl Exchange {
                     self.response(Err((crate::code::SERVER_ERROR, "request cancelled".to_owned()))),
                 ));
             }
-            Mode::Streaming { stream, .. } => {
+            Mode::Streaming { stream, last, .. } => {
                 // Retried like a response, so that resumers end instead of reporting the call as lost.
-                let _ = self.commit_final(stream, String::new()).await;
+                let _ = self.commit_final(stream, last, String::new()).await;
             }
             _ => {}
         }

@@ -54,6 +54,7 @@ pub struct TransportMetrics {
     pub(crate) auth_refusals: IntCounterVec,
     pub(crate) idempotent_replays: IntCounter,
     pub(crate) request_state_refusals: IntCounterVec,
+    pub(crate) events_dropped: IntCounter,
 }
 
 impl TransportMetrics {
@@ -123,6 +124,10 @@ impl TransportMetrics {
                 ),
                 &["reason"],
             )?,
+            events_dropped: IntCounter::new(
+                "mcp_sse_events_dropped_total",
+                "Intermediate SSE events (progress, log messages, server→client requests) dropped because the store could not commit them within 10 s. An event is never sent without its committed id; alert on any increase.",
+            )?,
         };
         registry.register(Box::new(m.requests.clone()))?;
         registry.register(Box::new(m.request_duration.clone()))?;
@@ -134,6 +139,7 @@ impl TransportMetrics {
         registry.register(Box::new(m.auth_refusals.clone()))?;
         registry.register(Box::new(m.idempotent_replays.clone()))?;
         registry.register(Box::new(m.request_state_refusals.clone()))?;
+        registry.register(Box::new(m.events_dropped.clone()))?;
         Ok(m)
     }
 

@@ -10,6 +10,6 @@ if tonumber(sc) > now then return {2} end
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 's', ARGV[1], 'd', ARGV[2], 'f', '1')
 redis.call('PEXPIRE', KEYS[2], pttl)
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[1], 'rq:' .. ARGV[1])
+redis.call('HDEL', KEYS[1], 'rq:' .. ARGV[1], 'sq:' .. ARGV[1], 'si:' .. ARGV[1])
 redis.call('PUBLISH', KEYS[4], 'e:' .. ARGV[1])
 return {1, id}

@@ -366,12 +366,14 @@ impl EventStore for RedisStore {
             .arg(self.maxlen())
             .arg(opts.pending_request.as_deref().unwrap_or(""))
             .arg(opts.lease.map(|d| ms(d).to_string()).unwrap_or_default())
-            .arg(opts.pending_trace.as_deref().unwrap_or(""));
+            .arg(opts.pending_trace.as_deref().unwrap_or(""))
+            .arg(opts.seq.map(|q| q.to_string()).unwrap_or_default());
         let (code, rest) = status(self.run("append", inv).await?)?;
         match (code, rest.as_slice()) {
             (1, [id]) => event_id(stream, id),
             (0, _) => Err(StateError::SessionNotFound),
             (2, _) => Err(StateError::StreamFinished),
+            (3, _) => Err(StateError::Superseded),
             _ => Err(StateError::Protocol("bad append reply")),
         }
     }
