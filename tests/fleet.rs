@@ -243,7 +243,8 @@ async fn another_principal_cannot_use_resume_or_delete_a_session_nor_tell_it_exi
 
 /// Every key but the principals' token buckets (which outlive sessions, and expire once full).
 fn session_keys(redis: &RedisServer) -> Vec<String> {
-    redis.keys().into_iter().filter(|k| !k.ends_with(":tb") && !k.contains(":tb:")).collect()
+    // Buckets are the principal's, not the session's (`:tb`, `:tbc`, and their per-peer forms).
+    redis.keys().into_iter().filter(|k| !k.ends_with(":tb") && !k.contains(":tb:") && !k.contains(":tbc")).collect()
 }
 
 fn write_counts(redis: &RedisServer) -> Vec<(String, u64)> {
@@ -757,7 +758,15 @@ async fn older_clients_get_a_priming_event_without_empty_data() {
     client.session = Some(resp.headers()["mcp-session-id"].to_str().unwrap().to_owned());
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["result"]["protocolVersion"], "2025-03-26");
-    let resp = client.get(&url, None).await;
+    // This client negotiated 2025-03-26, which sends no version header (the test client's would say 2025-11-25).
+    let resp = client
+        .http
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", client.session.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
     use futures::StreamExt as _;
     let first = resp.bytes_stream().next().await.unwrap().unwrap();
     let first = String::from_utf8_lossy(&first);
@@ -1011,4 +1020,83 @@ async fn a_redis_stall_never_makes_a_resume_repeat_an_event() {
         assert_eq!(progress_values(&seen), (1..=40).collect::<Vec<u64>>(), "resumed from {id}");
         assert_eq!(seen.iter().filter(|m| m["id"] == 1).count(), 1, "one response, resumed from {id}");
     }
+}
+
+/// POSTs `body` as sent (duplicate keys and all) in `c`'s session, with `version` as `MCP-Protocol-Version`.
+async fn post_raw(c: &McpClient, url: &str, version: Option<&str>, body: &str) -> (u16, Value) {
+    let mut rb = c
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", c.session.as_deref().unwrap());
+    if let Some(v) = version {
+        rb = rb.header("mcp-protocol-version", v);
+    }
+    let resp = rb.body(body.to_owned()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_strict_envelope_for_every_method() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut c = McpClient::new();
+    c.initialize(&a).await;
+    let v = Some("2025-11-25");
+    let refused = [
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{}}"#, "the key at /method is given twice"),
+        (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#, "the key at /id is given twice"),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"test://nope","uri":"test://static-text"}}"#,
+            "the key at /params/uri is given twice",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"prompts/get","params":{"name":"test_simple_prompt","name":"test_prompt_with_image"}}"#,
+            "the key at /params/name is given twice",
+        ),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"ping","paramſ":{}}"#, "\"paramſ\" is not a member of a request"),
+        (r#"{"jsonrpc":"2.0","id":6,"method":"ping","params\u0000":{}}"#, "\"params\\u0000\" is not a member"),
+        (r#"{"jsonrpc":"2.0","id":7,"method":"ping","Params":{}}"#, "\"Params\" is not a member"),
+        (
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"test_update_watched_resource","arguments":{}}}"#,
+            "\"tools/call\" is a request and needs an id",
+        ),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"notifications/initialized"}"#, "is a notification and carries no id"),
+        (r#"{"jsonrpc":"2.0","id":"x","result":{},"extra":1}"#, "\"extra\" is not a member of a response"),
+    ];
+    for (i, (body, what)) in refused.iter().enumerate() {
+        let url = if i % 2 == 0 { &a } else { &b };
+        let (status, r) = post_raw(&c, url, v, body).await;
+        assert_eq!(status, 400, "{body}: {r}");
+        assert_eq!(r["error"]["code"], -32600, "{body}: {r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("invalid request: ") && msg.contains(what), "{body}: {msg}");
+    }
+    // The refused tools/call never ran: it would have committed a resources/updated notification to stream 0.
+    let events = redis.raw(&["XLEN", &redis.keys().into_iter().find(|k| k.contains(":ev:")).unwrap_or_default()]);
+    assert!(events.trim() == "0" || events.trim().is_empty(), "nothing was committed: {events}");
+    // The same bodies without the defects are served.
+    let (status, r) = post_raw(&c, &a, v, r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"test://static-text"}}"#).await;
+    assert_eq!((status, r["id"].clone()), (200, json!(9)), "{r}");
+
+    // A session answers only in the version it negotiated (2025-11-25 here); no header is allowed.
+    let ping = r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#;
+    let (status, r) = post_raw(&c, &b, Some("2025-06-18"), ping).await;
+    assert_eq!((status, r["error"]["code"].clone()), (400, json!(-32000)), "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("not the version this session negotiated (2025-11-25)"));
+    assert_eq!(post_raw(&c, &b, None, ping).await.0, 200);
+    assert_eq!(post_raw(&c, &b, v, ping).await.0, 200);
+    let delete = c.http.delete(&a).header("mcp-session-id", c.session.as_deref().unwrap());
+    assert_eq!(delete.header("mcp-protocol-version", "2025-03-26").send().await.unwrap().status(), 400);
+    // 2026-07-28 still takes the stateless path, where the envelope is just as strict.
+    let modern = mcpfleet_testkit::ModernClient::new();
+    let mut body = modern.body(11, "tools/list", json!({}));
+    body["Params"] = json!({});
+    let resp = modern.send(&a, &body, &[]).await;
+    assert_eq!(resp.status(), 400);
+    let r: Value = resp.json().await.unwrap();
+    assert_eq!(r["error"]["code"], -32600, "{r}");
 }

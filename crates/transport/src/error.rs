@@ -74,6 +74,13 @@ pub enum TransportError {
     BodyTimeout(std::time::Duration),
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
+    /// The JSON-RPC envelope is not strict: a duplicate key, an unknown member, a request without an id or a
+    /// notification with one. The text names which (and where).
+    #[error("invalid request: {0}")]
+    Envelope(String),
+    /// A session request whose `MCP-Protocol-Version` is not the version the session negotiated.
+    #[error("bad request: MCP-Protocol-Version {sent} is not the version this session negotiated ({negotiated})")]
+    VersionMismatch { sent: &'static str, negotiated: String },
     #[error("batch requests are not supported: send one JSON-RPC message per POST")]
     Batch,
     #[error("bad request: MCP-Session-Id header is required")]
@@ -141,7 +148,9 @@ pub(crate) fn auth_rejection(app: &crate::AppState, e: AuthError) -> TransportEr
         AuthError::KeysUnavailable | AuthError::KeySource(_) => "keys_unavailable",
     };
     app.metrics.auth_refusals.with_label_values(&[reason]).inc();
-    challenge(e, app.config.protected_resource.as_ref())
+    // `--auth dev`: the metadata under the host the client used; otherwise the configured resource's.
+    let dev = crate::dev_oauth::request_resource(app);
+    challenge(e, dev.as_ref().or(app.config.protected_resource.as_ref()))
 }
 
 fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportError {
@@ -271,8 +280,8 @@ impl TransportError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, code::SERVER_ERROR),
             Self::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
             Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::SERVER_ERROR),
-            Self::InvalidRequest(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
-            Self::MissingSession | Self::UnknownResponse | Self::BadCursor => {
+            Self::InvalidRequest(_) | Self::Envelope(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
+            Self::MissingSession | Self::UnknownResponse | Self::BadCursor | Self::VersionMismatch { .. } => {
                 (StatusCode::BAD_REQUEST, code::SERVER_ERROR)
             }
             Self::ProtocolVersion(_) => (StatusCode::BAD_REQUEST, code::UNSUPPORTED_PROTOCOL_VERSION),

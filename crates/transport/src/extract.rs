@@ -50,6 +50,8 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
 /// The MCP headers, each parsed once; a malformed one becomes an error only when a handler asks for it.
 pub(crate) struct McpHeaders {
     version: Result<Option<String>>,
+    /// The session-generation version the header named, once [`McpHeaders::version`] has checked it.
+    pub(crate) sent_version: Option<&'static str>,
     session: Result<Option<String>>,
     last_event_id: Result<Option<EventId>>,
     /// 2026-07-28: `Mcp-Method` and `Mcp-Name`, as sent, and the `Mcp-Param-*` headers (the name after the
@@ -68,12 +70,23 @@ impl McpHeaders {
     /// `MCP-Protocol-Version` for the session generation: absent means 2025-03-26; anything unsupported is 400.
     pub(crate) fn version(&mut self) -> Result<&'static str> {
         match std::mem::replace(&mut self.version, Ok(None))? {
-            None => Ok(SUPPORTED_VERSIONS[0]),
-            Some(v) => SUPPORTED_VERSIONS
-                .iter()
-                .find(|s| **s == v)
-                .copied()
-                .ok_or_else(|| TransportError::ProtocolVersion(truncate(&v, 32))),
+            None => Ok(self.sent_version.unwrap_or(SUPPORTED_VERSIONS[0])),
+            Some(v) => {
+                let known = SUPPORTED_VERSIONS.iter().find(|s| **s == v).copied();
+                self.sent_version = known;
+                known.ok_or_else(|| TransportError::ProtocolVersion(truncate(&v, 32)))
+            }
+        }
+    }
+
+    /// A session answers only in the version it negotiated: a header naming another one is 400 (no header is the
+    /// client's choice not to say, as 2025-03-26 clients do).
+    pub(crate) fn check_session_version(&self, negotiated: &str) -> Result<()> {
+        match self.sent_version {
+            Some(sent) if sent != negotiated => {
+                Err(TransportError::VersionMismatch { sent, negotiated: truncate(negotiated, 32) })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -113,7 +126,7 @@ impl FromRequestParts<AppState> for McpHeaders {
             .filter_map(|n| n.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), n.as_str())))
             .map(|(p, n)| (p, single(h, n).map(Option::unwrap_or_default).map(str::to_owned)))
             .collect();
-        Ok(Self { version, session, last_event_id, mcp_method, mcp_name, mcp_params })
+        Ok(Self { version, sent_version: None, session, last_event_id, mcp_method, mcp_name, mcp_params })
     }
 }
 
@@ -185,7 +198,14 @@ impl FromRequest<AppState> for Rpc {
     }
 }
 
-/// The message, and the pointer of its first duplicate key (found in the one parse).
+/// The members a JSON-RPC message may have: a request or notification, and a response.
+const REQUEST_MEMBERS: [&str; 4] = ["jsonrpc", "id", "method", "params"];
+const RESPONSE_MEMBERS: [&str; 4] = ["jsonrpc", "id", "result", "error"];
+
+/// The message, and the pointer of a duplicate key inside a `tools/call`'s arguments (a tool argument error,
+/// which the model reads). Everything else about the envelope is strict, for every method: a duplicate key
+/// anywhere else, a member JSON-RPC does not define, a request (any method outside `notifications/`) without an
+/// id, a notification with one, or a response with both or neither of `result` and `error` is 400 -32600.
 pub(crate) fn classify(body: &Bytes) -> Result<(Message, Option<String>)> {
     let (v, duplicate) = mcpfleet_tools::validate::parse_strict(body).map_err(|_| TransportError::Parse)?;
     let mut obj = match v {
@@ -195,6 +215,21 @@ pub(crate) fn classify(body: &Bytes) -> Result<(Message, Option<String>)> {
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(TransportError::InvalidRequest("jsonrpc must be \"2.0\""));
+    }
+    let is_call = obj.get("method").and_then(Value::as_str) == Some("tools/call");
+    let duplicate = match duplicate {
+        Some(at) if is_call && at.starts_with("/params/arguments/") => Some(at),
+        Some(at) => return Err(TransportError::Envelope(format!("the key at {} is given twice", truncate(&at, 128)))),
+        None => None,
+    };
+    let members: &[&str] = if obj.contains_key("method") { &REQUEST_MEMBERS } else { &RESPONSE_MEMBERS };
+    if let Some(unknown) = obj.keys().find(|k| !members.contains(&k.as_str())) {
+        let what = if obj.contains_key("method") { "a request or notification" } else { "a response" };
+        return Err(TransportError::Envelope(format!(
+            "{} is not a member of {what} (members: {})",
+            Value::String(truncate(unknown, 64)),
+            members.join(", ")
+        )));
     }
     let id = obj.remove("id");
     if let Some(id) = &id
@@ -208,11 +243,28 @@ pub(crate) fn classify(body: &Bytes) -> Result<(Message, Option<String>)> {
         Some(_) => return Err(TransportError::InvalidRequest("params must be an object")),
     };
     let message = match (obj.remove("method"), id) {
+        (Some(Value::String(method)), Some(_)) if method.starts_with("notifications/") => {
+            return Err(TransportError::Envelope(format!(
+                "{} is a notification and carries no id",
+                Value::String(truncate(&method, 64))
+            )));
+        }
         (Some(Value::String(method)), Some(id)) => Message::Request { id, method, params },
-        (Some(Value::String(method)), None) => Message::Notification { method, params },
+        (Some(Value::String(method)), None) if method.starts_with("notifications/") => {
+            Message::Notification { method, params }
+        }
+        (Some(Value::String(method)), None) => {
+            return Err(TransportError::Envelope(format!(
+                "{} is a request and needs an id (only notifications/* methods go without one)",
+                Value::String(truncate(&method, 64))
+            )));
+        }
         (Some(_), _) => return Err(TransportError::InvalidRequest("method must be a string")),
-        (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+        (None, Some(id)) if obj.contains_key("result") != obj.contains_key("error") => {
             Message::Response { id, raw: body.clone() }
+        }
+        (None, Some(_)) if obj.contains_key("result") => {
+            return Err(TransportError::InvalidRequest("a response has either result or error, not both"));
         }
         (None, _) => return Err(TransportError::InvalidRequest("not a request, notification or response")),
     };
@@ -236,7 +288,24 @@ mod tests {
         assert!(matches!(m(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
         assert!(matches!(m("{nope"), Err(TransportError::Parse)));
         assert!(matches!(m(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
-        let dup = classify(&Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,"a":2}}"#));
-        assert_eq!(dup.ok().and_then(|(_, d)| d).as_deref(), Some("/params/a"));
+        let dup = |s: &'static str| classify(&Bytes::from_static(s.as_bytes())).map(|(_, d)| d);
+        assert_eq!(
+            dup(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1,"a":2}}}"#).ok().flatten().as_deref(),
+            Some("/params/arguments/a"),
+            "a duplicate tool argument is the tool's argument error"
+        );
+        let envelope = |s: &'static str| match classify(&Bytes::from_static(s.as_bytes())) {
+            Err(TransportError::Envelope(what)) => what,
+            _ => panic!("not an envelope error: {s}"),
+        };
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,"a":2}}"#).contains("/params/a"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","method":"tools/call","method":"ping","id":1}"#).contains("/method"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).contains("/id"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":1,"method":"ping","Params":{}}"#).contains("\"Params\""));
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params\u0000":{}}"#).contains("\\u0000"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":"a","result":{},"method2":1}"#).contains("a response"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","method":"tools/call","params":{}}"#).contains("needs an id"));
+        assert!(envelope(r#"{"jsonrpc":"2.0","id":3,"method":"notifications/initialized"}"#).contains("no id"));
+        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":"a","result":{},"error":{}}"#), Err(TransportError::InvalidRequest(_))));
     }
 }

@@ -77,7 +77,22 @@ async fn admit_session(
     let key = h.session_key(asker.caller)?;
     let req = limits::Request { session: SessionOp::Touch(&key.id), slot, quota, ..asker.request() };
     let g = admit(app, info, &req).await?;
+    if let Some(s) = &g.session {
+        h.check_session_version(&s.protocol_version)?;
+    }
     Ok((key, g))
+}
+
+/// Admission of a control message on the session it names (see [`limits::Request::control`]), with the same
+/// session and version checks.
+async fn admit_control(app: &AppState, info: &mut RpcInfo, asker: &Asker<'_>, h: &mut McpHeaders) -> Result<SessionKey> {
+    let key = h.session_key(asker.caller)?;
+    let req = limits::Request { session: SessionOp::Touch(&key.id), ..asker.request().as_control() };
+    let g = admit(app, info, &req).await?;
+    if let Some(s) = &g.session {
+        h.check_session_version(&s.protocol_version)?;
+    }
+    Ok(key)
 }
 
 /// Every request from an identified caller takes a token from its bucket, exactly once. A request answered before
@@ -218,9 +233,11 @@ impl Post<'_> {
             Message::Response { id, raw } => self.response(&mut h, &id, &raw).await,
             Message::Notification { method, params } => {
                 let cancel = method == "notifications/cancelled";
-                let key = h.session_key(self.asker.caller)?;
-                let req = limits::Request { session: SessionOp::Touch(&key.id), control: cancel, ..self.asker.request() };
-                admit(app, self.info, &req).await?;
+                let key = if cancel {
+                    admit_control(app, self.info, self.asker, &mut h).await?
+                } else {
+                    admit_session(app, self.info, self.asker, &mut h, None, None).await?.0
+                };
                 if cancel
                     && let Some(id) = params.get("requestId")
                     && (id.is_string() || id.is_i64() || id.is_u64())
@@ -248,9 +265,11 @@ impl Post<'_> {
     /// writes nothing.
     async fn response(&mut self, h: &mut McpHeaders, id: &Value, raw: &Bytes) -> Result<Response> {
         let app = self.app;
-        let key = h.session_key(self.asker.caller)?;
         let Some(id) = id.as_str().filter(|s| s.len() <= 128) else { return Err(TransportError::UnknownResponse) };
         let raw = std::str::from_utf8(raw).map_err(|_| TransportError::Parse)?;
+        // Checked and delivered in one script (`deliver_response`), without touching the session: the answer's
+        // version header is not compared with the session's, as that would cost a write.
+        let key = h.session_key(self.asker.caller)?;
         admit(app, self.info, &self.asker.request().as_control()).await?;
         match app.store.deliver_response(&key, id, raw).await? {
             Delivery::Delivered { waiter_trace } => {
@@ -402,11 +421,12 @@ pub(crate) fn invalid_arguments(
 ) -> Result<Option<Vec<mcpfleet_tools::validate::Invalid>>> {
     use mcpfleet_tools::validate::Invalid;
     if let Some(at) = duplicate {
+        // `classify` lets through only duplicates inside the arguments; any other is a malformed request.
         return match at.strip_prefix("/params") {
             Some(rest) if rest.starts_with("/arguments/") => {
                 Ok(Some(vec![Invalid { pointer: rest.to_owned(), expected: "each key once (a duplicate key)".into() }]))
             }
-            _ => Err(TransportError::InvalidRequest("a key is given twice in the JSON-RPC message")),
+            _ => Err(TransportError::Envelope(format!("the key at {} is given twice", mcp::truncate(at, 128)))),
         };
     }
     // Absent arguments are an empty object (MCP makes them optional), checked like any other.
@@ -484,8 +504,7 @@ pub(crate) async fn delete(
             return Err(TransportError::MethodNotAllowed);
         }
         h.version()?;
-        let key = h.session_key(&caller)?;
-        admit(&app, &mut info, &asker.request().as_control()).await?;
+        let key = admit_control(&app, &mut info, &asker, &mut h).await?;
         if app.store.delete_session(&key).await? {
             app.metrics.sessions_deleted.inc();
             Ok(StatusCode::OK.into_response())
