@@ -441,3 +441,86 @@ async fn logs_are_text_on_a_terminal_and_json_elsewhere() {
     assert!(is_json(&lines[2]), "{lines:?}");
     assert!(!is_json(&lines[3]) && lines[3].contains(" INFO "), "{lines:?}");
 }
+
+/// Sends a POST head declaring `len` bytes of body on a raw connection to `addr`, then writes the body in chunks
+/// while reading the answer, as a proxy relaying an upload does. Returns the answer's status line, whether the
+/// whole body was written without a reset, and whether the connection then served a second request.
+async fn refused_upload(addr: &str, extra_headers: &str, len: usize) -> (String, bool, bool) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, \
+         text/event-stream\r\ncontent-length: {len}\r\n{extra_headers}\r\n"
+    );
+    wr.write_all(head.as_bytes()).await.unwrap();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b' '; 16 * 1024];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if wr.write_all(&chunk[..n]).await.is_err() {
+                return (false, wr);
+            }
+            left -= n;
+        }
+        (true, wr)
+    });
+    // The answer: its head, then its Content-Length worth of body.
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let mut read_answer = async |rd: &mut tokio::net::tcp::OwnedReadHalf, buf: &mut Vec<u8>| -> Option<String> {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                let cl: usize = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < end + 4 + cl {
+                    let n = rd.read(&mut tmp).await.ok()?;
+                    if n == 0 {
+                        return None;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                }
+                buf.drain(..end + 4 + cl);
+                return Some(head.lines().next().unwrap_or_default().to_owned());
+            }
+            let n = rd.read(&mut tmp).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+        }
+    };
+    let status = tokio::time::timeout(T, read_answer(&mut rd, &mut buf)).await.unwrap().unwrap_or_default();
+    let (written, mut wr) = tokio::time::timeout(T, writer).await.unwrap().unwrap();
+    // The same connection again: a request with no body.
+    let again = format!("GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n{extra_headers}\r\n");
+    let reused = written
+        && wr.write_all(again.as_bytes()).await.is_ok()
+        && tokio::time::timeout(T, read_answer(&mut rd, &mut buf)).await.ok().flatten().is_some();
+    (status, written, reused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_before_the_body_is_read_reaches_the_client_whole() {
+    let s = mcpfleet_testkit::JwtFleet::start(1, &[]).await;
+    let addr = s.url(0).trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    // No token: 401 before the body is read, while a 900 KB body is still being sent.
+    let (status, written, reused) = refused_upload(&addr, "", 900 * 1024).await;
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+    assert!(written, "the client could send its whole body: no reset");
+    assert!(reused, "the connection serves the next request");
+    // A token, and a declared size over --max-body-bytes (1 MiB): 413 before the body is read.
+    let auth = format!("authorization: Bearer {}\r\n", s.token("alice"));
+    let (status, written, reused) = refused_upload(&addr, &auth, 1024 * 1024 + 1).await;
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    assert!(written && reused, "413: written {written}, reused {reused}");
+    // Up to the documented bound (8 MiB) a refused body is drained; past it the connection is closed, but the
+    // answer was written first.
+    let (status, _, _) = refused_upload(&addr, "", usize::try_from(mcpfleet_transport::DRAIN_MAX_BYTES).unwrap() + 1).await;
+    assert!(status.starts_with("HTTP/1.1 401") || status.is_empty(), "{status}");
+}

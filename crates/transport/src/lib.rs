@@ -13,6 +13,8 @@
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 
 mod admin;
+mod dev_oauth;
+mod drain;
 mod error;
 mod exchange;
 mod extract;
@@ -30,6 +32,7 @@ mod trace;
 mod well_known;
 
 pub use admin::{AdminState, admin_router};
+pub use drain::{DRAIN_MAX_BYTES, DRAIN_MAX_TIME};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
 pub use mcpfleet_limits::Limiter;
@@ -93,6 +96,9 @@ pub struct TransportConfig {
     pub tool_scopes: BTreeMap<String, Vec<String>>,
     /// The dev issuer's JWKS, served at `/.well-known/jwks.json` with `--auth dev`.
     pub dev_jwks: Option<serde_json::Value>,
+    /// The sign-in of `--auth dev` (RFC 8414 metadata, registration, authorization, token under `/oauth/`). With
+    /// it, the RFC 9728 metadata and every challenge are named after the `Host` the client used.
+    pub dev_oauth: Option<Arc<mcpfleet_auth::dev_oauth::DevAuthServer>>,
     /// Key the rate limit by the peer address instead of the principal (`--auth none`, where everyone is the
     /// same anonymous principal).
     pub rate_key_by_peer: bool,
@@ -127,6 +133,7 @@ impl Default for TransportConfig {
             protected_resource: None,
             tool_scopes: BTreeMap::new(),
             dev_jwks: None,
+            dev_oauth: None,
             rate_key_by_peer: false,
             request_state: RequestStateKeys::random(Duration::from_secs(600)),
             cache_ttl: Duration::from_secs(300),
@@ -166,6 +173,10 @@ pub fn router(state: AppState) -> Router {
     }
     if state.config.dev_jwks.is_some() {
         r = r.route("/.well-known/jwks.json", get(well_known::dev_jwks).options(well_known::preflight));
+    }
+    if state.config.dev_oauth.is_some() {
+        // `--auth dev`: the sign-in, and the client's Host in scope for every challenge (dev_oauth::with_host).
+        r = dev_oauth::routes(r).layer(axum::middleware::from_fn_with_state(state.clone(), dev_oauth::with_host));
     }
     r.with_state(state)
 }
@@ -224,7 +235,13 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
         }
         let svc = app.clone().map_request(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(PeerAddr(peer));
-            req.map(axum::body::Body::new)
+            // A body nobody reads is drained (see `drain`), unless the client waits for `100 Continue`: it sends
+            // nothing until the body is read, so a refusal needs no drain and must not ask for the body.
+            if req.headers().contains_key(http::header::EXPECT) {
+                req.map(axum::body::Body::new)
+            } else {
+                req.map(|b| axum::body::Body::new(drain::DrainOnDrop::new(b)))
+            }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
