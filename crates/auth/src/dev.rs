@@ -1,7 +1,7 @@
 //! The embedded issuer of `--auth dev`: an Ed25519 key kept in a local file (created on first use, mode 0600),
 //! whose JWKS the server publishes and with which `mcpfleet token` mints access tokens. Replicas that share the
 //! file share the issuer. It is for one machine's development only: the server refuses it on a non-loopback
-//! address.
+//! address. [`crate::dev_oauth`] builds the sign-in of real OAuth clients on the same key.
 
 use crate::keys::{KeySet, VerifyKey};
 use crate::{AuthError, JwtSettings, TypPolicy};
@@ -24,10 +24,14 @@ const PKCS8_ED25519: [u8; 16] =
     [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
 
 /// The dev issuer's key.
+#[derive(Clone)]
 pub struct DevIssuer {
     kid: String,
     public: [u8; 32],
     encoding: EncodingKey,
+    /// The MAC key of the dev sign-in ([`crate::dev_oauth`]), derived from the seed with its own label: every
+    /// replica that shares the key file shares it, and it is never the signing key.
+    oauth_key: [u8; 32],
 }
 
 impl std::fmt::Debug for DevIssuer {
@@ -85,12 +89,21 @@ impl DevIssuer {
         Ok(Self::from_seed(seed))
     }
 
-    fn from_seed(seed: [u8; 32]) -> Self {
+    pub(crate) fn from_seed(seed: [u8; 32]) -> Self {
         let public = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key().to_bytes();
         let mut der = PKCS8_ED25519.to_vec();
         der.extend_from_slice(&seed);
         let kid = URL_SAFE_NO_PAD.encode(&Sha256::digest(public)[..12]);
-        Self { kid, public, encoding: EncodingKey::from_ed_der(&der) }
+        let mut h = Sha256::new();
+        h.update(b"mcpfleet/dev-oauth/mac-key/v1\0");
+        h.update(seed);
+        let oauth_key = h.finalize().into();
+        Self { kid, public, encoding: EncodingKey::from_ed_der(&der), oauth_key }
+    }
+
+    /// The MAC key of the dev sign-in.
+    pub(crate) fn oauth_key(&self) -> &[u8; 32] {
+        &self.oauth_key
     }
 
     /// The JWKS of this issuer.
@@ -127,15 +140,21 @@ impl DevIssuer {
     /// Signing failed.
     pub fn mint(&self, sub: &str, scope: &str, client_id: Option<&str>, ttl: Duration) -> Result<String, AuthError> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let claims = json!({
+            "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "sub": sub, "scope": scope,
+            "client_id": client_id.unwrap_or("mcpfleet-dev"),
+            "iat": now, "exp": now + ttl.as_secs(),
+        });
+        self.sign(claims)
+    }
+
+    /// Signs an access token (`typ: at+jwt`, EdDSA, this key's `kid`) with `claims` and a fresh `jti`.
+    pub(crate) fn sign(&self, mut claims: Value) -> Result<String, AuthError> {
         let mut header = Header::new(Algorithm::EdDSA);
         header.typ = Some("at+jwt".to_owned());
         header.kid = Some(self.kid.clone());
         let jti: [u8; 12] = rand::random();
-        let claims = json!({
-            "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "sub": sub, "scope": scope,
-            "client_id": client_id.unwrap_or("mcpfleet-dev"),
-            "iat": now, "exp": now + ttl.as_secs(), "jti": URL_SAFE_NO_PAD.encode(jti),
-        });
+        claims["jti"] = Value::String(URL_SAFE_NO_PAD.encode(jti));
         jsonwebtoken::encode(&header, &claims, &self.encoding).map_err(|e| AuthError::KeySource(format!("sign: {e}")))
     }
 }

@@ -6,7 +6,8 @@
 //!   `exp`/`iss`/`aud`/`sub` are required, key references in the header are never followed;
 //! - [`KeySource`] holds the verification keys: a JWKS URL (cached by `max-age`, refreshed on an unknown `kid` at
 //!   most once per interval, last good keys kept while the issuer is down), a JWKS file or a PEM key;
-//! - [`dev`] is the embedded issuer of `--auth dev`;
+//! - [`dev`] is the embedded issuer of `--auth dev`, and [`dev_oauth`] its sign-in for real OAuth clients (a
+//!   stateless authorization server: metadata, registration, authorization code with PKCE, refresh);
 //! - [`ProtectedResource`] is the RFC 9728 metadata and the parameters of every challenge.
 //!
 //! The [`Principal`] it yields keys every session, stream, limit and tool datum on an opaque hash of `(iss, sub)`,
@@ -18,6 +19,7 @@
 
 pub mod bearer;
 pub mod dev;
+pub mod dev_oauth;
 mod error;
 mod jwt;
 mod keys;

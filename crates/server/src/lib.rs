@@ -8,6 +8,7 @@ pub use mcpfleet_transport::{AppState, serve};
 
 use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
+use mcpfleet_auth::dev_oauth::DevAuthServer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
 use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
@@ -206,6 +207,9 @@ pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<B
         _ => None,
     };
     transport.dev_jwks = dev.as_ref().map(DevIssuer::jwks);
+    // The sign-in of real OAuth clients, over the same key and the scopes completed above.
+    transport.dev_oauth =
+        dev.as_ref().zip(transport.protected_resource.as_ref()).map(|(d, pr)| Arc::new(DevAuthServer::new(d, pr)));
     let state = AppState {
         store,
         catalog,

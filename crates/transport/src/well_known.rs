@@ -1,10 +1,10 @@
 //! Public documents: RFC 9728 protected resource metadata and the dev issuer's JWKS. They need no credentials and
 //! carry no per-caller data, so CORS is open for GET (browser-based clients discover the authorization server
-//! from them).
+//! from them). With `--auth dev` the metadata is named after the (allowed) `Host` the client used.
 
 use crate::AppState;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 fn cors(mut resp: Response) -> Response {
@@ -16,13 +16,19 @@ fn cors(mut resp: Response) -> Response {
     resp
 }
 
-fn public_json(value: serde_json::Value) -> Response {
+pub(crate) fn public_json(value: serde_json::Value) -> Response {
     let mut resp = axum::Json(value).into_response();
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
     cors(resp)
 }
 
-pub(crate) async fn resource_metadata(State(app): State<AppState>) -> Response {
+pub(crate) async fn resource_metadata(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(dev) = &app.config.dev_oauth {
+        return match crate::dev_oauth::allowed_host(&headers, &app.config.allowed_hosts) {
+            Some(host) => public_json(dev.protected_resource(&host).document()),
+            None => crate::dev_oauth::refusal(StatusCode::FORBIDDEN, "host not allowed"),
+        };
+    }
     match &app.config.protected_resource {
         Some(pr) => public_json(pr.document()),
         None => StatusCode::NOT_FOUND.into_response(),

@@ -1,0 +1,227 @@
+//! The HTTP face of the `--auth dev` sign-in ([`mcpfleet_auth::dev_oauth`], which holds the protocol): the RFC 8414
+//! metadata, the registration, authorization and token endpoints, and the client's `Host` for the RFC 9728
+//! metadata and every challenge. Routed only with `--auth dev`, whose listener is loopback only.
+//!
+//! Every endpoint passes the DNS-rebinding checks first: the `Host` must be allowed (the name becomes the issuer
+//! and the resource the client reads), and the endpoints that act (`/oauth/*`) also check the `Origin`. The
+//! metadata is open to any origin, like the RFC 9728 metadata; registration and token answer CORS to the allowed
+//! origins (browser clients such as the Inspector sign in from their own page); the authorization endpoint is a
+//! navigation and answers no CORS.
+
+use crate::{AppState, HostPattern, origin, well_known};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mcpfleet_auth::ProtectedResource;
+use mcpfleet_auth::dev_oauth::{self as protocol, AuthorizeOutcome, DevAuthServer, ErrorCode, OAuthError};
+use serde_json::json;
+
+tokio::task_local! {
+    /// The allowed `Host` of the request being answered, for the challenges of `--auth dev`.
+    static HOST: String;
+}
+
+/// The single `Host` of a request, lowercased, when the allowlist admits it.
+pub(crate) fn allowed_host(headers: &HeaderMap, allowed: &[HostPattern]) -> Option<String> {
+    let mut all = headers.get_all(header::HOST).iter();
+    let (Some(host), None) = (all.next(), all.next()) else { return None };
+    let host = host.to_str().ok()?.to_ascii_lowercase();
+    let sane = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    (sane && allowed.iter().any(|p| p.matches(&host))).then_some(host)
+}
+
+/// Middleware of `--auth dev`: keeps the request's allowed `Host` in scope while the request is answered, so that
+/// every challenge (`error::auth_rejection`, from the extractors and the scope checks alike) points at the
+/// metadata under the name the client used. A request whose `Host` is not allowed is refused before any
+/// challenge by the `Caller` extractor.
+pub(crate) async fn with_host(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    match allowed_host(req.headers(), &app.config.allowed_hosts) {
+        Some(host) => HOST.scope(host, next.run(req)).await,
+        None => next.run(req).await,
+    }
+}
+
+/// With `--auth dev`, while a request is answered: the protected resource as its client named it.
+pub(crate) fn request_resource(app: &AppState) -> Option<ProtectedResource> {
+    let dev = app.config.dev_oauth.as_ref()?;
+    HOST.try_with(|host| dev.protected_resource(host)).ok()
+}
+
+/// The routes of the sign-in: RFC 8414 metadata (and its OpenID twin), registration, authorization, token.
+pub(crate) fn routes(mut r: Router<AppState>) -> Router<AppState> {
+    for path in protocol::METADATA_PATHS {
+        r = r.route(path, get(metadata).options(well_known::preflight));
+    }
+    r.route(protocol::REGISTER_PATH, post(register).options(preflight))
+        .route(protocol::AUTHORIZE_PATH, get(authorize))
+        .route(protocol::TOKEN_PATH, post(token).options(preflight))
+}
+
+/// `{"error": ..., "error_description": ...}` with `status`, for refusals before the protocol is reached.
+pub(crate) fn refusal(status: StatusCode, description: &str) -> Response {
+    Refusal(status, description).into_response()
+}
+
+/// A refusal before the protocol is reached: the DNS-rebinding checks, the body's size and deadline.
+struct Refusal<'a>(StatusCode, &'a str);
+
+impl IntoResponse for Refusal<'_> {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": "invalid_request", "error_description": self.1 }))).into_response()
+    }
+}
+
+/// The sign-in and the client's host, after the DNS-rebinding checks (the `Origin` too when `act`).
+fn site<'a>(
+    app: &'a AppState,
+    headers: &HeaderMap,
+    act: bool,
+) -> Result<(&'a DevAuthServer, String), Refusal<'static>> {
+    let Some(dev) = app.config.dev_oauth.as_deref() else {
+        return Err(Refusal(StatusCode::NOT_FOUND, "the dev sign-in is served with --auth dev only"));
+    };
+    if act && origin::check(headers, &app.config.allowed_origins, &app.config.allowed_hosts).is_err() {
+        return Err(Refusal(StatusCode::FORBIDDEN, "origin or host not allowed"));
+    }
+    match allowed_host(headers, &app.config.allowed_hosts) {
+        Some(host) => Ok((dev, host)),
+        None => Err(Refusal(StatusCode::FORBIDDEN, "host not allowed")),
+    }
+}
+
+/// RFC 6749 §5.2: 401 for `invalid_client` (with a Basic challenge), 500 for `server_error`, 400 otherwise.
+fn oauth_error(e: &OAuthError) -> Response {
+    let status = match e.code {
+        ErrorCode::InvalidClient => StatusCode::UNAUTHORIZED,
+        ErrorCode::ServerError => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let mut resp = (status, axum::Json(e.body())).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"mcpfleet-dev\""));
+    }
+    resp
+}
+
+/// Codes, tokens and secrets are never cached.
+fn no_store(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// CORS for an allowed `Origin` (a browser client signing in from its own page).
+fn cors(app: &AppState, headers: &HeaderMap, mut resp: Response) -> Response {
+    let allowed = headers
+        .get(header::ORIGIN)
+        .filter(|o| o.to_str().is_ok_and(|o| app.config.allowed_origins.iter().any(|p| p.matches(o))));
+    if let Some(o) = allowed {
+        resp.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+    }
+    resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Origin"));
+    resp
+}
+
+async fn preflight(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let mut resp = cors(&app, &headers, StatusCode::NO_CONTENT.into_response());
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("POST, OPTIONS"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("authorization, content-type, mcp-protocol-version"),
+    );
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    resp
+}
+
+/// The body, at most [`protocol::MAX_BODY_BYTES`], within the body timeout.
+async fn read(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, Refusal<'static>> {
+    let too_large = || Refusal(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than 16 KiB");
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > protocol::MAX_BODY_BYTES) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(app.config.body_timeout, axum::body::to_bytes(body, protocol::MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(too_large()),
+        Err(_) => Err(Refusal(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time")),
+    }
+}
+
+async fn metadata(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    match site(&app, &headers, false) {
+        Ok((dev, host)) => well_known::public_json(dev.metadata(&host)),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn register(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let dev = match site(&app, &headers, true) {
+        Ok((dev, _)) => dev,
+        Err(refused) => return refused.into_response(),
+    };
+    let resp = match read(&app, &headers, body).await {
+        Ok(body) => match dev.register(&headers, &body, protocol::unix_now()) {
+            Ok(client) => (StatusCode::CREATED, axum::Json(client)).into_response(),
+            Err(e) => oauth_error(&e),
+        },
+        Err(refused) => refused.into_response(),
+    };
+    cors(&app, &headers, no_store(resp))
+}
+
+async fn authorize(State(app): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let (dev, host) = match site(&app, &headers, true) {
+        Ok(site) => site,
+        Err(refused) => return refused.into_response(),
+    };
+    let resp = match dev.authorize(&host, uri.query().unwrap_or(""), protocol::unix_now()) {
+        AuthorizeOutcome::Redirect(location) => match HeaderValue::from_str(&location) {
+            Ok(location) => (StatusCode::FOUND, [(header::LOCATION, location)]).into_response(),
+            Err(_) => refusal(StatusCode::BAD_REQUEST, "the redirect URI cannot be sent in a Location header"),
+        },
+        AuthorizeOutcome::Refused(e) => (StatusCode::BAD_REQUEST, axum::Json(e.body())).into_response(),
+    };
+    no_store(resp)
+}
+
+async fn token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let dev = match site(&app, &headers, true) {
+        Ok((dev, _)) => dev,
+        Err(refused) => return refused.into_response(),
+    };
+    let resp = match read(&app, &headers, body).await {
+        Ok(body) => match dev.token(&headers, &body, protocol::unix_now()) {
+            Ok(tokens) => axum::Json(tokens).into_response(),
+            Err(e) => oauth_error(&e),
+        },
+        Err(refused) => refused.into_response(),
+    };
+    cors(&app, &headers, no_store(resp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_single_allowed_host_is_taken() {
+        let allowed = HostPattern::loopback_hosts();
+        let mut h = HeaderMap::new();
+        assert_eq!(allowed_host(&h, &allowed), None);
+        h.insert(header::HOST, HeaderValue::from_static("LocalHost:8080"));
+        assert_eq!(allowed_host(&h, &allowed).as_deref(), Some("localhost:8080"));
+        h.insert(header::HOST, HeaderValue::from_static("[::1]:8080"));
+        assert_eq!(allowed_host(&h, &allowed).as_deref(), Some("[::1]:8080"));
+        h.insert(header::HOST, HeaderValue::from_static("evil.example:8080"));
+        assert_eq!(allowed_host(&h, &allowed), None);
+        h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
+        h.append(header::HOST, HeaderValue::from_static("localhost:8080"));
+        assert_eq!(allowed_host(&h, &allowed), None);
+    }
+}
