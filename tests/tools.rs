@@ -13,8 +13,11 @@ fn call(id: u64, tool: &str, args: Value) -> Value {
 
 /// POSTs a raw body (for what `serde_json::Value` cannot hold, like a duplicate key) in the client's session.
 async fn post_raw(c: &McpClient, url: &str, body: &str) -> reqwest::Response {
-    c.http
-        .post(url)
+    let mut rb = c.http.post(url);
+    if let Some(u) = &c.user {
+        rb = rb.header(mcpfleet_testkit::TEST_USER_HEADER, u);
+    }
+    rb
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-11-25")
@@ -81,6 +84,14 @@ async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the
         ),
         ("a bidi override", "test_costly", json!({ "topic": "q\u{202e}3" }), "/arguments/topic: text without control"),
         (
+            "a zero-width space",
+            "test_costly",
+            json!({ "topic": "eu\u{200b}west" }),
+            "/arguments/topic: text without control, bidi-override, invisible format or tag characters (one at character 2)",
+        ),
+        ("a word joiner", "test_costly", json!({ "topic": "eu\u{2060}west" }), "invisible format"),
+        ("a byte-order mark", "test_costly", json!({ "topic": "\u{feff}euwest" }), "invisible format"),
+        (
             "an extra nested field",
             "json_schema_2020_12_tool",
             json!({ "name": "n", "email": "e@example.com", "address": { "city": "c", "zip": "z" } }),
@@ -123,8 +134,9 @@ async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the
     assert_eq!(r["error"]["code"], -32602);
 
     // None of that ran: the one call the quota allows still runs, and only once.
-    let ok: Value = c.post(&b, &call(30, "test_costly", json!({ "topic": "q3" }))).await.json().await.unwrap();
-    assert_eq!(ok["result"]["content"][0]["text"], "report on q3", "{ok}");
+    // Zero-width joiners are text (here in Devanagari): allowed.
+    let ok: Value = c.post(&b, &call(30, "test_costly", json!({ "topic": "क्\u{200d}ष" }))).await.json().await.unwrap();
+    assert_eq!(ok["result"]["content"][0]["text"], "report on क्\u{200d}ष", "{ok}");
     let again: Value = c.post(&a, &call(31, "test_costly", json!({ "topic": "q3" }))).await.json().await.unwrap();
     assert!(refusal_text(&again).contains("Quota exhausted"));
     let mut refused = 0.0;
@@ -132,7 +144,7 @@ async fn bad_arguments_are_refused_before_the_tool_runs_with_the_pointer_and_the
         let m = scrape(&r.admin()).await;
         refused += m.iter().filter(|(k, _)| k.contains(r#"outcome="invalid_arguments""#)).map(|(_, v)| v).sum::<f64>();
     }
-    assert_eq!(refused, 9.0, "every refusal counted as invalid_arguments");
+    assert_eq!(refused, 12.0, "every refusal counted as invalid_arguments");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,4 +607,105 @@ async fn output_schemas_own_timeouts_and_refunds_hold_on_a_live_fleet() {
     assert_eq!(even["result"]["content"][0]["text"], "even", "{even}");
     let again = post(&b, 6, "picky", 4).await;
     assert!(refusal_text(&again).contains("Quota exhausted"), "{again}");
+}
+
+/// The JSON pointers (under `arguments`) of every integer field of a published input schema, with the field's
+/// schema; through `properties` and composition branches.
+fn integer_fields(schema: &Value, at: &str, out: &mut Vec<(String, Value)>) {
+    let is_int = |s: &Value| match &s["type"] {
+        Value::String(t) => t == "integer",
+        Value::Array(ts) => ts.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    if is_int(schema) {
+        out.push((at.to_owned(), schema.clone()));
+    }
+    if let Some(props) = schema["properties"].as_object() {
+        for (k, v) in props {
+            integer_fields(v, &format!("{at}/{k}"), out);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for b in schema[key].as_array().into_iter().flatten() {
+            integer_fields(b, at, out);
+        }
+    }
+}
+
+/// What a call came to, for comparing two spellings of the same arguments.
+fn outcome(r: &Value) -> (bool, bool, bool) {
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(!text.contains("must be an integer") && !text.contains("The tool failed"), "the handler refused: {r}");
+    assert!(r["error"].is_null(), "a protocol error: {r}");
+    (r["result"]["isError"] == true, text.starts_with("Invalid arguments"), text.contains("at least"))
+}
+
+/// Calls `tool` with `args`, the field at `pointer` spelled `number` (raw JSON, e.g. `1.0` or `-0`).
+async fn call_spelled(c: &McpClient, url: &str, id: u64, tool: &str, args: &Value, pointer: &str, number: &str) -> Value {
+    let mut args = args.clone();
+    *args.pointer_mut(pointer).unwrap() = json!("__NUMBER__");
+    let body = call(id, tool, args).to_string().replace("\"__NUMBER__\"", number);
+    post_raw(c, url, &body).await.json().await.unwrap()
+}
+
+/// Every integer field of every tool, sent as `1.0`-style and `-0` numbers, ends as it does with the integer.
+async fn integral_spellings_work_for(c: &McpClient, url: &str, tools: &[Value], base: impl Fn(&str, &str) -> Option<Value>) -> usize {
+    let mut id = 1000;
+    let mut checked = 0;
+    for t in tools {
+        let name = t["name"].as_str().unwrap();
+        let mut fields = Vec::new();
+        integer_fields(&t["inputSchema"], "", &mut fields);
+        for (pointer, schema) in fields {
+            let args = base(name, &pointer).unwrap_or_else(|| panic!("no valid arguments of {name} with {pointer}"));
+            let v = args.pointer(&pointer).and_then(Value::as_i64).unwrap();
+            let mut spellings = vec![(v.to_string(), format!("{v}.0")), (v.to_string(), format!("{v}e0"))];
+            if schema["minimum"].as_i64().is_none_or(|m| m <= 0) || schema.get("minimum").is_none() {
+                spellings.push(("0".to_owned(), "-0".to_owned()));
+            } else {
+                // -0 is below the minimum: both spellings get the same refusal.
+                spellings.push(("0".to_owned(), "-0.0".to_owned()));
+            }
+            for (int, float) in spellings {
+                id += 2;
+                let a = call_spelled(c, url, id, name, &args, &pointer, &int).await;
+                let b = call_spelled(c, url, id + 1, name, &args, &pointer, &float).await;
+                assert_eq!(outcome(&a), outcome(&b), "{name}{pointer} as {int} and as {float}: {a} / {b}");
+                checked += 1;
+            }
+        }
+    }
+    checked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_schema_calls_an_integer_the_handler_takes() {
+    let redis = RedisServer::start();
+    // The conformance fixtures, over a process replica.
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).start().await;
+    let url = fleet.urls()[0].clone();
+    let mut c = McpClient::new();
+    c.initialize(&url).await;
+    let tools = c.request(&url, 1, "tools/list", json!({})).await["result"]["tools"].as_array().unwrap().clone();
+    let fixtures = |tool: &str, _: &str| match tool {
+        "test_countdown" => Some(json!({ "count": 2, "interval_ms": 0 })),
+        "test_mint" => Some(json!({ "delay_ms": 0 })),
+        _ => None,
+    };
+    let n = integral_spellings_work_for(&c, &url, &tools, fixtures).await;
+    // The reference tools, with valid arguments from their cases files.
+    let (fleet, _repo) = reference_fleet(&redis).await;
+    let url = fleet.urls()[0].clone();
+    let mut c = McpClient::new().as_user("alice");
+    c.initialize(&url).await;
+    let tools = c.request(&url, 1, "tools/list", json!({})).await["result"]["tools"].as_array().unwrap().clone();
+    let cases = |tool: &str, pointer: &str| {
+        mcpfleet_tools::reference::cases(tool)?
+            .into_iter()
+            .find(|c| c.valid && c.arguments.pointer(pointer).is_some_and(Value::is_i64))
+            .map(|c| c.arguments)
+    };
+    let m = integral_spellings_work_for(&c, &url, &tools, cases).await;
+    println!("integer fields checked: {n} spellings on the fixtures, {m} on the reference tools");
+    assert!(n >= 9 && m >= 6, "{n} / {m}");
 }

@@ -3,7 +3,15 @@
 //! every string obeys the text policy:
 //! - a byte budget: `x-maxBytes` when the schema declares it, else 4 × `maxLength` (jsonschema counts code points);
 //! - no C0 or C1 control character, DEL, bidi override or isolate, or tag character, unless the string's schema
-//!   says `"x-allowControls": true`, which admits tab, line feed and carriage return (and nothing else).
+//!   says `"x-allowControls": true`, which admits tab, line feed and carriage return (and nothing else);
+//! - no invisible format character that carries no meaning in text (zero-width space, word joiner and the
+//!   invisible operators, byte-order mark, soft hyphen, bidi marks, interlinear annotation, deprecated format
+//!   controls), unless the string's schema says `"x-allowFormatChars": true`. Zero-width non-joiner and joiner
+//!   (U+200C, U+200D) are always allowed: Persian, Indic scripts and emoji sequences need them.
+//!
+//! Numbers are normalised before validation ([`Validator::normalize_arguments`]): JSON Schema counts `1.0` and
+//! `-0` as integers, so where a tool's schema says `integer`, an integral number is rewritten as the integer,
+//! and what the published schema accepts, the handler's typed arguments accept too.
 //!
 //! Duplicate keys never reach the schema unseen: a `serde_json::Value` keeps the last one silently, so requests are
 //! parsed with [`parse_strict`], which reports the first one in the same pass. What a refusal says ([`Invalid`]) names the JSON pointer and what was
@@ -41,6 +49,8 @@ pub struct Validator {
     tools: HashMap<String, jsonschema::Validator>,
     /// The `x-mcp-header` parameters of each tool that has any.
     headers: HashMap<String, Vec<crate::headers::ParamHeader>>,
+    /// Where each tool's schema allows an integer (tools without any are absent).
+    integers: HashMap<String, Shape>,
 }
 
 impl fmt::Debug for Validator {
@@ -57,6 +67,7 @@ impl Validator {
     pub fn new(tools: &[Value]) -> Result<Self, String> {
         let mut compiled = HashMap::new();
         let mut headers = HashMap::new();
+        let mut integers = HashMap::new();
         for t in tools {
             let name = t.get("name").and_then(Value::as_str).ok_or("a tool without a name")?;
             let schema = t.get("inputSchema").ok_or_else(|| format!("{name}: no inputSchema"))?;
@@ -71,14 +82,31 @@ impl Validator {
                 .build(&with_text_policy(schema))
                 .map_err(|e| format!("{name}: the input schema does not compile: {e}"))?;
             compiled.insert(name.to_owned(), v);
+            let shape = Shape::of(schema, schema, 0);
+            if shape.has_int() {
+                integers.insert(name.to_owned(), shape);
+            }
         }
-        Ok(Self { tools: compiled, headers })
+        Ok(Self { tools: compiled, headers, integers })
     }
 
     /// An empty validator (no tools).
     #[must_use]
     pub fn empty() -> Self {
-        Self { tools: HashMap::new(), headers: HashMap::new() }
+        Self { tools: HashMap::new(), headers: HashMap::new(), integers: HashMap::new() }
+    }
+
+    /// Rewrites the integral numbers of a `tools/call`'s `params.arguments` (`1.0`, `-0`, `1e2`) as integers
+    /// wherever the tool's schema allows an integer, so that validation, the argument digests (idempotency,
+    /// `requestState`), the `Mcp-Param-*` comparison and the handler all see the same value. A number that is not
+    /// integral, or outside the 64-bit integers, is left as sent (the schema then decides).
+    pub fn normalize_arguments(&self, params: &mut Map<String, Value>) {
+        let Some(shape) = params.get("name").and_then(Value::as_str).and_then(|n| self.integers.get(n)) else {
+            return;
+        };
+        if let Some(args) = params.get_mut("arguments") {
+            shape.normalize(args);
+        }
     }
 
     /// The parameters of `tool` mirrored into `Mcp-Param-*` headers (`x-mcp-header`).
@@ -172,9 +200,10 @@ fn with_text_policy(schema: &Value) -> Value {
                     .and_then(Value::as_u64)
                     .or_else(|| m.get("maxLength").and_then(Value::as_u64).map(|n| n.saturating_mul(4)));
                 let controls = m.get("x-allowControls").and_then(Value::as_bool).unwrap_or(false);
+                let format = m.get("x-allowFormatChars").and_then(Value::as_bool).unwrap_or(false);
                 out.insert(
                     TEXT_KEYWORD.to_owned(),
-                    serde_json::json!({ "maxBytes": bytes, "allowControls": controls }),
+                    serde_json::json!({ "maxBytes": bytes, "allowControls": controls, "allowFormat": format }),
                 );
             }
             Value::Object(out)
@@ -195,6 +224,7 @@ fn with_text_policy_at(key: &str, v: &Value) -> Value {
 struct TextPolicy {
     max_bytes: Option<u64>,
     allow_controls: bool,
+    allow_format: bool,
 }
 
 #[expect(clippy::unnecessary_wraps, reason = "the signature jsonschema's keyword factories have")]
@@ -206,6 +236,7 @@ fn text_keyword<'a>(
     Ok(Box::new(TextPolicy {
         max_bytes: value.get("maxBytes").and_then(Value::as_u64),
         allow_controls: value.get("allowControls").and_then(Value::as_bool).unwrap_or(false),
+        allow_format: value.get("allowFormat").and_then(Value::as_bool).unwrap_or(false),
     }))
 }
 
@@ -221,6 +252,29 @@ pub fn forbidden_char(c: char, allow_controls: bool) -> bool {
     }
 }
 
+/// An invisible format character (Unicode category Cf) that carries no meaning in text, which the text policy
+/// refuses unless a field opts in with `"x-allowFormatChars": true`: soft hyphen, Arabic letter mark, zero-width
+/// space, left-to-right and right-to-left marks, word joiner and the invisible operators (U+2060–U+2064), the
+/// deprecated format controls (U+206A–U+206F), the byte-order mark / zero-width no-break space, and the
+/// interlinear annotation characters. Not U+200C or U+200D (zero-width non-joiner and joiner), which Persian,
+/// Indic scripts and emoji sequences need, and not the format characters of particular scripts that render
+/// visibly (Arabic number signs, Egyptian hieroglyph and shorthand format controls).
+#[must_use]
+pub fn invisible_format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{61c}'
+            | '\u{200b}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{206a}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
 impl TextPolicy {
     fn problem(&self, s: &str) -> Option<String> {
         if let Some(max) = self.max_bytes
@@ -229,8 +283,10 @@ impl TextPolicy {
             return Some(format!("at most {max} bytes of UTF-8"));
         }
         s.chars()
-            .position(|c| forbidden_char(c, self.allow_controls))
-            .map(|i| format!("text without control, bidi-override or tag characters (one at character {i})"))
+            .position(|c| forbidden_char(c, self.allow_controls) || (!self.allow_format && invisible_format_char(c)))
+            .map(|i| {
+                format!("text without control, bidi-override, invisible format or tag characters (one at character {i})")
+            })
     }
 }
 
@@ -244,6 +300,130 @@ impl<'i> Keyword<'i> for TextPolicy {
 
     fn is_valid(&self, instance: &'i Value) -> bool {
         instance.as_str().is_none_or(|s| self.problem(s).is_none())
+    }
+}
+
+/// Where a schema allows an integer: the union over its compositions (`allOf`, `anyOf`, `oneOf`, `if`/`then`/
+/// `else`) and local `$ref`s, so a value is normalised if any branch could take it as an integer (harmless for
+/// the others: to JSON Schema, `1.0` and `1` are the same number).
+#[derive(Debug, Default)]
+struct Shape {
+    int: bool,
+    properties: HashMap<String, Shape>,
+    /// `additionalProperties`, `unevaluatedProperties` and `patternProperties`, merged.
+    other_properties: Option<Box<Shape>>,
+    prefix_items: Vec<Shape>,
+    items: Option<Box<Shape>>,
+}
+
+/// How deep `$ref`s and nesting are followed when a shape is built (a recursive schema stops there).
+const SHAPE_DEPTH: usize = 32;
+
+impl Shape {
+    fn of(schema: &Value, root: &Value, depth: usize) -> Self {
+        let mut shape = Self::default();
+        shape.add(schema, root, depth);
+        shape
+    }
+
+    fn add(&mut self, schema: &Value, root: &Value, depth: usize) {
+        let Some(m) = schema.as_object().filter(|_| depth < SHAPE_DEPTH) else { return };
+        match m.get("type") {
+            Some(Value::String(t)) if t == "integer" => self.int = true,
+            Some(Value::Array(ts)) if ts.iter().any(|t| t == "integer") => self.int = true,
+            _ => {}
+        }
+        if let Some(Value::Object(props)) = m.get("properties") {
+            for (k, v) in props {
+                self.properties.entry(k.clone()).or_default().add(v, root, depth + 1);
+            }
+        }
+        for key in ["additionalProperties", "unevaluatedProperties"] {
+            if let Some(v @ Value::Object(_)) = m.get(key) {
+                self.other_properties.get_or_insert_default().add(v, root, depth + 1);
+            }
+        }
+        if let Some(Value::Object(patterns)) = m.get("patternProperties") {
+            for v in patterns.values() {
+                self.other_properties.get_or_insert_default().add(v, root, depth + 1);
+            }
+        }
+        if let Some(Value::Array(prefix)) = m.get("prefixItems") {
+            for (i, v) in prefix.iter().enumerate() {
+                if self.prefix_items.len() <= i {
+                    self.prefix_items.push(Self::default());
+                }
+                self.prefix_items[i].add(v, root, depth + 1);
+            }
+        }
+        if let Some(v @ Value::Object(_)) = m.get("items") {
+            self.items.get_or_insert_default().add(v, root, depth + 1);
+        }
+        for key in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(branches)) = m.get(key) {
+                for b in branches {
+                    self.add(b, root, depth + 1);
+                }
+            }
+        }
+        for key in ["then", "else"] {
+            if let Some(b) = m.get(key) {
+                self.add(b, root, depth + 1);
+            }
+        }
+        if let Some(target) = m.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+            if let Some(b) = root.pointer(target) {
+                self.add(b, root, depth + 1);
+            }
+        }
+    }
+
+    fn has_int(&self) -> bool {
+        self.int
+            || self.properties.values().any(Self::has_int)
+            || self.other_properties.as_ref().is_some_and(|s| s.has_int())
+            || self.prefix_items.iter().any(Self::has_int)
+            || self.items.as_ref().is_some_and(|s| s.has_int())
+    }
+
+    fn normalize(&self, v: &mut Value) {
+        match v {
+            Value::Number(n) if self.int && !(n.is_i64() || n.is_u64()) => {
+                if let Some(i) = n.as_f64().and_then(integral) {
+                    *v = i;
+                }
+            }
+            Value::Object(o) => {
+                for (k, x) in o.iter_mut() {
+                    if let Some(s) = self.properties.get(k).or(self.other_properties.as_deref()) {
+                        s.normalize(x);
+                    }
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter_mut().enumerate() {
+                    if let Some(s) = self.prefix_items.get(i).or(self.items.as_deref()) {
+                        s.normalize(x);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `f` as a JSON integer, if it is one exactly (`-0.0` is `0`).
+fn integral(f: f64) -> Option<Value> {
+    if f.fract() != 0.0 || !f.is_finite() {
+        return None;
+    }
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked to be integral and in range")]
+    if f >= 0.0 && f < 18_446_744_073_709_551_616.0 {
+        Some(Value::from(f as u64))
+    } else if f < 0.0 && f >= -9_223_372_036_854_775_808.0 {
+        Some(Value::from(f as i64))
+    } else {
+        None
     }
 }
 
@@ -349,6 +529,58 @@ mod tests {
 
     fn refusals(v: &Validator, args: Value) -> Vec<String> {
         v.check("t", &args).err().unwrap_or_default().iter().map(ToString::to_string).collect()
+    }
+
+    fn normalized(v: &Validator, args: &str) -> String {
+        let mut params = json!({ "name": "t", "arguments": serde_json::from_str::<Value>(args).unwrap() });
+        v.normalize_arguments(params.as_object_mut().unwrap());
+        params["arguments"].to_string()
+    }
+
+    #[test]
+    fn integral_numbers_become_integers_where_the_schema_says_integer() {
+        let v = tool(json!({
+            "type": "object", "additionalProperties": false,
+            "$defs": { "n": { "type": "integer", "minimum": -5, "maximum": 5 } },
+            "properties": {
+                "i": { "type": "integer", "minimum": -5, "maximum": 5 },
+                "f": { "type": "number", "minimum": -5, "maximum": 5 },
+                "r": { "$ref": "#/$defs/n" },
+                "a": { "type": "array", "maxItems": 3, "items": { "type": "integer", "minimum": 0, "maximum": 9 } },
+                "t": { "type": "array", "maxItems": 2, "prefixItems": [{ "type": "string", "maxLength": 3 }, { "type": ["integer", "null"], "minimum": 0, "maximum": 9 }] },
+                "o": { "type": "object", "maxProperties": 3, "additionalProperties": { "type": "integer", "minimum": 0, "maximum": 9 } },
+                "u": { "oneOf": [{ "type": "integer", "minimum": 0, "maximum": 9 }, { "type": "string", "maxLength": 3 }] }
+            }
+        }));
+        assert_eq!(
+            normalized(&v, r#"{"i":1.0,"f":1.0,"r":-0,"a":[2.0,3,4.5],"t":["x",7.0],"o":{"k":1e0},"u":2.0}"#),
+            r#"{"a":[2,3,4.5],"f":1.0,"i":1,"o":{"k":1},"r":0,"t":["x",7],"u":2}"#
+        );
+        assert!(refusals(&v, serde_json::from_str(r#"{"i":1,"r":0}"#).unwrap()).is_empty());
+        // Not integral, or not a number: left for the schema to refuse.
+        assert_eq!(normalized(&v, r#"{"i":1.5,"r":"1"}"#), r#"{"i":1.5,"r":"1"}"#);
+        // Huge integral numbers outside the 64-bit integers stay as sent.
+        assert_eq!(normalized(&v, r#"{"i":1e300}"#), r#"{"i":1e+300}"#);
+    }
+
+    #[test]
+    fn invisible_format_characters_are_refused_unless_the_field_opts_in() {
+        let v = tool(json!({ "type": "object", "additionalProperties": false, "properties": {
+            "s": { "type": "string", "maxLength": 20 },
+            "raw": { "type": "string", "maxLength": 20, "x-allowFormatChars": true } } }));
+        for c in ['\u{200b}', '\u{2060}', '\u{feff}', '\u{ad}', '\u{200e}', '\u{2062}', '\u{fffb}'] {
+            let r = refusals(&v, json!({ "s": format!("eu{c}west") }));
+            assert!(r.iter().any(|m| m.contains("invisible format") && m.contains("character 2")), "{c:?}: {r:?}");
+            assert!(refusals(&v, json!({ "raw": format!("eu{c}west") })).is_empty(), "{c:?} opted in");
+        }
+        // ZWNJ and ZWJ are text: Persian, Indic scripts, emoji sequences.
+        for ok in ["می\u{200c}خواهم", "क्\u{200d}ष", "👩\u{200d}💻"] {
+            assert!(refusals(&v, json!({ "s": ok })).is_empty(), "{ok:?}");
+        }
+        // Opting in to format characters does not let controls, bidi overrides or tags through.
+        for bad in ["a\u{202e}b", "a\u{0}b", "a\u{e0041}b"] {
+            assert!(!refusals(&v, json!({ "raw": bad })).is_empty(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -200,8 +200,15 @@ pub(crate) struct Post<'a> {
 }
 
 impl Post<'_> {
-    async fn message(&mut self, mut h: McpHeaders, message: Message, duplicate: Option<&str>) -> Result<Response> {
+    async fn message(&mut self, mut h: McpHeaders, mut message: Message, duplicate: Option<&str>) -> Result<Response> {
         let app = self.app;
+        // Before anything reads a call's arguments (validation, digests, parameter headers, the tool), in both
+        // generations: integral numbers where the schema says integer are integers.
+        if let Message::Request { method, params, .. } = &mut message
+            && method == "tools/call"
+        {
+            app.validator.normalize_arguments(params);
+        }
         let params = match &message {
             Message::Request { params, .. } | Message::Notification { params, .. } => Some(params),
             Message::Response { .. } => None,
