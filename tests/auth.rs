@@ -319,6 +319,13 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
         assert!(b["error"]["message"].as_str().unwrap().contains(scope), "{b}");
     }
 
+    // The 2026-07-28 generation answers the same challenge.
+    let modern = mcpfleet_testkit::ModernClient::new().with_token(&plain);
+    let resp = modern.send(&urls[0], &modern.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[]).await;
+    assert_eq!(resp.status(), 403);
+    let ch = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(ch.contains("error=\"insufficient_scope\"") && ch.contains("scope=\"mcp:access fixtures:whoami\""), "{ch}");
+
     // Step-up: a new token with the scopes (scp as an array this time), same session, other replica.
     let more = key
         .token(&id, "alice")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, as a new user or CI would: installs what is missing (redis-server from Debian,
-# Node 22 and the MCP conformance suite into .tools/ from npm), then runs every Rust test, which includes the
-# conformance suite against one in-memory replica and against three Redis-backed replicas behind a round-robin
-# proxy.
+# Node 22, the MCP conformance suites and the official TypeScript clients into .tools/ from npm, the official
+# Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI), then runs every Rust test, which includes the
+# conformance suites and the official clients' interop workflows against three Redis-backed replicas behind a
+# round-robin proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,11 +18,20 @@ if ! type -P kill >/dev/null 2>&1; then apt_install procps; fi
 if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
 
 tools=.tools
-if [ ! -x "$tools/node_modules/.bin/node" ] || [ ! -f "$tools/node_modules/@modelcontextprotocol/conformance/dist/index.js" ] \
-   || [ ! -f "$tools/node_modules/conformance-2026/dist/index.js" ] \
-   || ! "$tools/node_modules/.bin/node" --version 2>/dev/null | grep -q '^v22\.'; then
-  echo "installing Node 22 and @modelcontextprotocol/conformance into $tools"
+# Node 22, the conformance suites and the official TypeScript clients (interop tests) are pinned in
+# .tools/package.json; any of them missing reinstalls from the lockfile.
+node_missing=0
+for f in .bin/node @modelcontextprotocol/conformance/dist/index.js conformance-2026/dist/index.js \
+         @modelcontextprotocol/sdk/package.json @modelcontextprotocol/client/package.json \
+         @modelcontextprotocol/inspector/package.json; do
+  [ -e "$tools/node_modules/$f" ] || node_missing=1
+done
+if [ "$node_missing" = 1 ] || ! "$tools/node_modules/.bin/node" --version 2>/dev/null | grep -q '^v22\.'; then
+  echo "installing Node 22, the conformance suites and the MCP TypeScript clients into $tools"
   (cd "$tools" && npm install --no-audit --no-fund --loglevel=error && npm rebuild node --loglevel=error)
 fi
+# The official Python SDK, mcp 1.x and 2.x, in two venvs under .tools (interop tests).
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then apt_install python3-venv; fi
+tests/interop/python/install.sh
 
 cargo test --workspace --all-targets -- --nocapture

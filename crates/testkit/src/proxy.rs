@@ -62,7 +62,9 @@ impl RoundRobinProxy {
         crate::init_tls();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
-        let client = reqwest::Client::builder().no_proxy().build().expect("client");
+        // Redirects go back to the client as they are (an OAuth authorization endpoint answers with one).
+        let client =
+            reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
         let st = ProxyState { targets: Arc::new(targets), next: Arc::default(), client };
         let app = axum::Router::new().fallback(forward).with_state(st);
         let stop = CancellationToken::new();
