@@ -1,8 +1,8 @@
 //! End-to-end sign-in of `--auth dev` (docs/DEV-SIGN-IN.md): a real replica process, driven the way an OAuth
 //! client of the MCP SDKs drives it, with plain HTTP and no redirect following. A token-less request, the
 //! challenge, the RFC 9728 and RFC 8414 metadata (named after the host the client used), dynamic registration,
-//! the authorization code with PKCE, the token, the MCP calls, step-up to a tool's scope, refresh; then every
-//! refusal a client can meet, and the modes that have no sign-in.
+//! the authorization code with PKCE, the token, the MCP calls, step-up to a tool's scope, refresh (for a grant
+//! with `offline_access` only); then every refusal a client can meet, and the modes that have no sign-in.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -251,6 +251,10 @@ async fn a_client_signs_in_steps_up_and_refreshes() {
         assert_eq!(prm.body["authorization_servers"], json!([base.as_str()]));
         let scopes = prm.body["scopes_supported"].as_array().unwrap();
         assert!(scopes.contains(&json!("mcp:access")) && scopes.contains(&json!("fixtures:whoami")), "{prm:?}");
+        // offline_access is the authorization server's business: the resource does not name it.
+        assert!(!scopes.contains(&json!("offline_access")), "{prm:?}");
+        let mut grantable = scopes.clone();
+        grantable.push(json!("offline_access"));
 
         for path in ["/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"] {
             let meta = send(http().get(format!("{base}{path}"))).await;
@@ -265,7 +269,7 @@ async fn a_client_signs_in_steps_up_and_refreshes() {
             assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
             assert_eq!(m["response_types_supported"], json!(["code"]));
             assert_eq!(m["grant_types_supported"], json!(["authorization_code", "refresh_token"]));
-            assert_eq!(m["scopes_supported"], prm.body["scopes_supported"]);
+            assert_eq!(m["scopes_supported"], json!(grantable), "{m}");
             let methods = m["token_endpoint_auth_methods_supported"].as_array().unwrap();
             for method in ["none", "client_secret_post", "client_secret_basic"] {
                 assert!(methods.contains(&json!(method)), "{m}");
@@ -287,7 +291,8 @@ async fn a_client_signs_in_steps_up_and_refreshes() {
     assert_eq!(t.body["scope"], "mcp:access");
     assert_eq!(t.body["expires_in"], 3600);
     let access = t.body["access_token"].as_str().unwrap();
-    assert!(t.body["refresh_token"].is_string());
+    // No offline_access asked, no refresh token: the client authorizes again when it needs more.
+    assert!(t.body.get("refresh_token").is_none(), "{t:?}");
 
     // The MCP session works; the tool that needs more is not listed, and calling it asks for the step-up.
     let mut mcp_client = McpClient::new().with_token(access);
@@ -306,32 +311,38 @@ async fn a_client_signs_in_steps_up_and_refreshes() {
         "{challenge}"
     );
 
-    // Step-up: authorize again with the challenge's scope.
+    // Step-up: authorize again with the challenge's scope, and (as a client that wants to refresh) offline_access.
     let (verifier, challenge) = pkce();
-    let c =
-        code(&base, &client_id, &challenge, &[("scope", "mcp:access fixtures:whoami"), ("login_hint", "alice")]).await;
+    let scope = "mcp:access fixtures:whoami offline_access";
+    let c = code(&base, &client_id, &challenge, &[("scope", scope), ("login_hint", "alice")]).await;
     let t = exchange(&base, &client_id, &c, &verifier).await;
     assert_eq!(t.status, 200, "{t:?}");
-    assert_eq!(t.body["scope"], "fixtures:whoami mcp:access");
+    assert_eq!(t.body["scope"], "fixtures:whoami mcp:access offline_access");
     let who = whoami(&mcp, t.body["access_token"].as_str().unwrap()).await.unwrap();
     assert_eq!(who["sub"], "alice");
     assert_eq!(who["iss"], "urn:mcpfleet:dev");
     assert_eq!(who["client_id"], client_id.as_str());
 
-    // Refresh: the same grant again, then a narrower one.
+    // Refresh: the same grant again (with a new refresh token), then narrower ones.
     let rt = t.body["refresh_token"].as_str().unwrap();
-    let r = token(&base, &[("grant_type", "refresh_token"), ("refresh_token", rt), ("client_id", &client_id)]).await;
+    let refresh = |scope: Option<&'static str>| {
+        let mut pairs = vec![("grant_type", "refresh_token"), ("refresh_token", rt), ("client_id", client_id.as_str())];
+        pairs.extend(scope.map(|s| ("scope", s)));
+        pairs
+    };
+    let r = token(&base, &refresh(None)).await;
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!(r.body["scope"], "fixtures:whoami mcp:access");
-    assert_ne!(r.body["refresh_token"], t.body["refresh_token"]);
+    assert_eq!(r.body["scope"], "fixtures:whoami mcp:access offline_access");
+    assert!(r.body["refresh_token"].is_string() && r.body["refresh_token"] != t.body["refresh_token"], "{r:?}");
     assert_eq!(whoami(&mcp, r.body["access_token"].as_str().unwrap()).await.unwrap()["sub"], "alice");
-    let narrow = token(
-        &base,
-        &[("grant_type", "refresh_token"), ("refresh_token", rt), ("client_id", &client_id), ("scope", "mcp:access")],
-    )
-    .await;
+    let narrow = token(&base, &refresh(Some("mcp:access offline_access"))).await;
     assert_eq!(narrow.status, 200, "{narrow:?}");
+    assert!(narrow.body["refresh_token"].is_string(), "{narrow:?}");
     assert_eq!(whoami(&mcp, narrow.body["access_token"].as_str().unwrap()).await.unwrap_err().status, 403);
+    // Narrowed without offline_access: an access token and no new refresh token.
+    let online = token(&base, &refresh(Some("mcp:access"))).await;
+    assert_eq!((online.status, online.body["scope"].as_str()), (200, Some("mcp:access")), "{online:?}");
+    assert!(online.body.get("refresh_token").is_none(), "{online:?}");
 
     // The tokens of `mcpfleet token`, and the one printed at start, work next to them.
     let key = dev.key_file.to_str().unwrap();

@@ -8,7 +8,10 @@
 //! - the authorization code grant with PKCE S256 only ([`DevAuthServer::authorize`]), approved at once (there is
 //!   no user to ask: the subject is `login_hint`, or `dev`), with the RFC 9207 `iss` parameter;
 //! - the token endpoint ([`DevAuthServer::token`]): `authorization_code` and `refresh_token`, RFC 8707
-//!   `resource`, client authentication `none`, `client_secret_post` or `client_secret_basic`.
+//!   `resource`, client authentication `none`, `client_secret_post` or `client_secret_basic`;
+//! - a refresh token only for a grant that includes [`OFFLINE_ACCESS`], as production authorization servers do
+//!   (OIDC Core §11): a client that did not ask for one re-authorizes when it needs more, which is how the
+//!   1.x SDKs step up to a tool's scope (a refresh cannot widen a grant).
 //!
 //! It is stateless, because the replicas of a dev fleet share nothing but the dev key file: a client id carries
 //! its registration (redirect URIs, authentication method), an authorization code and a refresh token carry
@@ -58,6 +61,9 @@ pub const CODE_TTL: Duration = Duration::from_secs(60);
 pub const ACCESS_TTL: Duration = Duration::from_secs(3600);
 /// How long a refresh token is valid.
 pub const REFRESH_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The scope that asks for a refresh token (OIDC Core §11). The authorization server lists it in its metadata and
+/// grants it; it is not a resource scope, so the protected-resource metadata never names it and no tool needs it.
+pub const OFFLINE_ACCESS: &str = "offline_access";
 
 /// Most redirect URIs one client may register.
 const MAX_REDIRECT_URIS: usize = 8;
@@ -399,7 +405,7 @@ impl DevAuthServer {
             "token_endpoint": format!("{issuer}{TOKEN_PATH}"),
             "registration_endpoint": format!("{issuer}{REGISTER_PATH}"),
             "jwks_uri": format!("{issuer}{JWKS_PATH}"),
-            "scopes_supported": self.scopes_supported,
+            "scopes_supported": self.grantable_scopes(),
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
             "grant_types_supported": ["authorization_code", "refresh_token"],
@@ -407,6 +413,15 @@ impl DevAuthServer {
             "token_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
             "authorization_response_iss_parameter_supported": true,
         })
+    }
+
+    /// What the authorization endpoint grants: the resource's scopes, then [`OFFLINE_ACCESS`].
+    fn grantable_scopes(&self) -> Vec<&str> {
+        let mut scopes: Vec<&str> = self.scopes_supported.iter().map(String::as_str).collect();
+        if !scopes.contains(&OFFLINE_ACCESS) {
+            scopes.push(OFFLINE_ACCESS);
+        }
+        scopes
     }
 
     fn mac(&self, kind: &str, payload: &str) -> HmacSha256 {
@@ -653,17 +668,19 @@ impl DevAuthServer {
         if ok { Ok(resource.to_owned()) } else { Err(refused()) }
     }
 
-    /// The scopes asked for (each one this server knows), sorted; the endpoint's scopes when none are asked for.
+    /// The scopes asked for (each one this server grants), sorted. When they name no resource scope (none at
+    /// all, or [`OFFLINE_ACCESS`] alone), the endpoint's scopes come with them.
     fn requested_scope(&self, scope: Option<&str>) -> Result<String, OAuthError> {
-        let asked: BTreeSet<&str> = scope.map(|s| s.split_whitespace().collect()).unwrap_or_default();
-        if asked.is_empty() {
-            return Ok(self.required_scopes.join(" "));
-        }
-        if let Some(unknown) = asked.iter().find(|s| !self.scopes_supported.iter().any(|k| k == *s)) {
+        let grantable = self.grantable_scopes();
+        let mut asked: BTreeSet<&str> = scope.map(|s| s.split_whitespace().collect()).unwrap_or_default();
+        if let Some(unknown) = asked.iter().find(|s| !grantable.contains(s)) {
             return Err(OAuthError::new(
                 ErrorCode::InvalidScope,
-                format!("unknown scope {:?}: this server knows {}", shown(unknown), self.scopes_supported.join(" ")),
+                format!("unknown scope {:?}: this server knows {}", shown(unknown), grantable.join(" ")),
             ));
+        }
+        if asked.iter().all(|s| *s == OFFLINE_ACCESS) {
+            asked.extend(self.required_scopes.iter().map(String::as_str));
         }
         Ok(asked.into_iter().collect::<Vec<_>>().join(" "))
     }
@@ -671,8 +688,9 @@ impl DevAuthServer {
     /// The token endpoint (`POST`, form-encoded): `grant_type=authorization_code` (`code`, `redirect_uri`,
     /// `code_verifier`) or `grant_type=refresh_token` (`refresh_token`, optional narrower `scope`), with the
     /// client authenticated as it registered (`client_id` alone, `client_secret` in the body, or HTTP Basic),
-    /// and an optional `resource` (which must be the one of the grant). The answer carries a new access token and
-    /// a new refresh token.
+    /// and an optional `resource` (which must be the one of the grant). The answer carries a new access token,
+    /// and a new refresh token when the access token's scope includes [`OFFLINE_ACCESS`] (a refresh that narrows
+    /// the scope without it gets none, and the client keeps the refresh token it has).
     ///
     /// # Errors
     /// `invalid_client` (401): an unknown client id, a missing or wrong secret, a secret for a client registered
@@ -818,7 +836,8 @@ impl DevAuthServer {
         self.issue("refresh_token", client_id, &r.u, &scope, &r.s, &r.a, now)
     }
 
-    /// A new access token (`scope`) and a new refresh token (`refresh_scope`, the whole original grant).
+    /// A new access token (`scope`), and when `scope` includes [`OFFLINE_ACCESS`] a new refresh token
+    /// (`refresh_scope`, the whole original grant: RFC 6749 §6 keeps a new refresh token's scope identical).
     #[expect(clippy::too_many_arguments, reason = "the claims of one grant, named at the two call sites")]
     fn issue(
         &self,
@@ -838,22 +857,26 @@ impl DevAuthServer {
             tracing::error!(error = %e, "dev sign-in: cannot sign an access token");
             OAuthError::new(ErrorCode::ServerError, "the access token could not be issued")
         })?;
-        let refresh = Refresh {
-            c: digest(client_id),
-            s: refresh_scope.to_owned(),
-            a: resource.to_owned(),
-            u: sub.to_owned(),
-            e: now + REFRESH_TTL.as_secs(),
-            n: nonce(),
-        };
-        tracing::info!(oauth.grant = grant, "dev sign-in: tokens issued");
-        Ok(json!({
+        let mut answer = json!({
             "access_token": access,
             "token_type": "Bearer",
             "expires_in": ACCESS_TTL.as_secs(),
             "scope": scope,
-            "refresh_token": self.seal(REFRESH, &refresh),
-        }))
+        });
+        let offline = scope.split_whitespace().any(|s| s == OFFLINE_ACCESS);
+        if offline {
+            let refresh = Refresh {
+                c: digest(client_id),
+                s: refresh_scope.to_owned(),
+                a: resource.to_owned(),
+                u: sub.to_owned(),
+                e: now + REFRESH_TTL.as_secs(),
+                n: nonce(),
+            };
+            answer["refresh_token"] = json!(self.seal(REFRESH, &refresh));
+        }
+        tracing::info!(oauth.grant = grant, oauth.refresh_token = offline, "dev sign-in: tokens issued");
+        Ok(answer)
     }
 }
 
@@ -956,22 +979,49 @@ mod tests {
         assert_eq!(p.subject, "alice@example.com");
         assert_eq!(p.client_id.as_deref(), Some(client_id.as_str()));
         assert!(p.scopes.allow(&["mcp:access"]) && !p.scopes.allow(&["fixtures:whoami"]));
+        // No offline_access, no refresh token.
+        assert!(t.get("refresh_token").is_none(), "{t}");
+    }
 
-        // Refresh, narrower and then the whole grant again.
+    #[tokio::test]
+    async fn offline_access_brings_a_refresh_token_that_keeps_the_grant() {
+        let (s, issuer) = server();
+        let client_id = public_client(&s);
+        let code = code_for(&s, &client_id, &[("scope", "offline_access mcp:access fixtures:whoami")], unix_now());
+        let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
+        assert_eq!(t["scope"], "fixtures:whoami mcp:access offline_access");
+        let v = JwtAuthenticator::new(DevIssuer::settings(vec![]), KeySource::Static(Arc::new(issuer.key_set())));
+        let p = v.verify(t["access_token"].as_str().unwrap()).await.unwrap();
+        assert!(p.scopes.allow(&["fixtures:whoami", "mcp:access", "offline_access"]));
         let rt = t["refresh_token"].as_str().unwrap();
-        let r =
-            token(&s, &[("grant_type", "refresh_token"), ("refresh_token", rt), ("client_id", &client_id)]).unwrap();
-        assert_eq!(r["scope"], "mcp:access");
-        let wider = token(
-            &s,
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", rt),
-                ("client_id", &client_id),
-                ("scope", "fixtures:whoami"),
-            ],
-        );
-        assert_eq!(wider.unwrap_err().code, ErrorCode::InvalidScope);
+        let refresh = |rt: &str, scope: Option<&str>| {
+            let mut pairs = vec![("grant_type", "refresh_token"), ("refresh_token", rt), ("client_id", &client_id)];
+            pairs.extend(scope.map(|scope| ("scope", scope)));
+            token(&s, &pairs)
+        };
+
+        // The whole grant again, with a new refresh token.
+        let r = refresh(rt, None).unwrap();
+        assert_eq!(r["scope"], "fixtures:whoami mcp:access offline_access");
+        assert!(r["refresh_token"].is_string() && r["refresh_token"] != t["refresh_token"], "{r}");
+        // Narrower but offline: a new refresh token, which still carries the whole grant (RFC 6749 §6).
+        let narrow = refresh(rt, Some("mcp:access offline_access")).unwrap();
+        assert_eq!(narrow["scope"], "mcp:access offline_access");
+        let again = refresh(narrow["refresh_token"].as_str().unwrap(), None).unwrap();
+        assert_eq!(again["scope"], "fixtures:whoami mcp:access offline_access");
+        // Narrower without offline_access: an access token only; the client keeps the refresh token it has.
+        let online = refresh(rt, Some("mcp:access")).unwrap();
+        assert_eq!(online["scope"], "mcp:access");
+        assert!(online.get("refresh_token").is_none(), "{online}");
+        assert!(refresh(rt, None).is_ok());
+
+        // offline_access alone asks for the endpoint's scopes too; a refresh never widens the grant.
+        let code = code_for(&s, &client_id, &[("scope", "offline_access")], unix_now());
+        let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
+        assert_eq!(t["scope"], "mcp:access offline_access");
+        assert!(t["refresh_token"].is_string(), "{t}");
+        let r = refresh(t["refresh_token"].as_str().unwrap(), Some("fixtures:whoami"));
+        assert_eq!(r.unwrap_err().code, ErrorCode::InvalidScope);
     }
 
     #[test]
@@ -1129,6 +1179,7 @@ mod tests {
             assert_eq!(ask(&[("resource", bad)])["error"], "invalid_target", "{bad}");
         }
         assert_eq!(ask(&[("scope", "mcp:access admin")])["error"], "invalid_scope");
+        assert!(ask(&[("scope", "offline_access")]).contains_key("code"));
         let code = ask(&[("scope", "fixtures:whoami mcp:access")])["code"].clone();
         let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
         assert_eq!(t["scope"], "fixtures:whoami mcp:access");
@@ -1168,7 +1219,10 @@ mod tests {
         let m = s.metadata("127.0.0.1:8123");
         assert_eq!(m["issuer"], "http://127.0.0.1:8123");
         assert_eq!(m["token_endpoint"], "http://127.0.0.1:8123/oauth/token");
+        // offline_access is the authorization server's, not the resource's.
+        assert_eq!(m["scopes_supported"], json!(["fixtures:whoami", "mcp:access", "offline_access"]));
         let pr = s.protected_resource("localhost:8123");
+        assert_eq!(pr.scopes_supported, ["fixtures:whoami", "mcp:access"]);
         assert_eq!(pr.resource, "http://localhost:8123/mcp");
         assert_eq!(pr.metadata_url(), "http://localhost:8123/.well-known/oauth-protected-resource/mcp");
     }
