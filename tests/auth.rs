@@ -313,7 +313,10 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
         let ch = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
         // Every scope the request needs (the endpoint's, then the tool's), so that a client that replaces its
         // scopes with the challenge's (the 1.x SDKs) asks for a token that works.
-        assert!(ch.contains("error=\"insufficient_scope\"") && ch.contains(&format!("scope=\"mcp:access {scope}\"")), "{ch}");
+        assert!(
+            ch.contains("error=\"insufficient_scope\"") && ch.contains(&format!("scope=\"mcp:access {scope}\"")),
+            "{ch}"
+        );
         assert!(ch.contains(&format!("resource_metadata=\"{METADATA}\"")), "{ch}");
         let b: Value = resp.json().await.unwrap();
         assert!(b["error"]["message"].as_str().unwrap().contains(scope), "{b}");
@@ -321,7 +324,9 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
 
     // The 2026-07-28 generation answers the same challenge.
     let modern = mcpfleet_testkit::ModernClient::new().with_token(&plain);
-    let resp = modern.send(&urls[0], &modern.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[]).await;
+    let resp = modern
+        .send(&urls[0], &modern.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[])
+        .await;
     assert_eq!(resp.status(), 403);
     let ch = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
     assert!(ch.contains("error=\"insufficient_scope\"") && ch.contains("scope=\"mcp:access fixtures:whoami\""), "{ch}");

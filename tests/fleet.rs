@@ -1047,7 +1047,10 @@ async fn one_strict_envelope_for_every_method() {
     c.initialize(&a).await;
     let v = Some("2025-11-25");
     let refused = [
-        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{}}"#, "the key at /method is given twice"),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{}}"#,
+            "the key at /method is given twice",
+        ),
         (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#, "the key at /id is given twice"),
         (
             r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"test://nope","uri":"test://static-text"}}"#,
@@ -1079,7 +1082,13 @@ async fn one_strict_envelope_for_every_method() {
     let events = redis.raw(&["XLEN", &redis.keys().into_iter().find(|k| k.contains(":ev:")).unwrap_or_default()]);
     assert!(events.trim() == "0" || events.trim().is_empty(), "nothing was committed: {events}");
     // The same bodies without the defects are served.
-    let (status, r) = post_raw(&c, &a, v, r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"test://static-text"}}"#).await;
+    let (status, r) = post_raw(
+        &c,
+        &a,
+        v,
+        r#"{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{"uri":"test://static-text"}}"#,
+    )
+    .await;
     assert_eq!((status, r["id"].clone()), (200, json!(9)), "{r}");
 
     // A session answers only in the version it negotiated (2025-11-25 here); no header is allowed.

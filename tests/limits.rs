@@ -650,9 +650,9 @@ async fn the_inflight_cap_never_refuses_a_client_at_it_across_replicas() {
     let s = setup(3, &["--max-inflight-per-user", "8"]).await;
     let proxy = mcpfleet_testkit::RoundRobinProxy::start(s.fleet.bases()).await;
     // CAP workers, each with one call in flight at a time, round-robin over the replicas: never over the cap.
-    let counts = call_loops(&s, &proxy.url(), CAP, 60).await;
-    println!("{CAP} workers × 60 calls at a cap of {CAP}: {counts:?}");
-    assert_eq!(counts, BTreeMap::from([(200, CAP * 60)]), "a client at its cap was refused");
+    let counts = call_loops(&s, &proxy.url(), CAP, 100).await;
+    println!("{CAP} workers × 100 calls at a cap of {CAP}: {counts:?}");
+    assert_eq!(counts, BTreeMap::from([(200, CAP * 100)]), "a client at its cap was refused");
     // The cap still holds: CAP long calls in flight, and one more is refused.
     let mut c = s.client("alice");
     c.initialize(&s.url(0)).await;
@@ -680,8 +680,9 @@ async fn the_default_limits_let_an_ordinary_client_work_and_the_strict_profile_d
         c.initialize(&url).await;
         let mut statuses = BTreeMap::<u16, usize>::new();
         for id in 0..100 {
-            *statuses.entry(c.post(&url, &call(id, "test_simple_text", json!({}))).await.status().as_u16()).or_default() +=
-                1;
+            *statuses
+                .entry(c.post(&url, &call(id, "test_simple_text", json!({}))).await.status().as_u16())
+                .or_default() += 1;
         }
         (statuses, c.delete(&url).await.status().as_u16())
     };

@@ -384,6 +384,7 @@ async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
 
 /// Runs `mcpfleet serve` with `extra` flags, its stderr a pipe or (through `script`) a terminal, until its
 /// "serving MCP" log line appears; that line.
+#[expect(clippy::unwrap_used, clippy::expect_used, reason = "a test helper fails loudly")]
 fn first_log_line(extra: &[&str], on_terminal: bool) -> String {
     use std::io::{BufRead as _, BufReader};
     use std::process::{Command, Stdio};
@@ -405,11 +406,8 @@ fn first_log_line(extra: &[&str], on_terminal: bool) -> String {
         c
     };
     let mut child = cmd.env("MCPFLEET_LOG", "info").env_remove("MCPFLEET_LOG_FORMAT").spawn().unwrap();
-    let out: Box<dyn std::io::Read + Send> = if on_terminal {
-        Box::new(child.stdout.take().unwrap())
-    } else {
-        Box::new(child.stderr.take().unwrap())
-    };
+    let out: Box<dyn std::io::Read + Send> =
+        if on_terminal { Box::new(child.stdout.take().unwrap()) } else { Box::new(child.stderr.take().unwrap()) };
     let mut found = None;
     for line in BufReader::new(out).lines() {
         let line = line.unwrap();
@@ -435,7 +433,8 @@ async fn logs_are_text_on_a_terminal_and_json_elsewhere() {
     })
     .await
     .unwrap();
-    let is_json = |l: &str| serde_json::from_str::<Value>(l.trim()).is_ok_and(|v| v["message"] == "serving MCP on /mcp");
+    let is_json =
+        |l: &str| serde_json::from_str::<Value>(l.trim()).is_ok_and(|v| v["message"] == "serving MCP on /mcp");
     assert!(!is_json(&lines[0]) && lines[0].contains(" INFO ") && lines[0].contains("serving MCP"), "{lines:?}");
     assert!(is_json(&lines[1]), "{lines:?}");
     assert!(is_json(&lines[2]), "{lines:?}");
@@ -445,6 +444,7 @@ async fn logs_are_text_on_a_terminal_and_json_elsewhere() {
 /// Sends a POST head declaring `len` bytes of body on a raw connection to `addr`, then writes the body in chunks
 /// while reading the answer, as a proxy relaying an upload does. Returns the answer's status line, whether the
 /// whole body was written without a reset, and whether the connection then served a second request.
+#[expect(clippy::unwrap_used, reason = "a test helper fails loudly")]
 async fn refused_upload(addr: &str, extra_headers: &str, len: usize) -> (String, bool, bool) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -521,6 +521,7 @@ async fn a_refusal_before_the_body_is_read_reaches_the_client_whole() {
     assert!(written && reused, "413: written {written}, reused {reused}");
     // Up to the documented bound (8 MiB) a refused body is drained; past it the connection is closed, but the
     // answer was written first.
-    let (status, _, _) = refused_upload(&addr, "", usize::try_from(mcpfleet_transport::DRAIN_MAX_BYTES).unwrap() + 1).await;
+    let (status, _, _) =
+        refused_upload(&addr, "", usize::try_from(mcpfleet_transport::DRAIN_MAX_BYTES).unwrap() + 1).await;
     assert!(status.starts_with("HTTP/1.1 401") || status.is_empty(), "{status}");
 }

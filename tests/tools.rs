@@ -17,8 +17,7 @@ async fn post_raw(c: &McpClient, url: &str, body: &str) -> reqwest::Response {
     if let Some(u) = &c.user {
         rb = rb.header(mcpfleet_testkit::TEST_USER_HEADER, u);
     }
-    rb
-        .header("content-type", "application/json")
+    rb.header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-11-25")
         .header("mcp-session-id", c.session.as_deref().unwrap())
@@ -641,7 +640,15 @@ fn outcome(r: &Value) -> (bool, bool, bool) {
 }
 
 /// Calls `tool` with `args`, the field at `pointer` spelled `number` (raw JSON, e.g. `1.0` or `-0`).
-async fn call_spelled(c: &McpClient, url: &str, id: u64, tool: &str, args: &Value, pointer: &str, number: &str) -> Value {
+async fn call_spelled(
+    c: &McpClient,
+    url: &str,
+    id: u64,
+    tool: &str,
+    args: &Value,
+    pointer: &str,
+    number: &str,
+) -> Value {
     let mut args = args.clone();
     *args.pointer_mut(pointer).unwrap() = json!("__NUMBER__");
     let body = call(id, tool, args).to_string().replace("\"__NUMBER__\"", number);
@@ -649,7 +656,12 @@ async fn call_spelled(c: &McpClient, url: &str, id: u64, tool: &str, args: &Valu
 }
 
 /// Every integer field of every tool, sent as `1.0`-style and `-0` numbers, ends as it does with the integer.
-async fn integral_spellings_work_for(c: &McpClient, url: &str, tools: &[Value], base: impl Fn(&str, &str) -> Option<Value>) -> usize {
+async fn integral_spellings_work_for(
+    c: &McpClient,
+    url: &str,
+    tools: &[Value],
+    base: impl Fn(&str, &str) -> Option<Value>,
+) -> usize {
     let mut id = 1000;
     let mut checked = 0;
     for t in tools {

@@ -285,7 +285,9 @@ impl TextPolicy {
         s.chars()
             .position(|c| forbidden_char(c, self.allow_controls) || (!self.allow_format && invisible_format_char(c)))
             .map(|i| {
-                format!("text without control, bidi-override, invisible format or tag characters (one at character {i})")
+                format!(
+                    "text without control, bidi-override, invisible format or tag characters (one at character {i})"
+                )
             })
     }
 }
@@ -371,10 +373,10 @@ impl Shape {
                 self.add(b, root, depth + 1);
             }
         }
-        if let Some(target) = m.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
-            if let Some(b) = root.pointer(target) {
-                self.add(b, root, depth + 1);
-            }
+        if let Some(b) =
+            m.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')).and_then(|t| root.pointer(t))
+        {
+            self.add(b, root, depth + 1);
         }
     }
 
@@ -418,9 +420,9 @@ fn integral(f: f64) -> Option<Value> {
         return None;
     }
     #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked to be integral and in range")]
-    if f >= 0.0 && f < 18_446_744_073_709_551_616.0 {
+    if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
         Some(Value::from(f as u64))
-    } else if f < 0.0 && f >= -9_223_372_036_854_775_808.0 {
+    } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
         Some(Value::from(f as i64))
     } else {
         None

@@ -171,7 +171,8 @@ fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportErr
         AuthError::InsufficientScope(scopes) => {
             // Every scope the request needs, not only the missing one: the 1.x SDKs replace their requested
             // scopes with the challenge's, and a challenge that left out the endpoint's scopes made them loop.
-            let mut all: Vec<&str> = resource.map(|r| r.required_scopes.iter().map(String::as_str).collect()).unwrap_or_default();
+            let mut all: Vec<&str> =
+                resource.map(|r| r.required_scopes.iter().map(String::as_str).collect()).unwrap_or_default();
             for s in scopes {
                 if !all.contains(&s.as_str()) {
                     all.push(s);
@@ -280,7 +281,9 @@ impl TransportError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, code::SERVER_ERROR),
             Self::Parse => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
             Self::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, code::SERVER_ERROR),
-            Self::InvalidRequest(_) | Self::Envelope(_) | Self::Batch => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
+            Self::InvalidRequest(_) | Self::Envelope(_) | Self::Batch => {
+                (StatusCode::BAD_REQUEST, code::INVALID_REQUEST)
+            }
             Self::MissingSession | Self::UnknownResponse | Self::BadCursor | Self::VersionMismatch { .. } => {
                 (StatusCode::BAD_REQUEST, code::SERVER_ERROR)
             }

@@ -37,7 +37,12 @@ enum Mode {
     Pending(Option<oneshot::Sender<Outcome>>),
     /// `sent`: the place (`AppendOptions::seq`) of the last event committed, or given up on; `last`: the id of
     /// the last event committed (the priming event's at first).
-    Streaming { stream: u64, live: Option<mpsc::Sender<Frame>>, sent: u64, last: EventId },
+    Streaming {
+        stream: u64,
+        live: Option<mpsc::Sender<Frame>>,
+        sent: u64,
+        last: EventId,
+    },
     Done,
 }
 

@@ -290,7 +290,10 @@ mod tests {
         assert!(matches!(m(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), Err(TransportError::InvalidRequest(_))));
         let dup = |s: &'static str| classify(&Bytes::from_static(s.as_bytes())).map(|(_, d)| d);
         assert_eq!(
-            dup(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1,"a":2}}}"#).ok().flatten().as_deref(),
+            dup(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1,"a":2}}}"#)
+                .ok()
+                .flatten()
+                .as_deref(),
             Some("/params/arguments/a"),
             "a duplicate tool argument is the tool's argument error"
         );
@@ -306,6 +309,9 @@ mod tests {
         assert!(envelope(r#"{"jsonrpc":"2.0","id":"a","result":{},"method2":1}"#).contains("a response"));
         assert!(envelope(r#"{"jsonrpc":"2.0","method":"tools/call","params":{}}"#).contains("needs an id"));
         assert!(envelope(r#"{"jsonrpc":"2.0","id":3,"method":"notifications/initialized"}"#).contains("no id"));
-        assert!(matches!(m(r#"{"jsonrpc":"2.0","id":"a","result":{},"error":{}}"#), Err(TransportError::InvalidRequest(_))));
+        assert!(matches!(
+            m(r#"{"jsonrpc":"2.0","id":"a","result":{},"error":{}}"#),
+            Err(TransportError::InvalidRequest(_))
+        ));
     }
 }

@@ -85,7 +85,12 @@ async fn admit_session(
 
 /// Admission of a control message on the session it names (see [`limits::Request::control`]), with the same
 /// session and version checks.
-async fn admit_control(app: &AppState, info: &mut RpcInfo, asker: &Asker<'_>, h: &mut McpHeaders) -> Result<SessionKey> {
+async fn admit_control(
+    app: &AppState,
+    info: &mut RpcInfo,
+    asker: &Asker<'_>,
+    h: &mut McpHeaders,
+) -> Result<SessionKey> {
     let key = h.session_key(asker.caller)?;
     let req = limits::Request { session: SessionOp::Touch(&key.id), ..asker.request().as_control() };
     let g = admit(app, info, &req).await?;
