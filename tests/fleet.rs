@@ -1024,16 +1024,7 @@ async fn a_redis_stall_never_makes_a_resume_repeat_an_event() {
 
 /// POSTs `body` as sent (duplicate keys and all) in `c`'s session, with `version` as `MCP-Protocol-Version`.
 async fn post_raw(c: &McpClient, url: &str, version: Option<&str>, body: &str) -> (u16, Value) {
-    let mut rb = c
-        .http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", c.session.as_deref().unwrap());
-    if let Some(v) = version {
-        rb = rb.header("mcp-protocol-version", v);
-    }
-    let resp = rb.body(body.to_owned()).send().await.unwrap();
+    let resp = c.post_raw(url, body, version).await;
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }

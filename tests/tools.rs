@@ -13,18 +13,7 @@ fn call(id: u64, tool: &str, args: Value) -> Value {
 
 /// POSTs a raw body (for what `serde_json::Value` cannot hold, like a duplicate key) in the client's session.
 async fn post_raw(c: &McpClient, url: &str, body: &str) -> reqwest::Response {
-    let mut rb = c.http.post(url);
-    if let Some(u) = &c.user {
-        rb = rb.header(mcpfleet_testkit::TEST_USER_HEADER, u);
-    }
-    rb.header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", c.session.as_deref().unwrap())
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
+    c.post_raw(url, body, Some("2025-11-25")).await
 }
 
 fn refusal_text(v: &Value) -> String {

@@ -196,6 +196,25 @@ impl McpClient {
         rb.body(body.to_string()).send().await.expect("POST")
     }
 
+    /// POSTs `body` exactly as given (for what a `Value` cannot hold: a duplicate key, `1.0`, `-0`), with the
+    /// client's identity and session, and `version` as `MCP-Protocol-Version` (none when `None`).
+    ///
+    /// # Panics
+    /// On a connection error.
+    pub async fn post_raw(&self, url: &str, body: &str, version: Option<&str>) -> reqwest::Response {
+        let mut rb = self
+            .identity(self.http.post(url))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s);
+        }
+        if let Some(v) = version {
+            rb = rb.header("mcp-protocol-version", v);
+        }
+        rb.body(body.to_owned()).send().await.expect("POST")
+    }
+
     /// Initializes a session and sends `notifications/initialized`; keeps the session id.
     ///
     /// # Panics

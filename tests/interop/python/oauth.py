@@ -258,7 +258,9 @@ class OAuthRun:
                 check(q.get("client_id") == [self.storage.client_info.client_id], "wrong client_id in authorize")
                 check(self.storage.tokens is not None, "no token was stored")
                 scopes = set((q.get("scope") or [""])[0].split())
-                check(scopes == {BASE_SCOPE}, f"the first authorization asked for {scopes}, not {{{BASE_SCOPE}}}")
+                # mcp 2.x also asks for offline_access (a refresh token) when the server lists it (SEP-2207).
+                check(scopes - {"offline_access"} == {BASE_SCOPE},
+                      f"the first authorization asked for {scopes}, not {{{BASE_SCOPE}}}")
                 tok = self.http.to_path("/oauth/token")
                 check([s for _, s, _ in tok] == [200], f"the token endpoint answered {[s for _, s, _ in tok]}")
             if modern:
