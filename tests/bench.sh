@@ -4,6 +4,7 @@
 #
 #   tests/bench.sh            # 10 s per setup, 16 sessions
 #   SECS=30 SESSIONS=32 tests/bench.sh
+#   ONLY='in-flight|^1 replica, Redis$' tests/bench.sh   # only the setups whose label matches
 #
 # Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
 # two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token); then the
@@ -62,6 +63,8 @@ stop_replicas() {
 # run LABEL REPLICAS EXTRA_BENCH_ARGS -- SERVER_ARGS...
 run() {
   local label="$1" replicas="$2" header="$3"; shift 3
+  # ONLY='regex' runs the setups whose label matches it.
+  if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
   local bench_args=() server_args=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do bench_args+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
@@ -90,6 +93,8 @@ run "1 replica, Redis, no limits" 1 "" --redis-url "$REDIS_URL" -- --redis-url "
   --rate-burst 0
 run "1 replica, Redis, bucket + quota + in-flight cap" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
   --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h
+run "3 replicas, Redis, round-robin, bucket + quota + in-flight cap" 3 "" --redis-url "$REDIS_URL" -- \
+  --redis-url "$REDIS_URL" --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h
 run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
 run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \

@@ -225,9 +225,12 @@ impl Post<'_> {
                     self.info.request_id = Some(id.clone());
                     self.modern(&h, &id, &method, &params, duplicate).await
                 }
-                // 2026-07-28 defines no client notification over HTTP: accepted, and ignored.
-                Message::Notification { .. } => {
-                    admit(app, self.info, &self.asker.request()).await?;
+                // 2026-07-28 defines no client notification over HTTP: accepted, and ignored (a cancellation, as in
+                // the session generation, without touching the bucket).
+                Message::Notification { method, .. } => {
+                    let req = self.asker.request();
+                    let req = if method == "notifications/cancelled" { req.as_control() } else { req };
+                    admit(app, self.info, &req).await?;
                     Ok(accepted())
                 }
                 Message::Response { .. } => Err(TransportError::InvalidRequest(

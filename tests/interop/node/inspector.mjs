@@ -13,14 +13,10 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { assert, assertEq, cliArgs, packageDir, packageVersion, Steps, TOOLS_DIR } from './lib.mjs';
+import { assert, assertEq, generationArgs, packageDir, packageVersion, Steps, TOOLS_DIR } from './lib.mjs';
 
 const PKG = '@modelcontextprotocol/inspector';
-const { url, generation } = cliArgs({ generation: { type: 'string' } });
-if (generation !== undefined && !['2025', '2026'].includes(generation)) {
-  console.error('--generation must be 2025 or 2026');
-  process.exit(64);
-}
+const { url, generations } = generationArgs();
 const NODE = path.join(TOOLS_DIR, 'node_modules', '.bin', 'node');
 const dir = packageDir(PKG);
 const bin = path.join(dir, JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')).bin['mcp-inspector']);
@@ -143,7 +139,7 @@ async function run(gen) {
   return S.summary({ protocolEra: era });
 }
 
-for (const gen of generation ? [generation] : ['2025', '2026']) {
+for (const gen of generations) {
   console.log(JSON.stringify(await run(gen)));
 }
 process.exit(0);

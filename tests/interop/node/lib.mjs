@@ -101,6 +101,19 @@ export function cliArgs(extra = {}) {
   return values;
 }
 
+/**
+ * Command-line options of a script that runs in both protocol generations: `--url URL [--generation 2025|2026]`.
+ * `generations` is the one asked for, or both (2025 first) without the flag.
+ */
+export function generationArgs() {
+  const { url, generation } = cliArgs({ generation: { type: 'string' } });
+  if (generation !== undefined && !['2025', '2026'].includes(generation)) {
+    console.error('--generation must be 2025 or 2026');
+    process.exit(64);
+  }
+  return { url, generations: generation ? [generation] : ['2025', '2026'] };
+}
+
 export class AssertionError extends Error {}
 
 export function assert(cond, message, detail) {

@@ -9,18 +9,14 @@
 //                              one JSON line each (2025 first)
 //
 //   .tools/node_modules/.bin/node tests/interop/node/oauth-client2.mjs --url http://127.0.0.1:PORT/mcp [--generation 2025|2026]
-import { cliArgs, importPkg, packageVersion, Steps } from './lib.mjs';
+import { generationArgs, importPkg, packageVersion, Steps } from './lib.mjs';
 import { oauthWorkflow } from './oauth-common.mjs';
 
 const PKG = '@modelcontextprotocol/client';
-const { url, generation } = cliArgs({ generation: { type: 'string' } });
-if (generation !== undefined && !['2025', '2026'].includes(generation)) {
-  console.error('--generation must be 2025 or 2026');
-  process.exit(64);
-}
+const { url, generations } = generationArgs();
 const { Client, StreamableHTTPClientTransport, UnauthorizedError } = await importPkg(PKG);
 
-for (const gen of generation ? [generation] : ['2025', '2026']) {
+for (const gen of generations) {
   const S = new Steps({ client: 'ts-client', version: packageVersion(PKG), generation: gen });
   const result = await oauthWorkflow(
     S,

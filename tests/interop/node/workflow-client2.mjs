@@ -10,15 +10,11 @@
 // Every step is asserted; the first failure prints what failed and exits 1.
 //
 //   .tools/node_modules/.bin/node tests/interop/node/workflow-client2.mjs --url http://127.0.0.1:PORT/mcp [--generation 2025|2026]
-import { assert, assertEq, cliArgs, elicitationAnswer, firstText, importPkg, packageVersion, recordingFetch, samplingAnswer, Steps } from './lib.mjs';
-import { basicSteps, interactiveSteps, loopStep } from './workflow-common.mjs';
+import { assert, assertEq, elicitationAnswer, firstText, generationArgs, importPkg, packageVersion, recordingFetch, samplingAnswer, Steps } from './lib.mjs';
+import { basicSteps, interactiveSteps, loopStep, resumptionStep, terminateSessionStep } from './workflow-common.mjs';
 
 const PKG = '@modelcontextprotocol/client';
-const { url, generation } = cliArgs({ generation: { type: 'string' } });
-if (generation !== undefined && !['2025', '2026'].includes(generation)) {
-  console.error('--generation must be 2025 or 2026');
-  process.exit(64);
-}
+const { url, generations } = generationArgs();
 const sdk = await importPkg(PKG);
 const { Client, StreamableHTTPClientTransport } = sdk;
 const VERSION = packageVersion(PKG);
@@ -113,46 +109,18 @@ async function run(gen) {
     });
     S.skip('terminate session (DELETE)', '2026-07-28 has no session: terminateSession() returns without a request when there is no session id');
   } else {
-    await S.step('resumption', async () => {
-      const mark = rec.mark();
-      const r = await callTool({ name: 'test_reconnection', arguments: {} });
-      assert(!r.isError, 'test_reconnection returned isError', r);
-      assert((firstText(r) ?? '').includes('the client properly reconnected'), `test_reconnection text: ${firstText(r)}`);
-      const resumes = rec.since(mark).filter((x) => x.method === 'GET' && x['last-event-id']);
-      assert(resumes.length >= 1, 'the result arrived without a GET carrying Last-Event-ID', rec.since(mark));
-      assert(resumes.some((x) => x.status === 200 && x.type === 'text/event-stream'), 'no resuming GET was answered 200 text/event-stream', resumes);
-      return `resumed with Last-Event-ID ${resumes[0]['last-event-id']}`;
-    });
+    await resumptionStep(S, rec, callTool);
   }
 
   await loopStep(S, callTool);
 
-  if (gen === '2025') {
-    await S.step('terminate session', async () => {
-      const sid = transport.sessionId;
-      const pv = transport.protocolVersion;
-      const mark = rec.mark();
-      await transport.terminateSession();
-      const del = rec.since(mark).filter((x) => x.method === 'DELETE');
-      assertEq(del.length, 1, 'DELETE requests sent');
-      assert(del[0].status >= 200 && del[0].status < 300, `DELETE answered ${del[0].status} (the SDK also accepts 405; we do not)`);
-      assertEq(transport.sessionId, undefined, 'session id after terminateSession');
-      const res = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': sid, 'mcp-protocol-version': pv },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 999, method: 'tools/list', params: {} }),
-      });
-      await res.body?.cancel();
-      assertEq(res.status, 404, 'status of a request on the terminated session');
-      return `DELETE ${del[0].status}, then 404`;
-    });
-  }
+  if (gen === '2025') await terminateSessionStep(S, rec, transport, url);
 
   await client.close();
   return S.summary({ sdkErrors: errors.length });
 }
 
-for (const gen of generation ? [generation] : ['2025', '2026']) {
+for (const gen of generations) {
   console.log(JSON.stringify(await run(gen)));
 }
 process.exit(0);

@@ -122,3 +122,47 @@ export async function loopStep(S, callTool, n = 100) {
     return `${n} ok`;
   });
 }
+
+/**
+ * Resumption (session generation): test_reconnection closes its SSE response stream on purpose after a priming
+ * event; the SDK must reconnect with GET + Last-Event-ID (on whichever replica the proxy picks) and get the result
+ * from there. `rec` is the run's recordingFetch.
+ */
+export async function resumptionStep(S, rec, callTool) {
+  await S.step('resumption', async () => {
+    const mark = rec.mark();
+    const r = await callTool({ name: 'test_reconnection', arguments: {} });
+    assert(!r.isError, 'test_reconnection returned isError', r);
+    assert((firstText(r) ?? '').includes('the client properly reconnected'), `test_reconnection text: ${firstText(r)}`);
+    const resumes = rec.since(mark).filter((x) => x.method === 'GET' && x['last-event-id']);
+    assert(resumes.length >= 1, 'the result arrived without a GET carrying Last-Event-ID', rec.since(mark));
+    assert(resumes.some((x) => x.status === 200 && x.type === 'text/event-stream'), 'no resuming GET was answered 200 text/event-stream', resumes);
+    return `resumed with Last-Event-ID ${resumes[0]['last-event-id']}`;
+  });
+}
+
+/**
+ * `transport.terminateSession()` (session generation): one DELETE, answered 2xx, and no session id left; then the
+ * session is gone on every replica: a request naming it gets 404. That request carries `protocolVersion` as its
+ * MCP-Protocol-Version (without it, the transport's own, read before the DELETE).
+ */
+export async function terminateSessionStep(S, rec, transport, url, protocolVersion) {
+  await S.step('terminate session', async () => {
+    const sid = transport.sessionId;
+    const pv = protocolVersion ?? transport.protocolVersion;
+    const mark = rec.mark();
+    await transport.terminateSession();
+    const del = rec.since(mark).filter((x) => x.method === 'DELETE');
+    assertEq(del.length, 1, 'DELETE requests sent');
+    assert(del[0].status >= 200 && del[0].status < 300, `DELETE answered ${del[0].status} (the SDK also accepts 405; we do not)`);
+    assertEq(transport.sessionId, undefined, 'session id after terminateSession');
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': sid, 'mcp-protocol-version': pv },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 999, method: 'tools/list', params: {} }),
+    });
+    await res.body?.cancel();
+    assertEq(res.status, 404, 'status of a request on the terminated session');
+    return `DELETE ${del[0].status}, then 404`;
+  });
+}

@@ -5,8 +5,8 @@
 // one JSON line {"client":"ts-sdk","version":"1.32.2","generation":"2025",...}.
 //
 //   .tools/node_modules/.bin/node tests/interop/node/workflow-sdk1.mjs --url http://127.0.0.1:PORT/mcp
-import { assert, assertEq, cliArgs, elicitationAnswer, firstText, importPkg, packageVersion, recordingFetch, samplingAnswer, Steps } from './lib.mjs';
-import { basicSteps, interactiveSteps, loopStep } from './workflow-common.mjs';
+import { assert, assertEq, cliArgs, elicitationAnswer, importPkg, packageVersion, recordingFetch, samplingAnswer, Steps } from './lib.mjs';
+import { basicSteps, interactiveSteps, loopStep, resumptionStep, terminateSessionStep } from './workflow-common.mjs';
 
 const PKG = '@modelcontextprotocol/sdk';
 const { url } = cliArgs();
@@ -50,39 +50,11 @@ await S.step('connect', async () => {
 await basicSteps(S, client, callTool);
 await interactiveSteps(S, client, callTool, handled);
 
-await S.step('resumption', async () => {
-  // test_reconnection closes its SSE response stream on purpose after a priming event; the SDK must reconnect
-  // with GET + Last-Event-ID (on whichever replica the proxy picks) and get the result from there.
-  const mark = rec.mark();
-  const r = await callTool({ name: 'test_reconnection', arguments: {} });
-  assert(!r.isError, 'test_reconnection returned isError', r);
-  assert((firstText(r) ?? '').includes('the client properly reconnected'), `test_reconnection text: ${firstText(r)}`);
-  const resumes = rec.since(mark).filter((x) => x.method === 'GET' && x['last-event-id']);
-  assert(resumes.length >= 1, 'the result arrived without a GET carrying Last-Event-ID', rec.since(mark));
-  assert(resumes.some((x) => x.status === 200 && x.type === 'text/event-stream'), 'no resuming GET was answered 200 text/event-stream', resumes);
-  return `resumed with Last-Event-ID ${resumes[0]['last-event-id']}`;
-});
+await resumptionStep(S, rec, callTool);
 
 await loopStep(S, callTool);
 
-await S.step('terminate session', async () => {
-  const sid = transport.sessionId;
-  const mark = rec.mark();
-  await transport.terminateSession();
-  const del = rec.since(mark).filter((x) => x.method === 'DELETE');
-  assertEq(del.length, 1, 'DELETE requests sent');
-  assert(del[0].status >= 200 && del[0].status < 300, `DELETE answered ${del[0].status} (the SDK also accepts 405; we do not)`);
-  assertEq(transport.sessionId, undefined, 'session id after terminateSession');
-  // The session is gone on every replica: a request naming it gets 404.
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-session-id': sid, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 999, method: 'tools/list', params: {} }),
-  });
-  await res.body?.cancel();
-  assertEq(res.status, 404, 'status of a request on the terminated session');
-  return `DELETE ${del[0].status}, then 404`;
-});
+await terminateSessionStep(S, rec, transport, url, LATEST_PROTOCOL_VERSION);
 
 await client.close();
 S.done({ sdkErrors: errors.length });

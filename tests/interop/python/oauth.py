@@ -20,25 +20,20 @@ it prints what failed to stderr and exits 1.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
-from importlib.metadata import version as dist_version
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
-import anyio
+from common import (MODERN_VERSION, SDK_MAJOR, SDK_VERSION, StepRunner, check, parse_args, run_reported,
+                    sdk_lacks_generation, wire)
 from mcp import types
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
-
-SDK_VERSION = dist_version("mcp")
-SDK_MAJOR = int(SDK_VERSION.split(".")[0])
 
 if SDK_MAJOR >= 2:
     import httpx2 as httpx
@@ -52,31 +47,6 @@ else:
 
 BASE_SCOPE = "mcp:access"
 WHOAMI_SCOPE = "fixtures:whoami"
-MODERN_VERSION = "2026-07-28"
-
-
-class StepFailed(Exception):
-    pass
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise StepFailed(what)
-
-
-def wire(model: Any) -> Any:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(e) for e in exc.exceptions)
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    error = getattr(exc, "error", None)
-    if error is not None and hasattr(error, "code"):
-        return f"{type(exc).__name__}: JSON-RPC error {error.code}: {error.message}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class InMemoryTokenStorage:
@@ -160,25 +130,15 @@ def free_loopback_port() -> int:
         return s.getsockname()[1]
 
 
-class OAuthRun:
+class OAuthRun(StepRunner):
     def __init__(self, url: str, generation: str, login_hint: str | None, timeout: float) -> None:
-        self.url = url
-        self.generation = generation
-        self.timeout = timeout
-        self.steps: list[str] = []
-        self.current = "connect"
+        super().__init__(url, generation, timeout)
         self.http = HttpLog()
         self.storage = InMemoryTokenStorage()
         # Nothing listens there: the browser stand-in reads the redirect instead of following it.
         self.redirect_uri = f"http://127.0.0.1:{free_loopback_port()}/callback"
         self.browser = Browser(self.redirect_uri, login_hint)
         self.whoami: dict[str, Any] = {}
-
-    @contextlib.contextmanager
-    def step(self, name: str) -> Any:
-        self.current = name
-        yield
-        self.steps.append(name)
 
     def provider(self) -> OAuthClientProvider:
         metadata = OAuthClientMetadata.model_validate(
@@ -225,10 +185,6 @@ class OAuthRun:
             async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=30), client_info=info) as s:
                 self.negotiated = (await s.initialize()).protocolVersion
                 yield s
-
-    async def run(self) -> None:
-        with anyio.fail_after(self.timeout):
-            await self._run()
 
     async def _run(self) -> None:
         modern = self.generation == "2026"
@@ -312,36 +268,21 @@ class OAuthRun:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", required=True, help="the MCP endpoint of a server started with --auth dev")
-    p.add_argument("--generation", choices=["2025", "2026"], default="2025")
-    p.add_argument("--login-hint", default="interop-python",
-                   help="the subject to sign in as (sent as login_hint; empty for the server's default)")
-    p.add_argument("--timeout", type=float, default=55.0)
-    p.add_argument("--verbose", action="store_true", help="log the SDK's INFO messages; a traceback on failure")
-    a = p.parse_args()
-    if a.verbose:
-        import logging
+    def login_hint(p: Any) -> None:
+        p.add_argument("--login-hint", default="interop-python",
+                       help="the subject to sign in as (sent as login_hint; empty for the server's default)")
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-    if a.generation == "2026" and SDK_MAJOR < 2:
-        print(f"oauth.py: mcp {SDK_VERSION} cannot speak 2026-07-28; use mcp 2.x", file=sys.stderr)
+    a = parse_args(__doc__, "the MCP endpoint of a server started with --auth dev", more=login_hint)
+    if sdk_lacks_generation("oauth.py", a.generation):
         return 2
     run = OAuthRun(a.url, a.generation, a.login_hint or None, a.timeout)
     started = time.monotonic()
-    try:
-        anyio.run(run.run)
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        print(f"oauth.py: FAILED at step {run.current!r} (mcp {SDK_VERSION}, generation {a.generation}, {a.url}): "
-              f"{describe(exc)}", file=sys.stderr)
-        print(f"oauth.py: steps passed: {run.steps}", file=sys.stderr)
-        print("oauth.py: HTTP exchanges: " + ", ".join(f"{m} {urlparse(u).path} {s}"
-                                                      for m, u, s, _ in run.http.responses[:40]), file=sys.stderr)
-        if a.verbose:
-            traceback.print_exception(exc)
+
+    def http_report() -> list[str]:
+        return ["oauth.py: HTTP exchanges: " + ", ".join(f"{m} {urlparse(u).path} {s}"
+                                                        for m, u, s, _ in run.http.responses[:40])]
+
+    if not run_reported("oauth.py", run, a, http_report, describe_data=False):
         return 1
     print(f"oauth.py: ok in {time.monotonic() - started:.1f} s: sub={run.whoami.get('sub')} "
           f"scopes={run.whoami.get('scopes')}", file=sys.stderr)

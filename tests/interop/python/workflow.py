@@ -27,22 +27,17 @@ On success the last stdout line is one JSON object:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
 import time
-import traceback
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from importlib.metadata import version as dist_version
 from typing import Any
 
-import anyio
+from common import (MODERN_VERSION, SDK_MAJOR, SDK_VERSION, StepFailed, StepRunner, check, describe, parse_args,
+                    run_reported, sdk_lacks_generation, wire)
 from mcp import types
-
-SDK_VERSION = dist_version("mcp")
-SDK_MAJOR = int(SDK_VERSION.split(".")[0])
 
 if SDK_MAJOR >= 2:
     import httpx2 as httpx  # mcp 2.x is built on httpx2 (a separate package), not httpx
@@ -57,43 +52,13 @@ else:
     from mcp.client.streamable_http import streamablehttp_client
 
 SESSION_VERSIONS = {"2025-03-26", "2025-06-18", "2025-11-25"}
-MODERN_VERSION = "2026-07-28"
 LOOP_CALLS = 100
 SAMPLED_TEXT = "pong from the python interop client"
 ELICITED = {"username": "interop-user", "email": "interop@example.com"}
 
 
-class StepFailed(Exception):
-    pass
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        raise StepFailed(what)
-
-
-def wire(model: Any) -> Any:
-    """A result model as its JSON wire form (camelCase), whichever SDK major made it."""
-    if isinstance(model, list):
-        return [wire(m) for m in model]
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 def texts(result: dict[str, Any]) -> list[str]:
     return [c.get("text", "") for c in result.get("content", []) if c.get("type") == "text"]
-
-
-def describe(exc: BaseException) -> str:
-    """One readable line per leaf exception, through anyio's exception groups."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(e) for e in exc.exceptions)
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    error = getattr(exc, "error", None)  # McpError / MCPError carry the JSON-RPC ErrorData
-    if error is not None and hasattr(error, "code"):
-        data = getattr(error, "data", None)
-        return f"{type(exc).__name__}: JSON-RPC error {error.code}: {error.message}" + (f" (data: {data})" if data else "")
-    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
@@ -197,24 +162,15 @@ class Session:
         return wire(await self.impl.complete(ref, {"name": argument, "value": value}))
 
 
-class Workflow:
+class Workflow(StepRunner):
+    between_steps = "(between steps)"
+
     def __init__(self, url: str, generation: str, timeout: float) -> None:
-        self.url = url
-        self.generation = generation
-        self.timeout = timeout
-        self.steps: list[str] = []
+        super().__init__(url, generation, timeout)
         self.skipped: dict[str, str] = {}
-        self.current = "connect"
         self.http = HttpLog()
         self.cb = Callbacks()
         self.connect_info: dict[str, Any] = {}
-
-    @contextlib.contextmanager
-    def step(self, name: str) -> Any:
-        self.current = name
-        yield
-        self.steps.append(name)
-        self.current = "(between steps)"
 
     def http_client(self) -> Any:
         return httpx.AsyncClient(
@@ -284,10 +240,6 @@ class Workflow:
                 self.connect_info["_server_info"] = init.get("serverInfo")
                 self.connect_info["_session_id"] = get_session_id()
                 yield Session(s)
-
-    async def run(self) -> None:
-        with anyio.fail_after(self.timeout):
-            await self._run()
 
     async def _run(self) -> None:
         modern = self.generation == "2026"
@@ -466,37 +418,19 @@ class Workflow:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8080/mcp")
-    p.add_argument("--generation", choices=["2025", "2026"], default="2025")
-    p.add_argument("--timeout", type=float, default=55.0, help="seconds for the whole workflow (default 55)")
-    p.add_argument("--verbose", action="store_true", help="log the SDK's INFO messages; a traceback on failure")
-    a = p.parse_args()
-    if a.verbose:
-        import logging
-
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-    if a.generation == "2026" and SDK_MAJOR < 2:
-        print(f"workflow.py: mcp {SDK_VERSION} cannot speak 2026-07-28 (it has no server/discover); "
-              "use mcp 2.x", file=sys.stderr)
+    a = parse_args(__doc__, "the MCP endpoint, e.g. http://127.0.0.1:8080/mcp",
+                   timeout_help="seconds for the whole workflow (default 55)")
+    if sdk_lacks_generation("workflow.py", a.generation, " (it has no server/discover)"):
         return 2
 
     wf = Workflow(a.url, a.generation, a.timeout)
     started = time.monotonic()
-    try:
-        anyio.run(wf.run)
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported the same way
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        print(f"workflow.py: FAILED at step {wf.current!r} (mcp {SDK_VERSION}, generation {a.generation}, "
-              f"{a.url}): {describe(exc)}", file=sys.stderr)
-        print(f"workflow.py: steps passed: {wf.steps}", file=sys.stderr)
+
+    def http_report() -> list[str]:
         errors = wf.http.errors()
-        if errors:
-            print(f"workflow.py: HTTP error responses seen: {errors[:10]}", file=sys.stderr)
-        if a.verbose:
-            traceback.print_exception(exc)
+        return [f"workflow.py: HTTP error responses seen: {errors[:10]}"] if errors else []
+
+    if not run_reported("workflow.py", wf, a, http_report):
         return 1
     out: dict[str, Any] = {"client": "python-mcp", "version": SDK_VERSION, "generation": a.generation,
                            "steps": wf.steps}
