@@ -62,13 +62,15 @@ async fn metrics_count_exactly_what_happened() {
     let quota = c.request(&url, 6, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
     assert_eq!(quota["result"]["isError"], true);
     // 8: the last token.
-    assert_eq!(c.delete(&url).await.status(), 200);
+    assert_eq!(c.post(&url, &json!({ "jsonrpc": "2.0", "id": 9, "method": "ping" })).await.status(), 200);
     // The bucket is empty: refused by Redis, then locally.
     for id in [7, 8] {
         let r = c.post(&url, &call(id, "test_simple_text", json!({}))).await;
         assert_eq!(r.status(), 429);
         assert!(r.headers().contains_key("retry-after"));
     }
+    // The DELETE takes no token from the empty bucket, but one from the principal's control bucket.
+    assert_eq!(c.delete(&url).await.status(), 200);
 
     let m = scrape(&admin).await;
     let exact = [
@@ -86,12 +88,14 @@ async fn metrics_count_exactly_what_happened() {
         (r#"mcp_requests_total{method="tools/call",status="429"}"#, 2.0),
         (r#"mcp_requests_total{method="POST",status="401"}"#, 1.0),
         (r#"mcp_requests_total{method="DELETE",status="200"}"#, 1.0),
+        (r#"mcp_requests_total{method="ping",status="200"}"#, 1.0),
         (r#"mcp_request_duration_seconds_count{method="tools/call"}"#, 7.0),
         (r#"mcp_auth_refusals_total{reason="missing_token"}"#, 1.0),
         (r#"mcp_auth_refusals_total{reason="insufficient_scope"}"#, 1.0),
         ("mcp_sessions_created_total", 1.0),
         ("mcp_sessions_deleted_total", 1.0),
-        (r#"mcp_limit_decisions_total{kind="rate",outcome="allowed"}"#, 8.0),
+        // 8 from the bucket, 1 (the DELETE) from the control bucket.
+        (r#"mcp_limit_decisions_total{kind="rate",outcome="allowed"}"#, 9.0),
         (r#"mcp_limit_decisions_total{kind="rate",outcome="denied"}"#, 1.0),
         (r#"mcp_limit_decisions_total{kind="rate",outcome="denied_cached"}"#, 1.0),
         (r#"mcp_limit_decisions_total{kind="quota",outcome="allowed"}"#, 1.0),
@@ -103,9 +107,9 @@ async fn metrics_count_exactly_what_happened() {
         (r#"mcp_limit_fail_open_total{outcome="allowed"}"#, 0.0),
         // One admission per request that took a token from Redis: initialize (with the session's creation),
         // notifications/initialized, the three tools/call that ran, the scope refusal (charged after), the quota
-        // refusal, DELETE (then its delete), and the first 429. The second 429 never reached Redis; the 401
+        // refusal, the ping, the first 429, and the DELETE (then its delete). The second 429 never reached Redis; the 401
         // never reached the store.
-        (r#"mcp_redis_command_duration_seconds_count{kind="admit"}"#, 9.0),
+        (r#"mcp_redis_command_duration_seconds_count{kind="admit"}"#, 10.0),
         (r#"mcp_redis_command_duration_seconds_count{kind="delete"}"#, 1.0),
     ];
     for (k, v) in exact {

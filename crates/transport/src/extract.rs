@@ -79,11 +79,13 @@ impl McpHeaders {
         }
     }
 
-    /// A session answers only in the version it negotiated: a header naming another one is 400 (no header is the
-    /// client's choice not to say, as 2025-03-26 clients do).
+    /// A session answers only in the version it negotiated: a header naming another one is 400. No header is the
+    /// client's choice not to say, as 2025-03-26 clients do; and `2025-03-26` itself is the value the spec gives
+    /// an absent header (that revision had no header), so it counts as absent. (The official conformance suite
+    /// sends it on a 2025-11-25 session.)
     pub(crate) fn check_session_version(&self, negotiated: &str) -> Result<()> {
         match self.sent_version {
-            Some(sent) if sent != negotiated => {
+            Some(sent) if sent != negotiated && sent != SUPPORTED_VERSIONS[0] => {
                 Err(TransportError::VersionMismatch { sent, negotiated: truncate(negotiated, 32) })
             }
             _ => Ok(()),
