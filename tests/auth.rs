@@ -638,15 +638,7 @@ async fn dev_issuer_prints_a_token_and_mints_more() {
     let key_file = dir.join("dev-key.pem");
     let _ = std::fs::remove_file(&key_file);
     let redis = RedisServer::start();
-    let mut fleet = Fleet::builder()
-        .replicas(2)
-        .redis(redis.url())
-        .arg("--auth")
-        .arg("dev")
-        .arg("--dev-key-file")
-        .arg(key_file.to_str().unwrap())
-        .start()
-        .await;
+    let mut fleet = Fleet::builder().replicas(2).redis(redis.url()).dev_auth(&key_file).start().await;
     let urls = fleet.urls();
     let line = fleet.replicas[0].stdout_line();
     let printed = line.trim().rsplit(' ').next().unwrap().to_owned();

@@ -35,14 +35,7 @@ impl Dev {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let key_file = dir.join("dev-key.pem");
-        let fleet = Fleet::builder()
-            .replicas(1)
-            .arg("--auth")
-            .arg("dev")
-            .arg("--dev-key-file")
-            .arg(key_file.to_str().unwrap())
-            .start()
-            .await;
+        let fleet = Fleet::builder().replicas(1).dev_auth(&key_file).start().await;
         let port = fleet.bases()[0].rsplit(':').next().unwrap().parse().unwrap();
         Self { fleet, key_file, dir, port }
     }

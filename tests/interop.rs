@@ -147,56 +147,45 @@ const SESSION_STEPS: [&[&str]; 8] = [
 /// The steps of the session generation only: resuming a stream, and ending the session.
 const RESUME_AND_DELETE: [&[&str]; 2] = [&["resum"], &["delete", "terminate"]];
 
+/// Runs a client's workflow script once per generation (`None`: the script's own, the session generation), each
+/// on a fleet of its own, and checks its version and steps.
+async fn workflows(client: &'static str, script: &'static str, version: &str, generations: &[Option<&'static str>]) {
+    for &generation in generations {
+        let f = FleetBehindProxy::start(&[]).await;
+        let mut args = vec!["--url".to_owned(), f.url()];
+        if let Some(g) = generation {
+            args.extend(["--generation".to_owned(), g.to_owned()]);
+        }
+        let runs = blocking(move || run(client, script, &args.iter().map(String::as_str).collect::<Vec<_>>())).await;
+        assert_eq!(runs[0]["version"], version);
+        if let Some(g) = generation {
+            assert_eq!(runs[0]["generation"], g);
+        }
+        assert_steps(&runs[0], &SESSION_STEPS);
+        if generation != Some("2026") {
+            assert_steps(&runs[0], &RESUME_AND_DELETE);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_mcp_1_runs_its_workflow_through_the_fleet() {
-    let f = FleetBehindProxy::start(&[]).await;
-    let url = f.url();
-    let runs = blocking(move || run("python1", "python/workflow.py", &["--url", &url])).await;
-    assert_eq!(runs[0]["version"], "1.30.0");
-    assert_steps(&runs[0], &SESSION_STEPS);
-    assert_steps(&runs[0], &RESUME_AND_DELETE);
+    workflows("python1", "python/workflow.py", "1.30.0", &[None]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_mcp_2_runs_its_workflow_in_both_generations() {
-    for generation in ["2025", "2026"] {
-        let f = FleetBehindProxy::start(&[]).await;
-        let url = f.url();
-        let runs =
-            blocking(move || run("python2", "python/workflow.py", &["--url", &url, "--generation", generation])).await;
-        assert_eq!(runs[0]["version"], "2.3.0");
-        assert_steps(&runs[0], &SESSION_STEPS);
-        if generation == "2025" {
-            assert_steps(&runs[0], &RESUME_AND_DELETE);
-        }
-    }
+    workflows("python2", "python/workflow.py", "2.3.0", &[Some("2025"), Some("2026")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_1_runs_its_workflow_through_the_fleet() {
-    let f = FleetBehindProxy::start(&[]).await;
-    let url = f.url();
-    let runs = blocking(move || run("node", "node/workflow-sdk1.mjs", &["--url", &url])).await;
-    assert_eq!(runs[0]["version"], "1.32.2");
-    assert_steps(&runs[0], &SESSION_STEPS);
-    assert_steps(&runs[0], &RESUME_AND_DELETE);
+    workflows("node", "node/workflow-sdk1.mjs", "1.32.2", &[None]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_client_2_runs_its_workflow_in_both_generations() {
-    for generation in ["2025", "2026"] {
-        let f = FleetBehindProxy::start(&[]).await;
-        let url = f.url();
-        let runs =
-            blocking(move || run("node", "node/workflow-client2.mjs", &["--url", &url, "--generation", generation]))
-                .await;
-        assert_eq!(runs[0]["version"], "2.4.0");
-        assert_eq!(runs[0]["generation"], generation);
-        assert_steps(&runs[0], &SESSION_STEPS);
-        if generation == "2025" {
-            assert_steps(&runs[0], &RESUME_AND_DELETE);
-        }
-    }
+    workflows("node", "node/workflow-client2.mjs", "2.4.0", &[Some("2025"), Some("2026")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

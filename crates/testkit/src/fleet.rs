@@ -249,6 +249,13 @@ impl FleetBuilder {
         b
     }
 
+    /// `--auth dev` with the dev issuer's key in `key_file` (created if missing; replicas given the same file share
+    /// the issuer).
+    #[must_use]
+    pub fn dev_auth(self, key_file: &std::path::Path) -> Self {
+        self.arg("--auth").arg("dev").arg("--dev-key-file").arg(key_file.to_string_lossy())
+    }
+
     /// Keeps the server's own default limits (bucket, caps) instead of the testkit's, which no ordinary test
     /// reaches: for tests of what a new user gets.
     #[must_use]
