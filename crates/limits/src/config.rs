@@ -1,10 +1,8 @@
 //! What the operator sets: the bucket, the quotas, the caps and the failure policy. Parsed by the server's config
-//! module; the parsers here are the one definition of the flag syntax (`10/1h`, `250ms`).
+//! module; the syntax of quotas and durations (`10/1h`, `250ms`) is `mcpfleet_core`'s.
 
-use crate::LimitError;
+pub use mcpfleet_core::{Quota, parse_duration};
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The per-principal token bucket of the transport.
@@ -27,77 +25,6 @@ impl RateLimit {
     #[must_use]
     pub fn status(&self, remaining: u64, reset: u64) -> crate::RateStatus {
         crate::RateStatus { limit: self.burst, window: self.window_secs(), remaining, reset }
-    }
-}
-
-/// A fixed-window quota: at most `limit` calls per `window`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Quota {
-    pub limit: u64,
-    pub window: Duration,
-}
-
-impl Quota {
-    #[must_use]
-    pub const fn new(limit: u64, window: Duration) -> Self {
-        Self { limit, window }
-    }
-}
-
-impl fmt::Display for Quota {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} per {}", self.limit, HumanDuration(self.window))
-    }
-}
-
-/// `LIMIT/WINDOW`, e.g. `10/1h`; `LIMIT` ≥ 1.
-impl FromStr for Quota {
-    type Err = LimitError;
-    fn from_str(s: &str) -> Result<Self, LimitError> {
-        let bad = || LimitError::Config(format!("quota {s:?} is not LIMIT/WINDOW, like 10/1h"));
-        let (limit, window) = s.split_once('/').ok_or_else(bad)?;
-        let limit: u64 = limit.trim().parse().map_err(|_| bad())?;
-        if limit == 0 {
-            return Err(LimitError::Config(format!("quota {s:?}: the limit must be at least 1")));
-        }
-        Ok(Self { limit, window: parse_duration(window.trim())? })
-    }
-}
-
-/// A duration with a unit: `250ms`, `60s`, `5m`, `1h`, `1d`. Between 1 ms and 30 days.
-///
-/// # Errors
-/// [`LimitError::Config`] naming the value.
-pub fn parse_duration(s: &str) -> Result<Duration, LimitError> {
-    let bad = || LimitError::Config(format!("duration {s:?} needs a number and a unit: ms, s, m, h or d (like 60s)"));
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
-        _ => return Err(bad()),
-    };
-    match ms {
-        Some(ms) if (1..=30 * 86_400_000).contains(&ms) => Ok(Duration::from_millis(ms)),
-        _ => Err(LimitError::Config(format!("duration {s:?} must be between 1ms and 30d"))),
-    }
-}
-
-struct HumanDuration(Duration);
-
-impl fmt::Display for HumanDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = self.0.as_millis();
-        for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-            if ms >= size && ms.is_multiple_of(size) {
-                return write!(f, "{}{unit}", ms / size);
-            }
-        }
-        write!(f, "{ms}ms")
     }
 }
 
@@ -165,14 +92,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quotas_and_durations_parse_strictly() {
-        assert_eq!("10/1h".parse::<Quota>().ok(), Some(Quota::new(10, Duration::from_secs(3600))));
-        assert_eq!("3/250ms".parse::<Quota>().ok(), Some(Quota::new(3, Duration::from_millis(250))));
-        for bad in ["", "10", "0/1h", "10/", "10/1", "10/1w", "-1/1h", "10/0s", "10/31d", "x/1h", "10/1.5h"] {
-            assert!(bad.parse::<Quota>().is_err(), "{bad}");
-        }
-        assert_eq!(Quota::new(10, Duration::from_secs(3600)).to_string(), "10 per 1h");
-        assert_eq!(Quota::new(2, Duration::from_millis(1500)).to_string(), "2 per 1500ms");
+    fn the_window_of_a_bucket_is_its_fill_time() {
         assert_eq!(RateLimit { burst: 60, per_second: 1.0 }.window_secs(), 60);
         assert_eq!(RateLimit { burst: 5, per_second: 2.0 }.window_secs(), 3);
     }

@@ -7,7 +7,8 @@
 //! again locally, without a store call, so that a flood does not reach Redis), a circuit breaker that stops calling
 //! a failing store for a moment, and the fail-open bucket (`FailMode::Open`).
 //!
-//! This crate must not depend on HTTP, axum, the transport, tools or Redis: it speaks the state crate's traits,
+//! [`Quota`] and the flag syntax are `mcpfleet-core`'s. This crate must not depend on HTTP, axum, the transport,
+//! tools, auth or Redis: it speaks the state crate's traits,
 //! and the transport turns its refusals into statuses and headers.
 
 mod config;

@@ -2,38 +2,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-fn is_token_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
-}
-
-/// The opaque, stable key of a user: a hash of the verified principal. It becomes part of Redis key names and
-/// their hash tag, so it is limited to `[A-Za-z0-9_-]{1,64}` and can never contain `{`, `}` or `:`.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct UserKey(String);
-
-impl UserKey {
-    /// Accepts an already-hashed user key.
-    #[must_use]
-    pub fn new(raw: &str) -> Option<Self> {
-        (!raw.is_empty() && raw.len() <= 64 && raw.bytes().all(is_token_char)).then(|| Self(raw.to_owned()))
-    }
-    /// The one principal of `--auth none`.
-    #[must_use]
-    pub fn anonymous() -> Self {
-        Self("anonymous".to_owned())
-    }
-
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for UserKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "UserKey({})", self.0)
-    }
-}
+pub use mcpfleet_core::UserKey;
+use mcpfleet_core::is_token_char;
 
 /// A session id as the client sends it in `MCP-Session-Id`. Ours are base64url, 16 to 128 characters; anything
 /// else cannot name a session and is treated as unknown without a store call.

@@ -4,8 +4,9 @@
 //! [`reference`] tools; and the fixtures (`--fixtures conformance`, `reference`, `open`).
 //!
 //! A tool sees the world only through [`ToolContext`]: the verified [`Principal`] that called it, progress,
-//! logging, server→client requests and notifications to its session. The transport implements that context over the state crate, so a tool runs the
-//! same on any replica. This crate must not depend on axum, HTTP, Redis or the transport.
+//! logging, server→client requests and notifications to its session. The transport implements that context over
+//! the state crate, so a tool runs the same on any replica. It takes [`Principal`], [`Scopes`] and [`Quota`] from
+//! `mcpfleet-core`, and must not depend on auth, limits, state, axum, HTTP, Redis or the transport.
 
 pub mod conformance;
 mod empty;
@@ -18,17 +19,13 @@ pub mod tool;
 pub mod validate;
 
 pub use empty::EmptyCatalog;
-pub use mcpfleet_auth::{Principal, Scopes};
-pub use mcpfleet_limits::Quota;
+pub use mcpfleet_core::{JsonObject, Principal, Quota, Scopes};
 pub use tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};
 
 use async_trait::async_trait;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// A JSON object, as tools receive their arguments.
-pub type JsonObject = Map<String, Value>;
 
 /// Why a catalog call or a context operation failed. The transport maps each kind to a JSON-RPC error or an
 /// `isError` result; messages are safe to show.

@@ -301,7 +301,7 @@ mod tests {
 
     fn cx() -> Cx {
         Cx(Principal {
-            user: mcpfleet_state::UserKey::new("u").expect("key"),
+            user: mcpfleet_core::UserKey::new("u").expect("key"),
             issuer: "i".into(),
             subject: "s".into(),
             client_id: None,

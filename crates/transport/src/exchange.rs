@@ -116,7 +116,8 @@ impl Exchange {
             client_capabilities_raw: session.client_capabilities.clone(),
             client_capabilities: std::sync::OnceLock::new(),
             min_log_level,
-            priming_data: session.protocol_version.as_str() >= "2025-11-25",
+            priming_data: crate::ProtocolVersion::parse(&session.protocol_version)
+                .is_some_and(crate::ProtocolVersion::primes_with_data),
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
             done: CancellationToken::new(),

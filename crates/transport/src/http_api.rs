@@ -497,7 +497,9 @@ pub(crate) async fn get(
         let session = granted.session.ok_or(TransportError::SessionNotFound)?;
         // Held before the stream opens, so that a failure to open frees it.
         let slot = granted.slot.map(|l| app.limits.hold(l));
-        let rx = tail::open(&app, key, cursor, session.protocol_version.as_str() >= "2025-11-25").await?;
+        let data = crate::ProtocolVersion::parse(&session.protocol_version)
+            .is_some_and(crate::ProtocolVersion::primes_with_data);
+        let rx = tail::open(&app, key, cursor, data).await?;
         Ok(sse::response(&app, rx, "listen", sse::Held { slot, ..sse::Held::default() }))
     }
     .await;

@@ -35,6 +35,7 @@ pub use admin::{AdminState, admin_router};
 pub use drain::{DRAIN_MAX_BYTES, DRAIN_MAX_TIME};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
+pub use mcpfleet_core::ProtocolVersion;
 pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
 pub use mrtr::RequestStateKeys;
@@ -51,10 +52,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Protocol versions of the session-based generation, oldest first.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
-/// Protocol versions of the stateless generation (per-request `_meta`, no session).
-pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+/// Protocol versions of the session-based generation, oldest first, as the wire spells them.
+pub const SUPPORTED_VERSIONS: [&str; 3] =
+    [ProtocolVersion::SESSION[0].as_str(), ProtocolVersion::SESSION[1].as_str(), ProtocolVersion::SESSION[2].as_str()];
+/// Protocol versions of the stateless generation (per-request `_meta`, no session), as the wire spells them.
+pub const MODERN_VERSIONS: [&str; 1] = [ProtocolVersion::STATELESS[0].as_str()];
 
 /// How the endpoint behaves. Built once by the server's config module.
 #[derive(Clone, Debug)]

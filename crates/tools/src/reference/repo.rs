@@ -3,7 +3,7 @@
 //! about another principal's records; an id of theirs reads as "not found", exactly like an id that never existed.
 
 use async_trait::async_trait;
-use mcpfleet_auth::Principal;
+use mcpfleet_core::Principal;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
