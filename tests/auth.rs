@@ -6,8 +6,8 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::issuer::{AUDIENCE, now};
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, scrape, server_bin};
+use mcpfleet_fleetkit::issuer::{AUDIENCE, now};
+use mcpfleet_fleetkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, scrape, server_bin};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ async fn send(rb: reqwest::RequestBuilder) -> Seen {
 fn http() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
-        mcpfleet_testkit::init_tls();
+        mcpfleet_fleetkit::init_tls();
         reqwest::Client::new()
     })
 }
@@ -323,7 +323,7 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
     }
 
     // The 2026-07-28 generation answers the same challenge.
-    let modern = mcpfleet_testkit::ModernClient::new().with_token(&plain);
+    let modern = mcpfleet_fleetkit::ModernClient::new().with_token(&plain);
     let resp = modern
         .send(&urls[0], &modern.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[])
         .await;

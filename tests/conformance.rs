@@ -7,7 +7,7 @@
 
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_testkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -12,7 +12,7 @@ use jsonwebtoken::Algorithm;
 use mcpfleet_auth::ProtectedResource;
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::{AuthorizeOutcome, DevAuthServer, unix_now};
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, TestKey, server_bin};
+use mcpfleet_fleetkit::{Fleet, Issuer, McpClient, TestKey, server_bin};
 use reqwest::Url;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
@@ -56,7 +56,7 @@ impl Drop for Dev {
 }
 
 fn http() -> reqwest::Client {
-    mcpfleet_testkit::init_tls();
+    mcpfleet_fleetkit::init_tls();
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy().build().unwrap()
 }
 
@@ -199,7 +199,7 @@ async fn whoami(url: &str, access_token: &str) -> Result<Value, Seen> {
         let headers = resp.headers().clone();
         return Err(Seen { status, headers, body: resp.json().await.unwrap_or(Value::Null) });
     }
-    let r: Value = mcpfleet_testkit::response_of(resp).await;
+    let r: Value = mcpfleet_fleetkit::response_of(resp).await;
     Ok(serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap())
 }
 

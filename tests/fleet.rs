@@ -3,14 +3,14 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_testkit::{Fleet, McpClient, RedisServer, SseEvent, data_messages, eventually, progress_values};
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, data_messages, eventually, progress_values};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
 
 /// Reads events until `n` of them carry a message; returns every event read.
-async fn read_messages(s: &mut mcpfleet_testkit::SseStream, n: usize) -> Vec<SseEvent> {
+async fn read_messages(s: &mut mcpfleet_fleetkit::SseStream, n: usize) -> Vec<SseEvent> {
     let mut seen = Vec::new();
     while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < n {
         seen.push(s.next(T).await.unwrap().unwrap());
@@ -39,7 +39,7 @@ async fn initialize_on_a_call_on_b_stream_on_c() {
     // The standalone stream opens on C; a notification published by a call on A reaches it.
     let resp = client.get(&c, None).await;
     assert_eq!(resp.status(), 200);
-    let mut stream = mcpfleet_testkit::SseStream::new(resp);
+    let mut stream = mcpfleet_fleetkit::SseStream::new(resp);
     let priming = stream.next(T).await.unwrap().unwrap();
     assert!(priming.id.as_deref().unwrap().starts_with("0:"), "standalone stream is stream 0: {priming:?}");
     assert_eq!(priming.data, "");
@@ -80,7 +80,7 @@ async fn resume_on_another_replica_gets_every_later_event_once_in_order() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let resp = client.get(&b, Some(&cursor)).await;
     assert_eq!(resp.status(), 200);
-    let rest = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(resp).collect(T).await.unwrap();
     let before = progress_values(&data_messages(&seen));
     let after_msgs = data_messages(&rest);
     let after = progress_values(&after_msgs);
@@ -125,7 +125,7 @@ async fn sigkilled_replica_mid_call_gives_committed_events_then_a_clear_error() 
     let started = Instant::now();
     let resp = client.get(&b, Some(&cursor)).await;
     assert_eq!(resp.status(), 200);
-    let rest = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(resp).collect(T).await.unwrap();
     let elapsed = started.elapsed();
     let msgs = data_messages(&rest);
     let last = msgs.last().unwrap();
@@ -155,7 +155,7 @@ async fn delete_on_b_closes_a_stream_and_404s_everywhere() {
     let urls = fleet.urls();
     let mut client = McpClient::new();
     client.initialize(&urls[0]).await;
-    let mut get = mcpfleet_testkit::SseStream::new(client.get(&urls[0], None).await);
+    let mut get = mcpfleet_fleetkit::SseStream::new(client.get(&urls[0], None).await);
     assert_eq!(get.next(T).await.unwrap().unwrap().data, "");
     let mut call =
         client.call_streaming(&urls[2], 5, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
@@ -444,7 +444,7 @@ async fn server_closes_a_connection_with_retry_and_the_client_resumes_elsewhere(
     assert_eq!(events.last().unwrap().retry, Some(500), "retry: before the server closed the connection");
     assert!(data_messages(&events).is_empty(), "no response on the closed connection");
     let cursor = events.iter().rev().find_map(|e| e.id.clone()).unwrap();
-    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
     let msgs = data_messages(&rest);
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0]["id"], 4);
@@ -506,7 +506,7 @@ async fn unanswered_client_request_times_out_with_a_cancellation() {
 
 #[test]
 fn bad_config_exits_64_with_one_line() {
-    let bin = mcpfleet_testkit::server_bin();
+    let bin = mcpfleet_fleetkit::server_bin();
     for args in [
         vec!["serve", "--listen", "0.0.0.0:0"],
         vec!["serve", "--allowed-origins", ":*"],
@@ -536,7 +536,7 @@ fn bad_config_exits_64_with_one_line() {
     }
     let unreachable = std::process::Command::new(&bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout", "300ms"])
-        .env("MCPFLEET_REQUEST_STATE_KEYS", mcpfleet_testkit::TEST_STATE_KEY)
+        .env("MCPFLEET_REQUEST_STATE_KEYS", mcpfleet_fleetkit::TEST_STATE_KEY)
         .output()
         .unwrap();
     assert_eq!(unreachable.status.code(), Some(69), "Redis unreachable at start");
@@ -580,7 +580,7 @@ async fn standalone_stream_resumes_on_another_replica_and_new_get_takes_over() {
     client.initialize(&a).await;
     let notify = |id: i64| json!({ "name": "test_update_watched_resource", "arguments": {}, "_meta": { "n": id } });
 
-    let mut get = mcpfleet_testkit::SseStream::new(client.get(&a, None).await);
+    let mut get = mcpfleet_fleetkit::SseStream::new(client.get(&a, None).await);
     get.next(T).await.unwrap().unwrap();
     client.request(&b, 1, "tools/call", notify(1)).await;
     let first = get.next(T).await.unwrap().unwrap();
@@ -591,7 +591,7 @@ async fn standalone_stream_resumes_on_another_replica_and_new_get_takes_over() {
     client.request(&b, 2, "tools/call", notify(2)).await;
     let resp = client.get(&c, first.id.as_deref()).await;
     assert_eq!(resp.status(), 200);
-    let mut resumed = mcpfleet_testkit::SseStream::new(resp);
+    let mut resumed = mcpfleet_fleetkit::SseStream::new(resp);
     let replayed = resumed.next(T).await.unwrap().unwrap();
     assert_eq!(replayed.json().unwrap()["method"], "notifications/resources/updated");
     assert_ne!(replayed.id, first.id);
@@ -601,7 +601,7 @@ async fn standalone_stream_resumes_on_another_replica_and_new_get_takes_over() {
 
     // A newer GET takes the standalone stream over: the older one ends with a retry hint, and each later
     // message goes to exactly one stream.
-    let mut newer = mcpfleet_testkit::SseStream::new(client.get(&b, None).await);
+    let mut newer = mcpfleet_fleetkit::SseStream::new(client.get(&b, None).await);
     newer.next(T).await.unwrap().unwrap();
     let tail = resumed.collect(T).await.unwrap();
     assert!(tail.last().is_some_and(|e| e.retry.is_some()), "taken-over stream ends with retry: {tail:?}");
@@ -659,7 +659,7 @@ async fn a_refused_standalone_resume_leaves_the_live_stream_alone() {
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
-    let mut live = mcpfleet_testkit::SseStream::new(client.get(&a, None).await);
+    let mut live = mcpfleet_fleetkit::SseStream::new(client.get(&a, None).await);
     live.next(T).await.unwrap().unwrap();
     let keys = redis.keys();
     let xlen = |r: &RedisServer| r.raw(&["XLEN", &r.keys().into_iter().find(|k| k.contains(":ev:")).unwrap()]);
@@ -681,7 +681,7 @@ async fn racing_gets_leave_exactly_one_standalone_stream() {
         let mut client = McpClient::new();
         client.initialize(&a).await;
         let (ra, rb) = tokio::join!(client.get(&a, None), client.get(&b, None));
-        let (mut sa, mut sb) = (mcpfleet_testkit::SseStream::new(ra), mcpfleet_testkit::SseStream::new(rb));
+        let (mut sa, mut sb) = (mcpfleet_fleetkit::SseStream::new(ra), mcpfleet_fleetkit::SseStream::new(rb));
         sa.next(T).await.unwrap().unwrap();
         sb.next(T).await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -710,7 +710,7 @@ async fn live_streams_keep_their_session_alive_past_the_idle_ttl() {
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
-    let mut get = mcpfleet_testkit::SseStream::new(client.get(&b, None).await);
+    let mut get = mcpfleet_fleetkit::SseStream::new(client.get(&b, None).await);
     get.next(T).await.unwrap().unwrap();
     // 4.2 s of a running call and an open GET stream, with no other request: twice the idle TTL.
     let events = client
@@ -741,7 +741,7 @@ async fn resuming_after_the_final_event_ends_at_once() {
         .unwrap();
     let last = events.iter().rev().find_map(|e| e.id.clone()).unwrap();
     let started = Instant::now();
-    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&last)).await).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(client.get(&b, Some(&last)).await).collect(T).await.unwrap();
     assert!(data_messages(&rest).is_empty());
     assert!(started.elapsed() < Duration::from_secs(2), "closed promptly: {:?}", started.elapsed());
 }
@@ -776,7 +776,7 @@ async fn older_clients_get_a_priming_event_without_empty_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_streams_with_retry_and_lets_running_calls_finish() {
     let redis = RedisServer::start();
-    let args = |b: mcpfleet_testkit::FleetBuilder| b.short_leases();
+    let args = |b: mcpfleet_fleetkit::FleetBuilder| b.short_leases();
     let mut fleet_a = args(Fleet::builder().redis(redis.url())).start().await;
     let fleet_b = args(Fleet::builder().redis(redis.url())).start().await;
     let (a, b) = (fleet_a.urls()[0].clone(), fleet_b.urls()[0].clone());
@@ -788,7 +788,7 @@ async fn sigterm_ends_streams_with_retry_and_lets_running_calls_finish() {
     seen.extend(s.collect(T).await.unwrap());
     assert!(seen.last().unwrap().retry.is_some(), "the stream ended with a retry hint: {seen:?}");
     let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
-    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
     let mut progress = progress_values(&data_messages(&seen));
     let after = data_messages(&rest);
     progress.extend(progress_values(&after));
@@ -813,7 +813,7 @@ async fn a_silent_call_switches_to_sse_after_the_configured_delay() {
         "params": { "name": "test_countdown", "arguments": { "count": 3, "interval_ms": 200 } } });
     let resp = client.post(&url, &body).await;
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let events = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+    let events = mcpfleet_fleetkit::SseStream::new(resp).collect(T).await.unwrap();
     assert_eq!(events.len(), 2, "priming event, then the response: {events:?}");
     assert_eq!(events[0].data, "");
     assert_eq!(events[1].json().unwrap()["result"]["content"][0]["text"], "counted to 3");
@@ -930,7 +930,7 @@ async fn a_result_finished_during_a_redis_write_outage_is_committed_not_lost() {
     write_outage(&redis, Duration::from_millis(2500)).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
-    let rest = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
+    let rest = mcpfleet_fleetkit::SseStream::new(client.get(&b, Some(&cursor)).await).collect(T).await.unwrap();
     let last = data_messages(&rest).pop().unwrap();
     assert_eq!(last["id"], 41);
     assert_eq!(last["result"]["content"][0]["text"], "counted to 3", "the real result, not 'lost': {last}");
@@ -949,7 +949,7 @@ async fn a_resumer_does_not_declare_a_live_call_lost_after_an_outage() {
     let seen = read_messages(&mut s, 1).await;
     drop(s);
     let cursor = seen.iter().rev().find_map(|e| e.id.clone()).unwrap();
-    let mut resumed = mcpfleet_testkit::SseStream::new(client.get(&b, Some(&cursor)).await);
+    let mut resumed = mcpfleet_fleetkit::SseStream::new(client.get(&b, Some(&cursor)).await);
     write_outage(&redis, Duration::from_millis(3500)).await;
     let rest = data_messages(&resumed.collect(Duration::from_secs(15)).await.unwrap());
     let last = rest.last().unwrap();
@@ -1015,7 +1015,7 @@ async fn a_redis_stall_never_makes_a_resume_repeat_an_event() {
         let Some(id) = &e.id else { continue };
         let resp = client.get(&b, Some(id)).await;
         assert_eq!(resp.status(), 200, "resume from {id}");
-        let replay = mcpfleet_testkit::SseStream::new(resp).collect(T).await.unwrap();
+        let replay = mcpfleet_fleetkit::SseStream::new(resp).collect(T).await.unwrap();
         let seen: Vec<Value> = data_messages(&live[..=i]).into_iter().chain(data_messages(&replay)).collect();
         assert_eq!(progress_values(&seen), (1..=40).collect::<Vec<u64>>(), "resumed from {id}");
         assert_eq!(seen.iter().filter(|m| m["id"] == 1).count(), 1, "one response, resumed from {id}");
@@ -1094,7 +1094,7 @@ async fn one_strict_envelope_for_every_method() {
     let delete = c.http.delete(&a).header("mcp-session-id", c.session.as_deref().unwrap());
     assert_eq!(delete.header("mcp-protocol-version", "2025-06-18").send().await.unwrap().status(), 400);
     // 2026-07-28 still takes the stateless path, where the envelope is just as strict.
-    let modern = mcpfleet_testkit::ModernClient::new();
+    let modern = mcpfleet_fleetkit::ModernClient::new();
     let mut body = modern.body(11, "tools/list", json!({}));
     body["Params"] = json!({});
     let resp = modern.send(&a, &body, &[]).await;

@@ -12,7 +12,7 @@
 
 #![expect(clippy::expect_used, clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_testkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use futures::future::join_all;
-use mcpfleet_testkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, data_messages, eventually};
+use mcpfleet_fleetkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, data_messages, eventually};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
@@ -648,7 +648,7 @@ async fn call_loops(fleet: &JwtFleet, url: &str, workers: usize, calls: u64) -> 
 async fn the_inflight_cap_never_refuses_a_client_at_it_across_replicas() {
     const CAP: usize = 8;
     let s = setup(3, &["--max-inflight-per-user", "8"]).await;
-    let proxy = mcpfleet_testkit::RoundRobinProxy::start(s.fleet.bases()).await;
+    let proxy = mcpfleet_fleetkit::RoundRobinProxy::start(s.fleet.bases()).await;
     // CAP workers, each with one call in flight at a time, round-robin over the replicas: never over the cap.
     let counts = call_loops(&s, &proxy.url(), CAP, 100).await;
     println!("{CAP} workers × 100 calls at a cap of {CAP}: {counts:?}");
@@ -673,7 +673,7 @@ async fn the_default_limits_let_an_ordinary_client_work_and_the_strict_profile_d
     // The server's own defaults, as a new user gets them, through three replicas behind round-robin.
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).server_limits().start().await;
-    let proxy = mcpfleet_testkit::RoundRobinProxy::start(fleet.bases()).await;
+    let proxy = mcpfleet_fleetkit::RoundRobinProxy::start(fleet.bases()).await;
     let url = proxy.url();
     let sdk_loop = |url: String| async move {
         let mut c = McpClient::new();
@@ -703,7 +703,7 @@ async fn the_default_limits_let_an_ordinary_client_work_and_the_strict_profile_d
         .arg("1")
         .start()
         .await;
-    let proxy = mcpfleet_testkit::RoundRobinProxy::start(strict.bases()).await;
+    let proxy = mcpfleet_fleetkit::RoundRobinProxy::start(strict.bases()).await;
     let (statuses, deleted) = sdk_loop(proxy.url()).await;
     println!("the strict profile: {statuses:?}");
     assert!(statuses.get(&429).copied().unwrap_or(0) > 30, "{statuses:?}");

@@ -2,7 +2,7 @@
 //! suite's own, beside the 2025 generation. Every test sends its requests to chosen replicas, so that a retry, a
 //! duplicate or a notification crosses from one replica to another.
 
-use mcpfleet_testkit::{JwtFleet, SseStream, eventually};
+use mcpfleet_fleetkit::{JwtFleet, SseStream, eventually};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -129,12 +129,12 @@ async fn modern_requests_are_checked_before_anything_runs() {
     assert_eq!(resp.status(), 400, "no Mcp-Method");
     let encoded = format!("=?base64?{}?=", "dGVzdF9zaW1wbGVfdGV4dA==");
     let resp = c.send(&url, &call, &[("mcp-name", encoded.as_str())]).await;
-    assert_eq!(mcpfleet_testkit::response_of(resp).await["result"]["resultType"], "complete");
+    assert_eq!(mcpfleet_fleetkit::response_of(resp).await["result"]["resultType"], "complete");
     // A parameter mirrored into a header (x-mcp-header): the header must be there and match, decoded.
     let region =
         c.body(16, "tools/call", json!({ "name": "test_header_param", "arguments": { "region": "us-west1" } }));
     let ok = c.send(&url, &region, &[("mcp-param-region", "us-west1")]).await;
-    assert_eq!(mcpfleet_testkit::response_of(ok).await["result"]["content"][0]["text"], "region us-west1");
+    assert_eq!(mcpfleet_fleetkit::response_of(ok).await["result"]["content"][0]["text"], "region us-west1");
     let encoded = c.send(&url, &region, &[("Mcp-Param-Region", "=?base64?dXMtd2VzdDE=?=")]).await;
     assert_eq!(encoded.status(), 200);
     for headers in
@@ -385,7 +385,7 @@ async fn a_long_silent_call_switches_to_sse_and_still_answers() {
     let body = c.body(1, "tools/call", json!({ "name": "test_mint", "arguments": { "delay_ms": 1200 } }));
     let resp = c.send(&s.url(0), &body, &[]).await;
     assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
-    let r = mcpfleet_testkit::response_of(resp).await;
+    let r = mcpfleet_fleetkit::response_of(resp).await;
     assert!(text_of(&r).starts_with("minted "), "{r}");
     assert_eq!(r["result"]["resultType"], "complete");
     assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}").await, 1.0);
@@ -402,7 +402,7 @@ async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
     let first = c.send(&a, &body, &[]);
     assert!(tokio::time::timeout(Duration::from_millis(300), first).await.is_err(), "still running");
     // The client re-issues it (new id, same key) on the other replica: it waits for the first run, which went on.
-    let again = mcpfleet_testkit::response_of(c.send(&s.url(1), &c.body(2, "tools/call", params), &[]).await).await;
+    let again = mcpfleet_fleetkit::response_of(c.send(&s.url(1), &c.body(2, "tools/call", params), &[]).await).await;
     assert!(text_of(&again).starts_with("minted "), "{again}");
     let count = |outcome: &str| format!("mcp_tool_calls_total{{outcome=\"{outcome}\",tool=\"test_mint\"}}");
     assert_eq!(s.metric(&count("ok")).await, 1.0, "the tool ran once");
@@ -443,7 +443,7 @@ async fn a_key_keeps_the_tools_own_outcome_and_not_a_passing_failure() {
     let mut stream = SseStream::new(c.send(&s.url(0), &c.body(30, "tools/call", params.clone()), &[]).await);
     stream.until_method("notifications/progress", T).await.unwrap();
     drop(stream);
-    let again = mcpfleet_testkit::response_of(c.send(&s.url(1), &c.body(31, "tools/call", params), &[]).await).await;
+    let again = mcpfleet_fleetkit::response_of(c.send(&s.url(1), &c.body(31, "tools/call", params), &[]).await).await;
     assert_eq!(text_of(&again), "counted to 5", "{again}");
     assert_eq!(s.metric(&count("test_countdown", "ok")).await, 1.0);
 }

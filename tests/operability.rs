@@ -3,7 +3,7 @@
 //! real process under load. Real processes, real Redis.
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::{
+use mcpfleet_fleetkit::{
     Fleet, Issuer, McpClient, RedisServer, SseEvent, SseStream, TestKey, data_messages, eventually, progress_values,
     scrape,
 };
@@ -392,7 +392,7 @@ async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
 fn first_log_line(extra: &[&str], on_terminal: bool) -> String {
     use std::io::{BufRead as _, BufReader};
     use std::process::{Command, Stdio};
-    let bin = mcpfleet_testkit::server_bin();
+    let bin = mcpfleet_fleetkit::server_bin();
     let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let mut cmd = if on_terminal {
@@ -511,7 +511,7 @@ async fn refused_upload(addr: &str, extra_headers: &str, len: usize) -> (String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_before_the_body_is_read_reaches_the_client_whole() {
-    let s = mcpfleet_testkit::JwtFleet::start(1, &[]).await;
+    let s = mcpfleet_fleetkit::JwtFleet::start(1, &[]).await;
     let addr = s.url(0).trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     // No token: 401 before the body is read, while a 900 KB body is still being sent.
     let (status, written, reused) = refused_upload(&addr, "", 900 * 1024).await;

@@ -10,7 +10,7 @@
     reason = "sampling and logging are deprecated by the 2026-07-28 revision; these tests use them in both generations"
 )]
 
-use mcpfleet_testkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, Implementation,
@@ -90,7 +90,7 @@ async fn rmcp_client_through_round_robin_proxy() {
     assert_eq!(text_of(&logged), "Logging test completed");
     // rmcp handles each notification in a task of its own, so the count may trail the call's result a little.
     let logs = handler.logs.clone();
-    mcpfleet_testkit::eventually(5, "three log notifications", || {
+    mcpfleet_fleetkit::eventually(5, "three log notifications", || {
         let logs = logs.clone();
         async move { logs.lock().unwrap().len() == 3 }
     })

@@ -4,7 +4,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_testkit::{Fleet, McpClient, RedisServer, scrape, server_bin};
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, scrape, server_bin};
 use serde_json::{Value, json};
 
 fn call(id: u64, tool: &str, args: Value) -> Value {
@@ -151,7 +151,7 @@ async fn failures_panics_and_timeouts_reach_the_model_as_is_error_with_nothing_o
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut c = McpClient::new();
     c.initialize(&a).await;
-    let mut listen = mcpfleet_testkit::SseStream::new(c.get(&b, None).await);
+    let mut listen = mcpfleet_fleetkit::SseStream::new(c.get(&b, None).await);
     listen.next(std::time::Duration::from_secs(5)).await.unwrap();
     let secrets =
         ["SELECT", "/srv/", "db.rs", "redis://", "hunter2", "10.0.0.7", "Bearer", "eyJ", "tok_live", "panicked at"];
@@ -450,8 +450,8 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
     assert_eq!(report["tools"].as_array().unwrap().len(), 5);
 
     // A server that needs a token: refused without one (69), linted with one.
-    let key = mcpfleet_testkit::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
-    let issuer = mcpfleet_testkit::Issuer::start(&[&key]).await;
+    let key = mcpfleet_fleetkit::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+    let issuer = mcpfleet_fleetkit::Issuer::start(&[&key]).await;
     let guarded =
         Fleet::builder().replicas(1).redis(redis.url()).jwt(&issuer).arg("--fixtures").arg("reference").start().await;
     let (code, out) = lint(vec![guarded.urls()[0].clone()]).await;

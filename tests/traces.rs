@@ -3,7 +3,7 @@
 //! `traceparent` header, from `params._meta`, and across replicas for a server→client request answered through
 //! another replica. One test per binary: the tracer provider is global.
 
-use mcpfleet_testkit::{Fleet, McpClient, RedisServer, eventually};
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, eventually};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{Value, json};

@@ -11,8 +11,8 @@
 #![expect(clippy::unwrap_used, reason = "a benchmark fails loudly")]
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_testkit::issuer::AUDIENCE;
-use mcpfleet_testkit::{Fleet, Issuer, McpClient, RedisServer, TestKey};
+use mcpfleet_fleetkit::issuer::AUDIENCE;
+use mcpfleet_fleetkit::{Fleet, Issuer, McpClient, RedisServer, TestKey};
 use serde_json::json;
 use std::time::{Duration, Instant};
 

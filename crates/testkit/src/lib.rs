@@ -1,21 +1,23 @@
-//! mcpfleet-testkit: what the test suites stand on. An ephemeral `redis-server` per suite, a fleet of replicas
-//! (real `mcpfleet` processes) on `127.0.0.1:0`, and a round-robin proxy that sends each HTTP request, SSE GETs
-//! included, to the next replica in turn.
+//! mcpfleet-testkit: what every test suite stands on, and nothing of the server. An ephemeral `redis-server` per
+//! suite, a JWKS issuer with committed test keys and a token builder, raw MCP clients of both generations, and a
+//! round-robin proxy that sends each HTTP request, SSE GETs included, to the next replica in turn.
 //!
-//! A dev-dependency only: it must never be linked into the server.
+//! It is a leaf: it must not depend on any mcpfleet crate, so the state contract suite builds without the server.
+//! Fleets of replicas are `mcpfleet-fleetkit`'s. A dev-dependency only: it must never be linked into the server.
 #![expect(clippy::expect_used, reason = "test support: failing loudly with a reason is its job")]
 
 mod client;
-mod fleet;
 pub mod issuer;
 mod proxy;
 mod redis;
 
 pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
-pub use fleet::{Fleet, FleetBuilder, HeaderAuth, JwtFleet, Replica, TEST_STATE_KEY, TEST_USER_HEADER, server_bin};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
+
+/// The header through which in-process tests name their principal (tests of real tokens use [`Issuer`]).
+pub const TEST_USER_HEADER: &str = "x-test-user";
 
 /// Installs rustls' ring provider for the process (the auth crate's JWKS client links reqwest with
 /// `rustls-no-provider`, and cargo unifies that feature into every test's reqwest). Every testkit entry point calls

@@ -1,5 +1,5 @@
-//! The README's "Writing a tool" example, compiled and run, so that the README stays true. The code between the
-//! markers is the README's, line for line.
+//! The example of docs/WRITING-A-TOOL.md, compiled and run, so that the page stays true. The code between the
+//! `README: begin`/`README: end` markers (named when the example lived in the README) is the page's, line for line.
 
 // --- README: begin
 use async_trait::async_trait;
@@ -53,10 +53,10 @@ fn the_readme_tool_registers_lints_clean_and_validates() {
     let v = Validator::new(&tools).unwrap_or_else(|e| panic!("{e}"));
     assert!(v.check("order_status", &json!({ "order_id": "ord_42" })).is_ok());
     assert!(v.check("order_status", &json!({ "order_id": "ord_42", "user": "bob" })).is_err());
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/WRITING-A-TOOL.md");
     let me = include_str!("writing_a_tool.rs");
     let code =
         me.split("// --- README: begin\n").nth(1).and_then(|s| s.split("// --- README: end").next()).unwrap_or("");
-    assert!(readme.contains(code.trim()), "the README's example is this file's");
+    assert!(readme.contains(code.trim()), "docs/WRITING-A-TOOL.md's example is this file's");
     assert!(code.trim().lines().count() < 40, "a complete tool in under 40 lines");
 }

@@ -1,3 +1,14 @@
+//! mcpfleet-fleetkit: fleets of replicas for the end-to-end suites: real `mcpfleet` processes on `127.0.0.1:0`
+//! (or in-process replicas serving a test catalog with a header-based test authenticator), sharing one Redis,
+//! and `JwtFleet` for tests that act as several principals. It re-exports the whole of `mcpfleet-testkit`
+//! (Redis, issuer, clients, proxy), so that a suite imports one crate.
+//!
+//! It depends on the server; what needs no server lives in `mcpfleet-testkit`, a leaf that the state contract
+//! suite uses without building the server. A dev-dependency only: it must never be linked into the server.
+#![expect(clippy::expect_used, reason = "test support: failing loudly with a reason is its job")]
+
+pub use mcpfleet_testkit::*;
+
 use async_trait::async_trait;
 use mcpfleet_auth::{AuthError, Authenticator, Principal, Scopes};
 use mcpfleet_state::UserKey;
@@ -7,8 +18,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// The header through which in-process tests name their principal (tests of real tokens use [`crate::Issuer`]).
-pub const TEST_USER_HEADER: &str = "x-test-user";
 /// The `requestState` key every replica of a Redis fleet gets (`KID:BASE64SECRET`, 32 bytes).
 pub const TEST_STATE_KEY: &str = "fleet:dGVzdC1mbGVldC1yZXF1ZXN0LXN0YXRlLWtleS0wMTIzNDU2Nzg5YWI=";
 
@@ -175,7 +184,7 @@ impl Fleet {
 
     #[must_use]
     pub fn builder() -> FleetBuilder {
-        crate::init_tls();
+        mcpfleet_testkit::init_tls();
         FleetBuilder {
             replicas: 1,
             redis_url: None,
@@ -225,10 +234,10 @@ impl FleetBuilder {
         self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout").arg("500ms")
     }
 
-    /// `--auth jwt` against `issuer`, audience [`crate::issuer::AUDIENCE`], resource `https://mcp.test/mcp`, and a
+    /// `--auth jwt` against `issuer`, audience [`mcpfleet_testkit::issuer::AUDIENCE`], resource `https://mcp.test/mcp`, and a
     /// one-second JWKS refresh interval.
     #[must_use]
-    pub fn jwt(self, issuer: &crate::Issuer) -> Self {
+    pub fn jwt(self, issuer: &mcpfleet_testkit::Issuer) -> Self {
         let mut b = self;
         for a in [
             "--auth",
@@ -236,7 +245,7 @@ impl FleetBuilder {
             "--jwt-issuer",
             &issuer.id(),
             "--jwt-audience",
-            crate::issuer::AUDIENCE,
+            mcpfleet_testkit::issuer::AUDIENCE,
             "--jwks-url",
             &issuer.jwks_url(),
             "--resource-url",
@@ -389,17 +398,17 @@ impl FleetBuilder {
 #[derive(Debug)]
 pub struct JwtFleet {
     pub fleet: Fleet,
-    pub key: crate::TestKey,
-    pub issuer: crate::Issuer,
-    pub redis: crate::RedisServer,
+    pub key: mcpfleet_testkit::TestKey,
+    pub issuer: mcpfleet_testkit::Issuer,
+    pub redis: mcpfleet_testkit::RedisServer,
 }
 
 impl JwtFleet {
     /// Starts `n` replicas with `extra` serve flags.
     pub async fn start(n: usize, extra: &[&str]) -> Self {
-        let redis = crate::RedisServer::start();
-        let key = crate::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
-        let issuer = crate::Issuer::start(&[&key]).await;
+        let redis = mcpfleet_testkit::RedisServer::start();
+        let key = mcpfleet_testkit::TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+        let issuer = mcpfleet_testkit::Issuer::start(&[&key]).await;
         let mut b = Fleet::builder().replicas(n).redis(redis.url()).jwt(&issuer);
         for a in extra {
             b = b.arg(*a);
@@ -416,20 +425,20 @@ impl JwtFleet {
 
     /// A token builder for `sub` (to add claims).
     #[must_use]
-    pub fn token_for(&self, sub: &str) -> crate::TokenBuilder {
+    pub fn token_for(&self, sub: &str) -> mcpfleet_testkit::TokenBuilder {
         self.key.token(&self.issuer.id(), sub)
     }
 
     /// A 2025-generation client with `sub`'s token.
     #[must_use]
-    pub fn client(&self, sub: &str) -> crate::McpClient {
-        crate::McpClient::new().with_token(&self.token(sub))
+    pub fn client(&self, sub: &str) -> mcpfleet_testkit::McpClient {
+        mcpfleet_testkit::McpClient::new().with_token(&self.token(sub))
     }
 
     /// A 2026-07-28 client with `sub`'s token.
     #[must_use]
-    pub fn modern(&self, sub: &str) -> crate::ModernClient {
-        crate::ModernClient::new().with_token(&self.token(sub))
+    pub fn modern(&self, sub: &str) -> mcpfleet_testkit::ModernClient {
+        mcpfleet_testkit::ModernClient::new().with_token(&self.token(sub))
     }
 
     /// The `/mcp` URL of replica `i`.
@@ -442,7 +451,7 @@ impl JwtFleet {
     pub async fn metric(&self, name: &str) -> f64 {
         let mut sum = 0.0;
         for r in &self.fleet.replicas {
-            sum += crate::scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
+            sum += mcpfleet_testkit::scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
         }
         sum
     }
