@@ -1,0 +1,24 @@
+//! The end-to-end suites, in one test binary (the server's test build links once, not ten times). Each module is
+//! one suite, against real replica processes and real Redis; run one with `cargo test -p mcpfleet --test e2e
+//! <module>::`. `tests/traces.rs` stays a binary of its own: it installs the process's global tracer provider.
+
+#[path = "auth.rs"]
+mod auth;
+#[path = "conformance.rs"]
+mod conformance;
+#[path = "dev_oauth.rs"]
+mod dev_oauth;
+#[path = "fleet.rs"]
+mod fleet;
+#[path = "interop.rs"]
+mod interop;
+#[path = "limits.rs"]
+mod limits;
+#[path = "modern.rs"]
+mod modern;
+#[path = "operability.rs"]
+mod operability;
+#[path = "rmcp_client.rs"]
+mod rmcp_client;
+#[path = "tools.rs"]
+mod tools;
