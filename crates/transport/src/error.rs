@@ -215,11 +215,11 @@ impl TransportError {
     /// The JSON-RPC error object of this error (for an answer whose HTTP status has gone out already).
     pub(crate) fn rpc_error(&self, modern: bool) -> Value {
         let (_, c) = self.status_and_code();
-        let mut e = json!({ "code": if modern { code::modern(c) } else { c }, "message": self.to_string() });
-        if let Self::MissingCapability(caps) = self {
-            e["data"] = capabilities_data(caps);
-        }
-        e
+        let data = match self {
+            Self::MissingCapability(caps) => Some(capabilities_data(caps)),
+            _ => None,
+        };
+        crate::jsonrpc::error_object(if modern { code::modern(c) } else { c }, &self.to_string(), data)
     }
 
     /// The HTTP status this error is answered with.
@@ -271,7 +271,7 @@ fn capabilities_data(caps: &[String]) -> Value {
 /// A JSON-RPC error object with a `null` id, as the body of an HTTP error.
 #[must_use]
 pub fn error_body(code: i64, message: &str) -> Value {
-    json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message } })
+    crate::jsonrpc::error(None, crate::jsonrpc::error_object(code, message, None))
 }
 
 impl IntoResponse for TransportError {
@@ -311,11 +311,7 @@ impl TransportError {
             }
             other => other.to_string(),
         };
-        let mut error = json!({ "code": code, "message": message });
-        if !data.is_null() {
-            error["data"] = data;
-        }
-        let body = json!({ "jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error });
+        let body = crate::jsonrpc::error(id, crate::jsonrpc::error_object(code, &message, Some(data)));
         let mut resp = (status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -131,12 +131,7 @@ impl Exchange {
     }
 
     fn response(&self, result: Result<Value, (i64, String)>) -> Value {
-        match result {
-            Ok(r) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": r }),
-            Err((code, message)) => {
-                json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code, "message": message } })
-            }
-        }
+        crate::jsonrpc::response(&self.request_id, result)
     }
 
     async fn drive(
@@ -398,7 +393,7 @@ impl Exchange {
 
     /// A notification on this call's stream.
     async fn notify(&self, method: &str, params: Value) -> Result<(), ToolError> {
-        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        let msg = crate::jsonrpc::notification(method, params);
         self.emit(&msg, AppendOptions::default()).await
     }
 
@@ -575,7 +570,7 @@ impl ToolContext for Exchange {
         let id = format!("mcpfleet-{stream}-{}", self.next_request.fetch_add(1, Ordering::Relaxed));
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
-        let msg = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let msg = crate::jsonrpc::request(&Value::from(id.as_str()), method, params);
         // Tracked until answered, timed out or refused. If the tool drops this future, panics or is cancelled, the
         // id stays here and the end of the call voids it (forgets it, and tells the client), exactly once.
         self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
@@ -587,7 +582,7 @@ impl ToolContext for Exchange {
     }
 
     async fn notify_session(&self, method: &str, params: Value) -> Result<(), ToolError> {
-        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        let msg = crate::jsonrpc::notification(method, params).to_string();
         self.app
             .store
             .append(&self.key, mcpfleet_state::STANDALONE_STREAM, &msg, &AppendOptions::default())

@@ -121,11 +121,7 @@ async fn charge_unadmitted(
 }
 
 fn rpc_json(id: &Value, r: mcp::RpcResult) -> Response {
-    let body = match r {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-        Err((code, message)) => json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }),
-    };
-    axum::Json(body).into_response()
+    axum::Json(crate::jsonrpc::response(id, r)).into_response()
 }
 
 fn accepted() -> Response {

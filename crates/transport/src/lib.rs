@@ -20,6 +20,7 @@ mod exchange;
 mod extract;
 mod http_api;
 mod idempotency;
+mod jsonrpc;
 mod mcp;
 mod metrics;
 mod modern;

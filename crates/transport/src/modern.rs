@@ -253,16 +253,13 @@ fn server_info(app: &AppState) -> Value {
 }
 
 fn ok(id: &Value, result: Value) -> Response {
-    axum::Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
+    axum::Json(crate::jsonrpc::result(id, result)).into_response()
 }
 
 /// A JSON-RPC error answered with HTTP 200 (an error of the method itself, with the modern code allocation).
 fn rpc_error(id: &Value, (c, message): (i64, String), data: Option<Value>) -> Response {
-    let mut error = json!({ "code": code::modern(c), "message": message });
-    if let Some(d) = data {
-        error["data"] = d;
-    }
-    axum::Json(json!({ "jsonrpc": "2.0", "id": id, "error": error })).into_response()
+    let error = crate::jsonrpc::error_object(code::modern(c), &message, data);
+    axum::Json(crate::jsonrpc::error(Some(id), error)).into_response()
 }
 
 /// The result of `server/discover`.
@@ -494,7 +491,7 @@ impl Post<'_> {
         let (tx, rx) = mpsc::channel(LIVE_BUFFER);
         let mut ack = json!({ "notifications": filter.acknowledged() });
         ack["_meta"] = json!({ SUBSCRIPTION_KEY: id });
-        let ack = json!({ "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack });
+        let ack = crate::jsonrpc::notification("notifications/subscriptions/acknowledged", ack);
         let _ = tx.try_send(Frame::Unsequenced { data: ack.to_string() });
         let (id, shutdown) = (id.clone(), app.shutdown.clone());
         let end = complete(app, json!({ "_meta": { SUBSCRIPTION_KEY: id } }), false);
@@ -504,7 +501,7 @@ impl Post<'_> {
                     () = tx.closed() => return,
                     () = shutdown.cancelled() => {
                         // A graceful end: the listen request's own response, then the stream closes.
-                        let done = json!({ "jsonrpc": "2.0", "id": id, "result": end });
+                        let done = crate::jsonrpc::result(&id, end);
                         send_bounded(&tx, Frame::Unsequenced { data: done.to_string() }).await;
                         return;
                     }
@@ -871,10 +868,8 @@ impl Call {
                     if detached {
                         return;
                     }
-                    let msg = match result {
-                        Ok(v) => json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, v, false) }),
-                        Err((c, m)) => json!({ "jsonrpc": "2.0", "id": self.request_id, "error": { "code": code::modern(c), "message": m } }),
-                    };
+                    let result = result.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::modern(c), m));
+                    let msg = crate::jsonrpc::response(&self.request_id, result);
                     self.send_final(msg).await;
                     return;
                 }
@@ -888,7 +883,7 @@ impl Call {
                     if detached {
                         return;
                     }
-                    let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "result": complete(&self.app, stopped, false) });
+                    let msg = crate::jsonrpc::result(&self.request_id, complete(&self.app, stopped, false));
                     self.send_final(msg).await;
                     return;
                 }
@@ -943,7 +938,7 @@ impl Call {
     }
 
     async fn notify(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {
-        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        let msg = crate::jsonrpc::notification(method, params).to_string();
         let mut out = self.out.lock().await;
         // The client went away (a keyed call finishing for its re-issue): the notification has nowhere to go.
         let Some(tx) = self.streaming(&mut out) else { return Ok(()) };
@@ -972,7 +967,7 @@ impl Call {
             }
             Out::Streaming(tx) => {
                 // The stream is open (200 went out): the refusal is its final JSON-RPC error.
-                let msg = json!({ "jsonrpc": "2.0", "id": self.request_id, "error": e.rpc_error(true) });
+                let msg = crate::jsonrpc::error(Some(&self.request_id), e.rpc_error(true));
                 send_bounded(&tx, Frame::Unsequenced { data: msg.to_string() }).await;
             }
             _ => {}
@@ -1047,7 +1042,7 @@ impl ToolContext for Call {
 
     async fn notify_session(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {
         // No session: the principal's `subscriptions/listen` streams hear it, on every replica.
-        let msg = json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string();
+        let msg = crate::jsonrpc::notification(method, params).to_string();
         self.app.store.publish_user(&self.principal.user, &msg).await.map_err(|_| ToolError::Unavailable)
     }
 

@@ -9,7 +9,7 @@ use crate::{AppState, code, random_token};
 use mcpfleet_state::{
     Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 const BATCH: usize = 256;
@@ -196,10 +196,14 @@ impl Tail {
                     return self.drain().await;
                 }
                 let id: Value = serde_json::from_str(&request_id).unwrap_or(Value::Null);
-                let msg = json!({ "jsonrpc": "2.0", "id": id, "error": {
-                    "code": code::REQUEST_LOST,
-                    "message": "the server handling this request stopped before it answered; send the request again",
-                }});
+                let msg = crate::jsonrpc::error(
+                    Some(&id),
+                    crate::jsonrpc::error_object(
+                        code::REQUEST_LOST,
+                        "the server handling this request stopped before it answered; send the request again",
+                        None,
+                    ),
+                );
                 store.abandon_stream(&self.key, self.stream, &msg.to_string()).await?;
                 self.drain().await
             }
