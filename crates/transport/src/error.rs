@@ -331,3 +331,78 @@ impl TransportError {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcpfleet_limits::Quota;
+    use std::time::Duration;
+
+    /// The table docs/ERRORS.md gives: every refusal's HTTP status and JSON-RPC code, in both generations.
+    #[test]
+    fn every_refusal_has_its_documented_status_and_code() {
+        let limit = |e| TransportError::Limit(e);
+        let cases: Vec<(TransportError, u16, i64, i64)> = vec![
+            (TransportError::ForbiddenOrigin, 403, -32000, -32600),
+            (TransportError::ForbiddenHost, 403, -32000, -32600),
+            (TransportError::NotAcceptable("x"), 406, -32000, -32600),
+            (TransportError::UnsupportedMediaType, 415, -32000, -32600),
+            (TransportError::PayloadTooLarge(10), 413, -32000, -32600),
+            (TransportError::Parse, 400, -32700, -32700),
+            (TransportError::BodyTimeout(Duration::from_secs(1)), 408, -32000, -32600),
+            (TransportError::InvalidRequest("x"), 400, -32600, -32600),
+            (TransportError::Envelope("x".into()), 400, -32600, -32600),
+            (TransportError::Batch, 400, -32600, -32600),
+            (TransportError::MissingSession, 400, -32000, -32600),
+            (
+                TransportError::VersionMismatch { sent: "2025-06-18", negotiated: "2025-11-25".into() },
+                400,
+                -32000,
+                -32600,
+            ),
+            (TransportError::SessionNotFound, 404, -32001, -32600),
+            (TransportError::ProtocolVersion("x".into()), 400, -32022, -32022),
+            (TransportError::HeaderMismatch("x".into()), 400, -32020, -32020),
+            (TransportError::InvalidMeta("x".into()), 400, -32602, -32602),
+            (TransportError::MissingCapability(vec!["sampling".into()]), 400, -32021, -32021),
+            (TransportError::MethodNotFound("x".into()), 404, -32601, -32601),
+            (TransportError::UnknownResponse, 400, -32000, -32600),
+            (TransportError::BadCursor, 400, -32000, -32600),
+            (TransportError::CursorGone, 410, -32004, -32600),
+            (TransportError::MethodNotAllowed, 405, -32000, -32600),
+            (TransportError::AuthUnavailable, 503, -32005, -31503),
+            (limit(LimitError::RateLimited { retry_after: 2 }), 429, -32006, -31429),
+            (limit(LimitError::CapReached { cap: Cap::Inflight, limit: 3 }), 429, -32006, -31429),
+            (
+                limit(LimitError::QuotaExhausted {
+                    tool: "t".into(),
+                    quota: Quota::new(1, Duration::from_secs(60)),
+                    retry_after: 5,
+                }),
+                429,
+                -32006,
+                -31429,
+            ),
+            (limit(LimitError::Unavailable { retry_after: 1, source: None }), 503, -32005, -31503),
+        ];
+        for (e, status, legacy, modern) in cases {
+            let what = format!("{e:?}");
+            let (s, c) = e.status_and_code();
+            assert_eq!((s.as_u16(), c, code::modern(c)), (status, legacy, modern), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_body_is_one_json_rpc_error_and_5xx_bodies_stay_generic() {
+        let e = TransportError::Limit(LimitError::RateLimited { retry_after: 4 });
+        assert_eq!(e.retry_after(), Some(4));
+        let body = error_body(-32000, "origin not allowed");
+        assert_eq!(
+            body,
+            json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32000, "message": "origin not allowed" } })
+        );
+        let caps = TransportError::MissingCapability(vec!["elicitation".into()]).rpc_error(true);
+        assert_eq!(caps["data"], json!({ "requiredCapabilities": { "elicitation": {} } }));
+        assert_eq!(TransportError::SessionNotFound.rpc_error(true)["code"], -32600);
+    }
+}

@@ -115,7 +115,13 @@ impl FromRequestParts<AppState> for McpHeaders {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _app: &AppState) -> Result<Self, Self::Rejection> {
-        let h = &parts.headers;
+        Ok(Self::parse(&parts.headers))
+    }
+}
+
+impl McpHeaders {
+    /// Parses the MCP headers of a request, each once.
+    pub(crate) fn parse(h: &HeaderMap) -> Self {
         let owned = |name: &str| single(h, name).map(|s| s.map(str::to_owned));
         let version = owned(VERSION_HEADER);
         let session = owned(SESSION_HEADER);
@@ -128,7 +134,18 @@ impl FromRequestParts<AppState> for McpHeaders {
             .filter_map(|n| n.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), n.as_str())))
             .map(|(p, n)| (p, single(h, n).map(Option::unwrap_or_default).map(str::to_owned)))
             .collect();
-        Ok(Self { version, sent_version: None, session, last_event_id, mcp_method, mcp_name, mcp_params })
+        Self { version, sent_version: None, session, last_event_id, mcp_method, mcp_name, mcp_params }
+    }
+
+    /// The headers of a request made of `pairs` (name, value), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn of(pairs: &[(&str, &str)]) -> Self {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            let name = axum::http::HeaderName::from_bytes(k.as_bytes()).expect("header name");
+            h.append(name, axum::http::HeaderValue::from_str(v).expect("header value"));
+        }
+        Self::parse(&h)
     }
 }
 
@@ -276,6 +293,26 @@ pub(crate) fn classify(body: &Bytes) -> Result<(Message, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_header_defaults_parses_and_must_match_the_session() {
+        assert_eq!(McpHeaders::of(&[]).version().ok(), Some("2025-03-26"), "absent means 2025-03-26");
+        let mut h = McpHeaders::of(&[("mcp-protocol-version", "2025-06-18")]);
+        assert_eq!(h.version().ok(), Some("2025-06-18"));
+        assert!(h.check_session_version("2025-06-18").is_ok());
+        assert!(matches!(h.check_session_version("2025-11-25"), Err(TransportError::VersionMismatch { .. })));
+        let mut h = McpHeaders::of(&[("mcp-protocol-version", "2025-03-26")]);
+        h.version().ok();
+        assert!(h.check_session_version("2025-11-25").is_ok(), "2025-03-26 counts as no header");
+        assert!(McpHeaders::of(&[]).check_session_version("2025-11-25").is_ok());
+        let mut bad = McpHeaders::of(&[("mcp-protocol-version", "2024-01-01")]);
+        assert!(matches!(bad.version(), Err(TransportError::ProtocolVersion(v)) if v == "2024-01-01"));
+        let mut twice =
+            McpHeaders::of(&[("mcp-protocol-version", "2025-06-18"), ("mcp-protocol-version", "2025-06-18")]);
+        assert!(matches!(twice.version(), Err(TransportError::InvalidRequest(_))));
+        let mut cursor = McpHeaders::of(&[("last-event-id", "nope")]);
+        assert!(matches!(cursor.last_event_id(), Err(TransportError::BadCursor)));
+    }
 
     #[test]
     fn classify_sorts_messages_and_refuses_batches() {

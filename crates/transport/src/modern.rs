@@ -1063,3 +1063,127 @@ impl ToolContext for Call {
         self.cancel.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(v: Value) -> JsonObject {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    fn modern_meta(extra: Value) -> JsonObject {
+        let mut meta = json!({ VERSION_KEY: "2026-07-28", CAPABILITIES_KEY: {} });
+        if let (Some(m), Some(e)) = (meta.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        params(json!({ "_meta": meta }))
+    }
+
+    #[test]
+    fn the_generation_is_the_header_or_a_meta_version_outside_the_session_generation() {
+        let none = McpHeaders::of(&[]);
+        let header = McpHeaders::of(&[("mcp-protocol-version", "2026-07-28")]);
+        assert!(is_modern(&header, None));
+        assert!(!is_modern(&none, None));
+        assert!(is_modern(&none, Some(&modern_meta(json!({})))));
+        let session = params(json!({ "_meta": { VERSION_KEY: "2025-11-25" } }));
+        assert!(!is_modern(&none, Some(&session)), "a session version in _meta takes the session path");
+        let odd = params(json!({ "_meta": { VERSION_KEY: 7 } }));
+        assert!(is_modern(&none, Some(&odd)), "a malformed _meta version is refused by the stateless checks");
+    }
+
+    #[test]
+    fn meta_checks_run_in_the_conformance_order() {
+        let h = McpHeaders::of(&[("mcp-protocol-version", "2026-07-28")]);
+        let err = |h: &McpHeaders, p: &JsonObject| meta(h, p).err().map(|e| (e.status_code().as_u16(), e.to_string()));
+        // Required fields first (-32602), whatever the header says.
+        let (s, m) = err(&McpHeaders::of(&[]), &params(json!({}))).unwrap_or_default();
+        assert_eq!(s, 400);
+        assert!(m.contains("protocolVersion\"] is required"), "{m}");
+        let no_caps = params(json!({ "_meta": { VERSION_KEY: "2026-07-28" } }));
+        assert!(err(&h, &no_caps).is_some_and(|(_, m)| m.contains("clientCapabilities\"] is required")));
+        let not_object = params(json!({ "_meta": 1 }));
+        assert!(err(&h, &not_object).is_some_and(|(_, m)| m.contains("must be an object")));
+        // Then the header against the body.
+        let missing = err(&McpHeaders::of(&[]), &modern_meta(json!({}))).unwrap_or_default().1;
+        assert!(missing.contains("header is required"), "{missing}");
+        let other = McpHeaders::of(&[("mcp-protocol-version", "2025-11-25")]);
+        let mismatch = err(&other, &modern_meta(json!({}))).unwrap_or_default().1;
+        assert!(mismatch.contains("does not match body value '2026-07-28'"), "{mismatch}");
+        // Then the version.
+        let future = McpHeaders::of(&[("mcp-protocol-version", "2027-01-01")]);
+        let p = params(json!({ "_meta": { VERSION_KEY: "2027-01-01", CAPABILITIES_KEY: {} } }));
+        assert!(matches!(meta(&future, &p), Err(TransportError::ProtocolVersion(v)) if v == "2027-01-01"));
+        // The log level, when given, must be a level.
+        let bad_level = modern_meta(json!({ LOG_LEVEL_KEY: "loud" }));
+        assert!(err(&h, &bad_level).is_some_and(|(_, m)| m.contains("must be one of debug")));
+        let ok = meta(&h, &modern_meta(json!({ LOG_LEVEL_KEY: "warning" }))).ok();
+        assert_eq!(ok.and_then(|m| m.log_level), LOG_LEVELS.iter().position(|l| *l == "warning"));
+    }
+
+    #[test]
+    fn method_and_name_headers_match_the_body() {
+        let call = params(json!({ "name": "tool é" }));
+        let b64 = {
+            use base64::Engine as _;
+            format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode("tool é"))
+        };
+        let check =
+            |pairs: &[(&str, &str)], method: &str, p: &JsonObject| check_headers(&McpHeaders::of(pairs), method, p);
+        assert!(check(&[("mcp-method", "tools/call"), ("mcp-name", &b64)], "tools/call", &call).is_ok());
+        assert!(check(&[("mcp-method", "tools/list")], "tools/list", &JsonObject::new()).is_ok(), "no name needed");
+        let msg = |r: Result<()>| r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg(check(&[], "tools/list", &JsonObject::new())).contains("Mcp-Method header is required"));
+        assert!(msg(check(&[("mcp-method", "tools/list")], "ping", &JsonObject::new())).contains("does not match"));
+        assert!(
+            msg(check(&[("mcp-method", "tools/call")], "tools/call", &call)).contains("Mcp-Name header is required")
+        );
+        let other = check(&[("mcp-method", "tools/call"), ("mcp-name", "other")], "tools/call", &call);
+        assert!(msg(other).contains("Mcp-Name header value 'other' does not match body value 'tool é'"));
+        let broken = check(&[("mcp-method", "tools/call"), ("mcp-name", "=?base64?***?=")], "tools/call", &call);
+        assert!(msg(broken).contains("not valid =?base64?…?= encoding"));
+        let uri = params(json!({ "uri": "test://x" }));
+        assert!(check(&[("mcp-method", "resources/read"), ("mcp-name", "test://x")], "resources/read", &uri).is_ok());
+    }
+
+    #[test]
+    fn integer_headers_compare_exactly_within_the_safe_range() {
+        assert!(same_integer("42", "42"));
+        assert!(same_integer("42.0", "42") && same_integer("-7.00", "-7"));
+        assert!(!same_integer("42.5", "42") && !same_integer("4.2e1", "42") && !same_integer("42.", "42"));
+        assert!(!same_integer("43", "42") && !same_integer("x", "42") && !same_integer("42", "x"));
+        let max = ((1_i64 << 53) - 1).to_string();
+        let over = (1_i64 << 53).to_string();
+        assert!(same_integer(&max, &max));
+        assert!(!same_integer(&over, &over), "outside JavaScript's safe range");
+    }
+
+    #[test]
+    fn listen_filters_keep_what_was_asked_and_declared_and_tag_it() {
+        let caps = json!({ "tools": { "listChanged": true }, "resources": {} });
+        let asked = params(json!({ "notifications": {
+            "toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["test://a"] } }));
+        let f = Filter::parse(&asked, &caps).ok().unwrap_or_else(|| panic!("a valid filter"));
+        // Prompts were asked for but the client declared no prompts listChanged capability.
+        assert_eq!(f.acknowledged(), json!({ "toolsListChanged": true, "resourceSubscriptions": ["test://a"] }));
+        let id = json!("sub-1");
+        let tagged = f.pass(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#, &id);
+        let tagged: Value = serde_json::from_str(&tagged.unwrap_or_default()).unwrap_or_default();
+        assert_eq!(tagged["params"]["_meta"][SUBSCRIPTION_KEY], "sub-1");
+        let updated = |uri: &str| {
+            format!(r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":"{uri}"}}}}"#)
+        };
+        assert!(f.pass(&updated("test://a"), &id).is_some());
+        assert!(f.pass(&updated("test://b"), &id).is_none(), "not subscribed");
+        assert!(f.pass(r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#, &id).is_none());
+        assert!(f.pass("not json", &id).is_none());
+        // Without the resources capability, subscriptions are dropped; malformed filters are refused.
+        let no_res = Filter::parse(&asked, &json!({})).ok().map(|f| f.acknowledged());
+        assert_eq!(no_res, Some(json!({})));
+        assert!(Filter::parse(&params(json!({})), &caps).is_err());
+        assert!(Filter::parse(&params(json!({ "notifications": { "toolsListChanged": "yes" } })), &caps).is_err());
+        let many: Vec<String> = (0..=MAX_SUBSCRIPTIONS).map(|i| format!("test://{i}")).collect();
+        assert!(Filter::parse(&params(json!({ "notifications": { "resourceSubscriptions": many } })), &caps).is_err());
+    }
+}
