@@ -509,7 +509,7 @@ async fn keys_are_cached_for_their_max_age() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remembered_token_still_expires() {
-    let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &["--jwt-leeway", "0"]).await;
+    let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &["--jwt-leeway", "0s"]).await;
     let url = fleet.urls()[0].clone();
     let token = key.token(&issuer.id(), "alice").claim("exp", json!(now() + 2)).sign();
     assert_eq!(with_token(&url, &token).await.status, 200);
@@ -627,7 +627,7 @@ fn jwt_mode_refuses_to_start_without_issuer_audience_or_keys() {
     let (code, _, err) = run_cli(&["serve", "--listen", "0.0.0.0:0", "--auth", "dev"]);
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("non-loopback"), "{err}");
-    let (code, _, err) = run_cli(&["serve", "--auth", "jwt", "--jwt-leeway", "60"]);
+    let (code, _, err) = run_cli(&["serve", "--auth", "jwt", "--jwt-leeway", "60s"]);
     assert_eq!(code, 64, "{err}");
 }
 
@@ -686,8 +686,8 @@ async fn a_key_file_is_reread_when_it_rotates() {
         AUDIENCE,
         "--resource-url",
         RESOURCE,
-        "--jwks-refresh-interval-secs",
-        "1",
+        "--jwks-refresh-interval",
+        "1s",
         "--jwks-file",
         pem.to_str().unwrap(),
     ];

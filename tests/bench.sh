@@ -83,7 +83,7 @@ run() {
 KEY="$TMP/dev-key.pem"
 # Every replica of a fleet shares one requestState key (required with --redis-url).
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
-TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl-secs 3600)"
+TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
 
 echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s per setup, log level $LOG, $(nproc) cores"
 run "1 replica, in-memory" 1 --header --

@@ -366,10 +366,10 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
     let fleet = Fleet::builder()
         .replicas(2)
         .redis(redis.url())
-        .arg("--session-idle-ttl-secs")
-        .arg("1")
-        .arg("--lease-ttl-ms")
-        .arg("900")
+        .arg("--session-idle-ttl")
+        .arg("1s")
+        .arg("--lease-ttl")
+        .arg("900ms")
         .arg("--redis-timeout")
         .arg("300ms")
         .start()
@@ -407,8 +407,7 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
 async fn one_tools_call_costs_one_redis_round_trip() {
     let redis = RedisServer::start();
     // A slow machine must not turn this into a call that subscribes for cancellations.
-    let fleet =
-        Fleet::builder().replicas(1).redis(redis.url()).arg("--cancel-watch-after-ms").arg("60000").start().await;
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--cancel-watch-after").arg("60s").start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -454,7 +453,7 @@ async fn server_closes_a_connection_with_retry_and_the_client_resumes_elsewhere(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_streams_get_keep_alive_comments() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--keep-alive-ms").arg("100").start().await;
+    let fleet = Fleet::builder().replicas(1).redis(redis.url()).arg("--keep-alive").arg("100ms").start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -475,8 +474,7 @@ async fn idle_streams_get_keep_alive_comments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unanswered_client_request_times_out_with_a_cancellation() {
     let redis = RedisServer::start();
-    let fleet =
-        Fleet::builder().replicas(2).redis(redis.url()).arg("--client-request-timeout-secs").arg("1").start().await;
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--client-request-timeout").arg("1s").start().await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
@@ -511,9 +509,9 @@ fn bad_config_exits_64_with_one_line() {
         vec!["serve", "--listen", "0.0.0.0:0"],
         vec!["serve", "--allowed-origins", ":*"],
         vec!["serve", "--redis-url", "http://example"],
-        vec!["serve", "--lease-ttl-ms", "1"],
-        vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl-ms", "1000", "--redis-timeout", "500ms"],
-        vec!["serve", "--session-idle-ttl-secs", "1", "--lease-ttl-ms", "6000"],
+        vec!["serve", "--lease-ttl", "1ms"],
+        vec!["serve", "--redis-url", "redis://127.0.0.1:1/", "--lease-ttl", "1s", "--redis-timeout", "500ms"],
+        vec!["serve", "--session-idle-ttl", "1s", "--lease-ttl", "6s"],
         vec!["serve", "--auth", "magic"],
         vec!["serve", "--quota", "test_simple_text=10"],
         vec!["serve", "--quota", "test_simple_text=0/1h"],
@@ -568,6 +566,64 @@ fn bad_config_exits_64_with_one_line() {
         "--idempotency-ttl",
     ] {
         assert!(help.contains(flag), "--help documents {flag}");
+    }
+}
+
+/// The old `*-ms`/`*-secs` names of duration flags, and their variables, are hidden aliases: a bare number keeps its
+/// old unit, each one used logs a deprecation warning once, and an old name with its new one is a config error.
+#[test]
+fn deprecated_duration_names_keep_their_unit_warn_once_and_conflict_with_the_new_ones() {
+    let bin = mcpfleet_fleetkit::server_bin();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(&bin).args(args).envs(env.iter().copied()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    };
+    // The refusal names the durations read: seconds and milliseconds, by flag and by variable.
+    let refusal = (Some(64), "mcpfleet: --session-idle-ttl (2s) must be at least --lease-ttl (2500ms) long".to_owned());
+    assert_eq!(run(&["serve", "--session-idle-ttl-secs", "2", "--lease-ttl-ms", "2500"], &[]), refusal);
+    let env = [("MCPFLEET_SESSION_IDLE_TTL_SECS", "2"), ("MCPFLEET_LEASE_TTL_MS", "2500")];
+    assert_eq!(run(&["serve"], &env), refusal);
+    assert_eq!(run(&["serve", "--session-idle-ttl", "2s", "--lease-ttl", "2500ms"], &[]), refusal);
+    // An old name and its new one, each as a flag or a variable.
+    for (args, env) in [
+        (&["serve", "--lease-ttl", "2s", "--lease-ttl-ms", "2000"][..], &[][..]),
+        (&["serve", "--lease-ttl", "2s"][..], &[("MCPFLEET_LEASE_TTL_MS", "2000")][..]),
+        (&["serve", "--lease-ttl-ms", "2000"][..], &[("MCPFLEET_LEASE_TTL", "2s")][..]),
+        (&["serve"][..], &[("MCPFLEET_DRAIN_DELAY", "1s"), ("MCPFLEET_DRAIN_DELAY_SECS", "1")][..]),
+    ] {
+        let (code, err) = run(args, env);
+        assert_eq!(code, Some(64), "{args:?} {env:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("cannot be used with"), "{err}");
+    }
+    // A server started with old names serves, and logs one warning for each (after logging has started).
+    let mut child = std::process::Command::new(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--drain-delay-secs", "0"])
+        .envs([("MCPFLEET_LEASE_TTL_MS", "1500"), ("MCPFLEET_LOG", "warn"), ("MCPFLEET_LOG_FORMAT", "json")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = String::new();
+    for _ in 0..2 {
+        std::io::BufRead::read_line(&mut stdout, &mut lines).unwrap();
+    }
+    assert!(lines.starts_with("listening on ") && lines.contains("admin listening on "), "{lines}");
+    // The SIGTERM handler is installed just after those lines.
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let logs = String::from_utf8_lossy(&out.stderr);
+    for old in ["--drain-delay-secs (MCPFLEET_DRAIN_DELAY_SECS)", "--lease-ttl-ms (MCPFLEET_LEASE_TTL_MS)"] {
+        let warnings: Vec<Value> = logs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["message"].as_str().unwrap_or_default().starts_with(old))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{old}: {logs}");
+        assert_eq!(warnings[0]["level"], "WARN");
     }
 }
 
@@ -702,8 +758,8 @@ async fn live_streams_keep_their_session_alive_past_the_idle_ttl() {
     let fleet = Fleet::builder()
         .replicas(2)
         .redis(redis.url())
-        .arg("--session-idle-ttl-secs")
-        .arg("2")
+        .arg("--session-idle-ttl")
+        .arg("2s")
         .short_leases()
         .start()
         .await;
@@ -804,7 +860,7 @@ async fn sigterm_ends_streams_with_retry_and_lets_running_calls_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_call_switches_to_sse_after_the_configured_delay() {
-    let fleet = Fleet::builder().arg("--sse-after-ms").arg("200").start().await;
+    let fleet = Fleet::builder().arg("--sse-after").arg("200ms").start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -831,7 +887,7 @@ async fn a_silent_call_switches_to_sse_after_the_configured_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_call_that_still_answers_with_json() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--sse-after-ms").arg("60000").start().await;
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--sse-after").arg("60s").start().await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
     let mut client = McpClient::new();
     client.initialize(&a).await;
@@ -960,8 +1016,7 @@ async fn a_resumer_does_not_declare_a_live_call_lost_after_an_outage() {
 /// The shutdown grace is one deadline from the signal: a call still answering with JSON cannot hold the process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shutdown_grace_bounds_the_whole_drain() {
-    let mut fleet =
-        Fleet::builder().arg("--shutdown-grace-secs").arg("1").arg("--sse-after-ms").arg("60000").start().await;
+    let mut fleet = Fleet::builder().arg("--shutdown-grace").arg("1s").arg("--sse-after").arg("60s").start().await;
     let url = fleet.urls()[0].clone();
     let mut client = McpClient::new();
     client.initialize(&url).await;
@@ -988,8 +1043,8 @@ async fn a_redis_stall_never_makes_a_resume_repeat_an_event() {
         .redis(redis.url())
         .arg("--redis-timeout")
         .arg("200ms")
-        .arg("--lease-ttl-ms")
-        .arg("3000")
+        .arg("--lease-ttl")
+        .arg("3s")
         .start()
         .await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());

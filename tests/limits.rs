@@ -290,8 +290,8 @@ async fn caps_refuse_clearly_and_free_their_slots_when_the_holder_ends_or_dies()
             "1",
             "--max-inflight-per-user",
             "1",
-            "--lease-ttl-ms",
-            "1500",
+            "--lease-ttl",
+            "1500ms",
             "--redis-timeout",
             "500ms",
         ],
@@ -450,8 +450,8 @@ async fn an_admission_with_every_limit_on_is_one_redis_round_trip() {
         .arg("test_simple_text=100/1h")
         .arg("--max-inflight-per-user")
         .arg("4")
-        .arg("--cancel-watch-after-ms")
-        .arg("60000")
+        .arg("--cancel-watch-after")
+        .arg("60s")
         .start()
         .await;
     let url = fleet.urls()[0].clone();
@@ -517,7 +517,7 @@ async fn an_admission_with_every_limit_on_is_one_redis_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_paused_or_stopped_gives_503_with_retry_after_and_recovers() {
-    let s = setup(1, &["--lease-ttl-ms", "1500", "--redis-timeout", "500ms"]).await;
+    let s = setup(1, &["--lease-ttl", "1500ms", "--redis-timeout", "500ms"]).await;
     let url = s.fleet.urls()[0].clone();
     let mut c = s.client("alice");
     c.initialize(&url).await;

@@ -380,7 +380,7 @@ async fn closing_the_stream_cancels_the_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_silent_call_switches_to_sse_and_still_answers() {
-    let s = setup(1, &["--sse-after-ms", "200", "--keep-alive-ms", "100"]).await;
+    let s = setup(1, &["--sse-after", "200ms", "--keep-alive", "100ms"]).await;
     let c = s.modern("alice");
     let body = c.body(1, "tools/call", json!({ "name": "test_mint", "arguments": { "delay_ms": 1200 } }));
     let resp = c.send(&s.url(0), &body, &[]).await;
@@ -412,7 +412,7 @@ async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_keeps_the_tools_own_outcome_and_not_a_passing_failure() {
-    let s = setup(2, &["--tool-timeout-secs", "1"]).await;
+    let s = setup(2, &["--tool-timeout", "1s"]).await;
     let c = s.modern("alice");
     let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
     let count = |tool: &str, outcome: &str| format!("mcp_tool_calls_total{{outcome=\"{outcome}\",tool=\"{tool}\"}}");

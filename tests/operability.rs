@@ -172,10 +172,10 @@ async fn health_and_readiness_follow_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_are_hardened_and_slow_clients_are_cut_off() {
     let fleet = Fleet::builder()
-        .arg("--header-read-timeout-secs")
-        .arg("1")
-        .arg("--body-timeout-secs")
-        .arg("1")
+        .arg("--header-read-timeout")
+        .arg("1s")
+        .arg("--body-timeout")
+        .arg("1s")
         .arg("--max-header-bytes")
         .arg("4096")
         .start()
@@ -333,8 +333,7 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_a_loaded_replica_without_losing_an_event() {
     let redis = RedisServer::start();
-    let mut draining =
-        Fleet::builder().redis(redis.url()).short_leases().arg("--drain-delay-secs").arg("1").start().await;
+    let mut draining = Fleet::builder().redis(redis.url()).short_leases().arg("--drain-delay").arg("1s").start().await;
     let other = Fleet::builder().redis(redis.url()).short_leases().start().await;
     let (a, b) = (draining.urls()[0].clone(), other.urls()[0].clone());
     let admin = draining.replicas[0].admin();

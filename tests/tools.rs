@@ -143,8 +143,8 @@ async fn failures_panics_and_timeouts_reach_the_model_as_is_error_with_nothing_o
     let fleet = Fleet::builder()
         .replicas(2)
         .redis(redis.url())
-        .arg("--tool-timeout-secs")
-        .arg("1")
+        .arg("--tool-timeout")
+        .arg("1s")
         .log_to(&logs, "info")
         .start()
         .await;
@@ -210,9 +210,9 @@ async fn failures_panics_and_timeouts_reach_the_model_as_is_error_with_nothing_o
 
 /// Two in-process replicas on one Redis, serving the reference tools over one shared in-memory repository (as
 /// replicas share a database), which doubles as the spy: it counts every call that reaches it.
-async fn reference_fleet(redis: &RedisServer) -> (Fleet, std::sync::Arc<mcpfleet_tools::reference::MemoryRepo>) {
-    let repo = std::sync::Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
-    let catalog = mcpfleet_tools::reference::catalog(repo.clone()).unwrap();
+async fn reference_fleet(redis: &RedisServer) -> (Fleet, std::sync::Arc<mcpfleet_reference::MemoryRepo>) {
+    let repo = std::sync::Arc::new(mcpfleet_reference::MemoryRepo::new());
+    let catalog = mcpfleet_reference::catalog(repo.clone()).unwrap();
     let fleet = Fleet::builder()
         .replicas(2)
         .redis(redis.url())
@@ -223,7 +223,7 @@ async fn reference_fleet(redis: &RedisServer) -> (Fleet, std::sync::Arc<mcpfleet
     (fleet, repo)
 }
 
-fn repo_calls(repo: &mcpfleet_tools::reference::MemoryRepo) -> u64 {
+fn repo_calls(repo: &mcpfleet_reference::MemoryRepo) -> u64 {
     repo.calls().values().sum()
 }
 
@@ -245,7 +245,7 @@ async fn every_case_goes_over_http_and_the_spy_proves_no_invalid_one_ran() {
         "get_ticket",
     ] {
         let (mut valid, mut invalid) = (0, 0);
-        for case in mcpfleet_tools::reference::cases(tool).unwrap() {
+        for case in mcpfleet_reference::cases(tool).unwrap() {
             id += 1;
             let before = repo_calls(&repo);
             let r: Value =
@@ -291,7 +291,7 @@ async fn reference_tools_act_for_the_verified_principal_and_wrap_what_people_wro
     assert_eq!(confirm["annotations"]["readOnlyHint"], false);
 
     // Customers: alice sees hers; bob, naming alice's id, finds nothing.
-    let (customer, order) = mcpfleet_tools::reference::demo_ids("alice");
+    let (customer, order) = mcpfleet_reference::demo_ids("alice");
     let mine = alice
         .request(
             &b,
@@ -423,7 +423,7 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
     let open = Fleet::builder()
         .replicas(1)
         .redis(redis.url())
-        .catalog(std::sync::Arc::new(mcpfleet_tools::open::OpenCatalog))
+        .catalog(std::sync::Arc::new(mcpfleet_fixtures::OpenCatalog))
         .start()
         .await;
     let (code, out) = lint(vec![open.urls()[0].clone()]).await;
@@ -701,7 +701,7 @@ async fn what_the_schema_calls_an_integer_the_handler_takes() {
     c.initialize(&url).await;
     let tools = c.request(&url, 1, "tools/list", json!({})).await["result"]["tools"].as_array().unwrap().clone();
     let cases = |tool: &str, pointer: &str| {
-        mcpfleet_tools::reference::cases(tool)?
+        mcpfleet_reference::cases(tool)?
             .into_iter()
             .find(|c| c.valid && c.arguments.pointer(pointer).is_some_and(Value::is_i64))
             .map(|c| c.arguments)

@@ -231,7 +231,7 @@ impl FleetBuilder {
     /// lost replicas and outages run in seconds.
     #[must_use]
     pub fn short_leases(self) -> Self {
-        self.arg("--lease-ttl-ms").arg("1500").arg("--redis-timeout").arg("500ms")
+        self.arg("--lease-ttl").arg("1500ms").arg("--redis-timeout").arg("500ms")
     }
 
     /// `--auth jwt` against `issuer`, audience [`mcpfleet_testkit::issuer::AUDIENCE`], resource `https://mcp.test/mcp`, and a
@@ -250,8 +250,8 @@ impl FleetBuilder {
             &issuer.jwks_url(),
             "--resource-url",
             "https://mcp.test/mcp",
-            "--jwks-refresh-interval-secs",
-            "1",
+            "--jwks-refresh-interval",
+            "1s",
         ] {
             b = b.arg(a);
         }
@@ -312,7 +312,7 @@ impl FleetBuilder {
         // test reaches (the suites run many requests as one anonymous principal), unless the test says otherwise.
         let defaults = [
             ("--admin-listen", "127.0.0.1:0"),
-            ("--drain-delay-secs", "0"),
+            ("--drain-delay", "0s"),
             ("--rate-burst", "1000000"),
             ("--rate-per-second", "1000000"),
             ("--max-sessions-per-user", "0"),

@@ -10,9 +10,10 @@ use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFr
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::DevAuthServer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
+use mcpfleet_fixtures::{ConformanceCatalog, OpenCatalog};
 use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
-use mcpfleet_tools::{Catalog, EmptyCatalog, conformance::ConformanceCatalog};
+use mcpfleet_tools::{Catalog, EmptyCatalog};
 use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prometheus::Registry;
@@ -112,10 +113,10 @@ impl CheckedCatalog {
     pub fn new(cfg: &Config) -> Result<Self, ServerError> {
         let catalog: Arc<dyn Catalog> = match cfg.fixtures {
             Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
-            Some(Fixtures::Open) => Arc::new(mcpfleet_tools::open::OpenCatalog),
+            Some(Fixtures::Open) => Arc::new(OpenCatalog),
             Some(Fixtures::Reference) => {
-                let repo = Arc::new(mcpfleet_tools::reference::MemoryRepo::new());
-                Arc::new(mcpfleet_tools::reference::catalog(repo).map_err(ServerError::Config)?)
+                let repo = Arc::new(mcpfleet_reference::MemoryRepo::new());
+                Arc::new(mcpfleet_reference::catalog(repo).map_err(ServerError::Config)?)
             }
             None => Arc::new(EmptyCatalog),
         };
@@ -172,7 +173,7 @@ pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<B
                 timeout: r.timeout,
                 max_events: cfg.max_events,
                 metrics: Some(store_metrics),
-                ..RedisConfig::new(r.url.clone())
+                ..RedisConfig::new(r.url.expose().to_owned())
             };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
             store.ping().await.map_err(ServerError::Store)?;
@@ -307,6 +308,9 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     let cfg = match config::parse(args) {
         Ok(Parsed::Serve(c)) => c,
         Ok(Parsed::Token(t)) => {
+            for w in &t.warnings {
+                eprintln!("mcpfleet: warning: {w}");
+            }
             return match DevIssuer::load_or_create(&t.key_file)
                 .and_then(|i| i.mint(&t.sub, &t.scope, t.client_id.as_deref(), t.ttl))
             {
@@ -357,6 +361,9 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     let _ = rustls::crypto::ring::default_provider().install_default();
     rt.block_on(async move {
         let _log_guard = init_tracing(&cfg);
+        for w in &cfg.warnings {
+            tracing::warn!("{w}");
+        }
         let telemetry = match init_telemetry(&cfg) {
             Ok(p) => p,
             Err(e) => {
@@ -396,7 +403,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             print_dev_token(issuer, &state);
         }
         // The drain: the first signal fires `draining` (/readyz turns 503 at once); the server keeps serving for
-        // --drain-delay-secs, then fires `shutdown` (stop accepting, end every SSE stream with a retry hint).
+        // --drain-delay, then fires `shutdown` (stop accepting, end every SSE stream with a retry hint).
         let draining = CancellationToken::new();
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown_signal(draining.clone()));

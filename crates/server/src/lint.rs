@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct LintRequest {
     pub url: String,
-    pub token: Option<String>,
+    pub token: Option<crate::config::Secret>,
     pub json: bool,
 }
 
@@ -116,7 +116,7 @@ pub async fn list_tools(url: &str, token: Option<&str>) -> Result<Vec<Value>, St
 
 /// Runs `mcpfleet lint` and returns its exit code; prints the report on stdout.
 pub async fn run(req: &LintRequest) -> i32 {
-    let tools = match list_tools(&req.url, req.token.as_deref()).await {
+    let tools = match list_tools(&req.url, req.token.as_ref().map(crate::config::Secret::expose)).await {
         Ok(t) => t,
         Err(e) => {
             eprintln!("mcpfleet: lint: {e}");

@@ -1,20 +1,19 @@
-//! mcpfleet-tools owns what the server offers: tools, resources, prompts and completions, behind the [`Catalog`]
-//! trait; the closed-tool framework ([`Tool`], [`Registry`]); the schema lint ([`lint`]) and the argument
-//! validator ([`validate`]) that the server runs on every catalog; the untrusted-content [`envelope`]; the
-//! [`reference`] tools; and the fixtures (`--fixtures conformance`, `reference`, `open`).
+//! mcpfleet-tools is the closed-tool framework: the [`Catalog`] trait (everything the server offers: tools,
+//! resources, prompts and completions), the [`ToolContext`] a running tool sees, [`Tool`] and [`Registry`], the
+//! schema lint ([`lint`]) and the argument validator ([`validate`]) that the server runs on every catalog, the
+//! untrusted-content [`envelope`], the tool parameters carried in HTTP headers ([`headers`]) and [`EmptyCatalog`].
+//! It holds no catalog: the reference tools live in `mcpfleet-reference`, the conformance and open fixtures in
+//! `mcpfleet-fixtures`, and this crate must never depend on either, so the framework never compiles a fixture.
 //!
 //! A tool sees the world only through [`ToolContext`]: the verified [`Principal`] that called it, progress,
 //! logging, server→client requests and notifications to its session. The transport implements that context over
 //! the state crate, so a tool runs the same on any replica. It takes [`Principal`], [`Scopes`] and [`Quota`] from
 //! `mcpfleet-core`, and must not depend on auth, limits, state, axum, HTTP, Redis or the transport.
 
-pub mod conformance;
 mod empty;
 pub mod envelope;
 pub mod headers;
 pub mod lint;
-pub mod open;
-pub mod reference;
 pub mod tool;
 pub mod validate;
 
@@ -128,7 +127,7 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     }
 
     /// How long `tool` may run before it is stopped (an `isError` result); `None` takes the operator's default
-    /// (`--tool-timeout-secs`).
+    /// (`--tool-timeout`).
     fn tool_timeout(&self, _tool: &str) -> Option<Duration> {
         None
     }

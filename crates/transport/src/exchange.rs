@@ -149,7 +149,7 @@ impl Exchange {
         // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
         // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
         // a hung request, and cancellation aborts it. The lease is renewed by a task of its own as well.
-        // The tool's own timeout, else the operator's (--tool-timeout-secs).
+        // The tool's own timeout, else the operator's (--tool-timeout).
         let timeout = self.app.catalog.tool_timeout(&audit.tool).unwrap_or(cfg.tool_timeout);
         let me = self.clone();
         let held = idem.clone();

@@ -1,6 +1,12 @@
-//! The reference tools: closed schemas for the requests a model may make, and handlers that take the principal
-//! from the verified token, never from their arguments. `--fixtures reference` serves them over an in-memory
-//! [`MemoryRepo`] (one per process: a fleet needs the Postgres implementation that comes later).
+//! mcpfleet-reference owns the reference tools: closed schemas for the requests a model may make, and handlers
+//! that take the principal from the verified token, never from their arguments. It owns their domain too, behind
+//! [`Repository`] ([`MemoryRepo`] today, one per process: a fleet needs the PostgreSQL implementation that comes
+//! next, as a new module of this crate), and each tool's argument cases (`crates/reference/cases/<tool>.json`).
+//! `--fixtures reference` serves them over a [`MemoryRepo`].
+//!
+//! The tools are written on the framework of `mcpfleet-tools` only: this crate must not depend on the fixtures,
+//! the state crate, the transport, auth, limits, axum or Redis (a repository brings its own database client), and
+//! the framework must never depend on it.
 //!
 //! | tool | scope | what it accepts | annotations |
 //! |---|---|---|---|
@@ -15,10 +21,9 @@ mod repo;
 
 pub use repo::{Confirmed, MemoryRepo, RepoError, Repository, demo_ids};
 
-use crate::envelope::Item;
-use crate::tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};
-use crate::{Quota, ToolContext, ToolError};
 use async_trait::async_trait;
+use mcpfleet_tools::envelope::Item;
+use mcpfleet_tools::{Annotations, Quota, Registry, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -47,17 +52,17 @@ pub struct Case {
     pub valid: bool,
 }
 
-/// The cases of a reference tool (`crates/tools/cases/<tool>.json`). In a case, the string `@REPEAT:<c>:<n>` stands
+/// The cases of a reference tool (`crates/reference/cases/<tool>.json`). In a case, the string `@REPEAT:<c>:<n>` stands
 /// for `c` repeated `n` times.
 #[must_use]
 pub fn cases(tool: &str) -> Option<Vec<Case>> {
     let raw = match tool {
-        "search_docs" => include_str!("../../cases/search_docs.json"),
-        "get_customer_summary" => include_str!("../../cases/get_customer_summary.json"),
-        "create_refund_draft" => include_str!("../../cases/create_refund_draft.json"),
-        "confirm_refund_draft" => include_str!("../../cases/confirm_refund_draft.json"),
-        "export_report" => include_str!("../../cases/export_report.json"),
-        "get_ticket" => include_str!("../../cases/get_ticket.json"),
+        "search_docs" => include_str!("../cases/search_docs.json"),
+        "get_customer_summary" => include_str!("../cases/get_customer_summary.json"),
+        "create_refund_draft" => include_str!("../cases/create_refund_draft.json"),
+        "confirm_refund_draft" => include_str!("../cases/confirm_refund_draft.json"),
+        "export_report" => include_str!("../cases/export_report.json"),
+        "get_ticket" => include_str!("../cases/get_ticket.json"),
         _ => return None,
     };
     let all: Vec<Value> = serde_json::from_str(raw).ok()?;

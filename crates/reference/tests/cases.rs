@@ -1,8 +1,8 @@
-//! Every reference tool's cases (`crates/tools/cases/<tool>.json`: `{name, arguments, valid}`) through the
+//! Every reference tool's cases (`crates/reference/cases/<tool>.json`: `{name, arguments, valid}`) through the
 //! validator built from the tools' published schemas, and the lint over those schemas. (`tests/tools.rs` sends the
 //! same cases over HTTP to a live fleet, with a spy.)
 
-use mcpfleet_tools::reference::{self, MemoryRepo};
+use mcpfleet_reference::{self as reference, MemoryRepo};
 use mcpfleet_tools::validate::Validator;
 use mcpfleet_tools::{Catalog, lint};
 use std::sync::Arc;
