@@ -5,6 +5,8 @@
 //! the stream, and any replica can resume it.
 
 use crate::Principal;
+use crate::call::{CallEnd, CallSink, Finished, Interrupt, outcome_of};
+use crate::idempotency::Ran;
 use crate::sse::Frame;
 use crate::{AppState, random_token};
 use async_trait::async_trait;
@@ -52,7 +54,7 @@ pub(crate) struct Exchange {
     principal: Principal,
     /// The request's trace id, in the audit event and in `isError` results.
     trace_id: String,
-    /// The call's MCP span, ended by [`Exchange::record`].
+    /// The call's MCP span, ended by the call's audit record.
     span: opentelemetry::Context,
     request_id: Value,
     progress_token: Option<Value>,
@@ -126,151 +128,12 @@ impl Exchange {
             outstanding: std::sync::Mutex::new(Vec::new()),
         });
         let calls = ex.app.calls.clone();
-        calls.spawn(ex.drive(name, args, slot, quota_charged, idem));
+        calls.spawn(crate::call::drive(ex, crate::call::Admitted { name, args, slot, quota_charged, idem }));
         rx
     }
 
     fn response(&self, result: Result<Value, (i64, String)>) -> Value {
         crate::jsonrpc::response(&self.request_id, result)
-    }
-
-    async fn drive(
-        self: Arc<Self>,
-        name: String,
-        args: JsonObject,
-        _slot: Option<mcpfleet_limits::SlotGuard>,
-        quota_charged: bool,
-        idem: Option<crate::idempotency::Idempotent>,
-    ) {
-        let _done = self.done.clone().drop_guard();
-        let cfg = self.app.config.clone();
-        let started = std::time::Instant::now();
-        let audit = Audit { tool: name.clone(), args_sha256: args_digest(&args), started };
-        // The tool runs in a task of its own: the arms below may wait on the store (and on the stream lock the
-        // tool holds while it commits an event) without starving it, a panic becomes an error response instead of
-        // a hung request, and cancellation aborts it. The lease is renewed by a task of its own as well.
-        // The tool's own timeout, else the operator's (--tool-timeout).
-        let timeout = self.app.catalog.tool_timeout(&audit.tool).unwrap_or(cfg.tool_timeout);
-        let me = self.clone();
-        let held = idem.clone();
-        let mut call = tokio::spawn(async move {
-            let run = crate::mcp::call_tool(&me.app, &name, args, &*me, &me.trace_id);
-            crate::idempotency::run(&me.app, held.as_ref(), timeout, run).await
-        });
-        let sse_after = tokio::time::sleep(cfg.sse_after);
-        tokio::pin!(sse_after);
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let watch_after = tokio::time::sleep(cfg.cancel_watch_after);
-        tokio::pin!(watch_after);
-        let mut recheck = tokio::time::interval(Duration::from_secs(1));
-        // Spread the checks after a lag out in time (the subscriber may still be resubscribing), never in a burst.
-        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A fallback for rings lost in a long store outage: a subscribed call looks for a marker once a lease.
-        let mut cancel_poll = tokio::time::interval_at(tokio::time::Instant::now() + cfg.lease_ttl, cfg.lease_ttl);
-        let mut lag_checks = 0_u8;
-        let mut upgraded = false;
-        let mut sub: Option<Box<dyn Subscription>> = None;
-        let my_id = self.request_id.to_string();
-        loop {
-            tokio::select! {
-                result = &mut call => {
-                    let (result, end) = match result {
-                        Ok(crate::idempotency::Ran::Here(r)) => {
-                            let end = outcome_of(&r);
-                            (r, end)
-                        }
-                        Ok(crate::idempotency::Ran::Replayed(v)) => (Ok(v), CallEnd::Replayed),
-                        Err(e) => {
-                            // A panic (or an abort we did not ask for): the model learns only that it failed.
-                            tracing::error!(error = %e, trace_id = %self.trace_id, "tool task panicked");
-                            (Ok(crate::mcp::tool_failure(&self.trace_id)), CallEnd::Panicked)
-                        }
-                    };
-                    self.record(&audit, end);
-                    let refused = matches!(&result, Err((c, _)) if *c == crate::code::INVALID_PARAMS);
-                    if quota_charged && (refused || end == CallEnd::Replayed) {
-                        // The tool refused its arguments, or did not run (a replayed result): the quota unit goes
-                        // back, before the client hears of it (and can call again).
-                        self.app.limits.refund(&self.principal.user, &audit.tool).await;
-                    }
-                    let msg = self.response(result);
-                    self.finish(msg).await;
-                    return;
-                }
-                () = &mut deadline => {
-                    let stopped = crate::mcp::timed_out(timeout, &self.trace_id);
-                    // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
-                    crate::idempotency::settle_stopped(&self.app, idem.as_ref(), &stopped).await;
-                    call.abort();
-                    tracing::warn!(tool.name = %audit.tool, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                    self.record(&audit, CallEnd::TimedOut);
-                    let msg = self.response(Ok(stopped));
-                    self.finish(msg).await;
-                    return;
-                }
-                () = self.cancel.cancelled() => {
-                    call.abort();
-                    self.record(&audit, CallEnd::Cancelled);
-                    self.finish_cancelled().await;
-                    return;
-                }
-                () = self.lost.cancelled() => {
-                    call.abort();
-                    self.record(&audit, CallEnd::SessionGone);
-                    self.session_gone().await;
-                    return;
-                }
-                () = &mut sse_after, if !upgraded => {
-                    upgraded = true;
-                    if let Err(e) = self.ensure_streaming().await {
-                        tracing::debug!(error = %e, "could not switch a slow call to SSE");
-                    }
-                }
-                () = &mut watch_after, if sub.is_none() => {
-                    match self.app.store.subscribe(&self.key).await {
-                        Ok(s) => {
-                            sub = Some(s);
-                            // A cancellation that arrived before the subscription left a marker.
-                            lag_checks = 1;
-                            recheck.reset_immediately();
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot watch for cancellation");
-                            watch_after.as_mut().reset(tokio::time::Instant::now() + cfg.lease_ttl);
-                        }
-                    }
-                }
-                ring = recv(&mut sub) => match ring {
-                    Some(Ring::Cancel(id)) if id == my_id => self.cancel.cancel(),
-                    Some(Ring::Closed) | None => {
-                        call.abort();
-                        self.record(&audit, CallEnd::SessionGone);
-                        self.session_gone().await;
-                        return;
-                    }
-                    // Rings may have been lost while the subscriber reconnected, and it may not be resubscribed
-                    // yet: look for a cancellation marker now and twice more.
-                    Some(Ring::Lagged) => {
-                        lag_checks = 3;
-                        recheck.reset();
-                    }
-                    Some(_) => {}
-                },
-                _ = cancel_poll.tick(), if sub.is_some() => lag_checks = lag_checks.max(1),
-                _ = recheck.tick(), if lag_checks > 0 => {
-                    lag_checks -= 1;
-                    if self.app.store.is_cancelled(&self.key, &my_id).await.unwrap_or(false) {
-                        self.cancel.cancel();
-                    }
-                }
-            }
-        }
-    }
-
-    /// Counts the call and writes its audit event (see [`record_call`]).
-    fn record(&self, audit: &Audit, outcome: CallEnd) {
-        record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, audit, outcome);
     }
 
     /// The stream this call writes to, once it streams.
@@ -635,141 +498,132 @@ fn parse_answer(answer: &str) -> Result<Value, ToolError> {
     })
 }
 
-/// Counts a call in `mcp_tool_calls_total` and (if it ran) `mcp_tool_call_duration_seconds`, ends its span (when the
-/// call owns it), and
-/// writes its audit event: tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never
-/// the arguments).
-pub(crate) fn record_call(
-    app: &AppState,
-    principal: &Principal,
-    span: Option<&opentelemetry::Context>,
-    trace_id: &str,
-    audit: &Audit,
-    outcome: CallEnd,
-) {
-    let took = audit.started.elapsed();
-    let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
-    let error_type = match outcome {
-        CallEnd::Ok => None,
-        CallEnd::IsError => Some("tool_error"),
-        other => Some(other.label()),
-    };
-    if let Some(span) = span {
-        crate::trace::end(span, error_type, &[]);
-    }
-    let m = &app.metrics;
-    m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
-    if outcome.ran() {
-        m.tool_duration.with_label_values(&[tool]).observe(took.as_secs_f64());
-    }
-    tracing::info!(
-        target: "mcpfleet::audit",
-        outcome = outcome.label(),
-        tool.name = %crate::mcp::truncate(&audit.tool, 64),
-        principal = principal.user.as_str(),
-        duration_ms = took.as_secs_f64() * 1e3,
-        trace_id = %trace_id,
-        args.sha256 = %audit.args_sha256,
-        "tools/call"
-    );
+/// What the session sink watches while its call runs (see [`CallSink::watch`]).
+pub(crate) struct SessionWatch {
+    /// Stops the lease renewer when the call ends (the watch is dropped with the drive loop).
+    _done: tokio_util::sync::DropGuard,
+    /// After `--cancel-watch-after`, the call subscribes to its session's doorbell to hear cancellations.
+    watch_after: std::pin::Pin<Box<tokio::time::Sleep>>,
+    sub: Option<Box<dyn Subscription>>,
+    /// Look for a cancellation marker this many more times (after a lag, rings may have been lost).
+    lag_checks: u8,
+    recheck: tokio::time::Interval,
+    /// A fallback for rings lost in a long store outage: a subscribed call looks for a marker once a lease.
+    cancel_poll: tokio::time::Interval,
+    my_id: String,
 }
 
-/// A call refused before it started (by its scopes or a limit): counted and audited like one that ran.
-pub(crate) struct RefusedCall<'a> {
-    pub(crate) app: &'a AppState,
-    pub(crate) principal: &'a Principal,
-    pub(crate) tool: &'a str,
-    pub(crate) args: &'a JsonObject,
-    pub(crate) trace_id: &'a str,
-    pub(crate) end: CallEnd,
-}
+/// The session generation's sink: the answer is a JSON response or, once the call streams, its stream's final
+/// event in the session's log; a cancellation (on any replica), a deleted session or a lost lease stops the call.
+#[async_trait]
+impl CallSink for Exchange {
+    type Error = (i64, String);
+    type Watch = SessionWatch;
 
-impl RefusedCall<'_> {
-    pub(crate) fn record(self) {
-        let audit = Audit {
-            tool: crate::mcp::truncate(self.tool, 64),
-            args_sha256: args_digest(self.args),
-            started: std::time::Instant::now(),
+    fn app(&self) -> &AppState {
+        &self.app
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    fn span(&self) -> &opentelemetry::Context {
+        &self.span
+    }
+
+    async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, (i64, String)>, bool) {
+        crate::mcp::call_tool(&self.app, &tool, args, &*self, &self.trace_id).await
+    }
+
+    fn settle(&self, ran: Ran<(i64, String)>) -> (Finished, CallEnd) {
+        match ran {
+            Ran::Here(r) => {
+                let end = outcome_of(&r);
+                (Finished::Answer(r), end)
+            }
+            Ran::Replayed(v) => (Finished::Answer(Ok(v)), CallEnd::Replayed),
+        }
+    }
+
+    async fn deliver(&self, finished: Finished) {
+        let msg = match finished {
+            Finished::Answer(r) => self.response(r),
+            Finished::Refused(e) => crate::jsonrpc::error(Some(&self.request_id), e.rpc_error(false)),
         };
-        // The request's span guard ends the span, with the refusal's status.
-        record_call(self.app, self.principal, None, self.trace_id, &audit, self.end);
+        self.finish(msg).await;
     }
-}
 
-/// What the audit event of a call needs from its start.
-pub(crate) struct Audit {
-    pub(crate) tool: String,
-    pub(crate) args_sha256: String,
-    pub(crate) started: std::time::Instant,
-}
-
-/// SHA-256 of the arguments as received (serialized), hex: equal arguments give equal hashes, and nothing of the
-/// arguments can be read back.
-pub(crate) fn args_digest(args: &JsonObject) -> String {
-    use sha2::Digest as _;
-    let bytes = serde_json::to_vec(args).unwrap_or_default();
-    sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// How a call ended, for the metrics and the audit event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CallEnd {
-    Ok,
-    IsError,
-    ProtocolError,
-    UnknownTool,
-    Cancelled,
-    SessionGone,
-    /// The caller lacks the tool's scopes (403).
-    Refused,
-    /// A limit refused it: the rate limit or the in-flight cap (429), or the tool's quota (`isError`).
-    RefusedByLimit,
-    /// Its arguments do not match the tool's input schema (`isError`): the tool did not run.
-    InvalidArguments,
-    /// The tool panicked (`isError`, nothing of the panic).
-    Panicked,
-    /// The tool ran past its timeout and was stopped (`isError`).
-    TimedOut,
-    /// The tool ran and asked the client for input (2026-07-28 `InputRequiredResult`); a retry continues it.
-    InputRequired,
-    /// An earlier call with the same idempotency key had run: its result was returned, the tool did not run.
-    Replayed,
-}
-
-impl CallEnd {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::IsError => "is_error",
-            Self::ProtocolError | Self::UnknownTool => "protocol_error",
-            Self::Cancelled => "cancelled",
-            Self::SessionGone => "session_gone",
-            Self::Refused => "refused",
-            Self::RefusedByLimit => "refused_by_limit",
-            Self::InvalidArguments => "invalid_arguments",
-            Self::Panicked => "panicked",
-            Self::TimedOut => "timeout",
-            Self::InputRequired => "input_required",
-            Self::Replayed => "replayed",
+    async fn go_streaming(&self) {
+        if let Err(e) = self.ensure_streaming().await {
+            tracing::debug!(error = %e, "could not switch a slow call to SSE");
         }
     }
 
-    /// The tool ran (its duration is observed).
-    fn ran(self) -> bool {
-        !matches!(
-            self,
-            Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments | Self::Replayed
-        )
-    }
-}
-
-pub(crate) fn outcome_of(result: &Result<Value, (i64, String)>) -> CallEnd {
-    match result {
-        Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => CallEnd::IsError,
-        Ok(_) => CallEnd::Ok,
-        Err((code, msg)) if *code == crate::code::INVALID_PARAMS && msg.starts_with("unknown tool") => {
-            CallEnd::UnknownTool
+    fn watcher(&self) -> SessionWatch {
+        let cfg = &self.app.config;
+        let mut recheck = tokio::time::interval(Duration::from_secs(1));
+        // Spread the checks after a lag out in time (the subscriber may still be resubscribing), never in a burst.
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        SessionWatch {
+            _done: self.done.clone().drop_guard(),
+            watch_after: Box::pin(tokio::time::sleep(cfg.cancel_watch_after)),
+            sub: None,
+            lag_checks: 0,
+            recheck,
+            cancel_poll: tokio::time::interval_at(tokio::time::Instant::now() + cfg.lease_ttl, cfg.lease_ttl),
+            my_id: self.request_id.to_string(),
         }
-        Err(_) => CallEnd::ProtocolError,
+    }
+
+    async fn watch(&self, w: &mut SessionWatch) -> Interrupt {
+        loop {
+            tokio::select! {
+                () = self.cancel.cancelled() => return Interrupt::Stop(CallEnd::Cancelled),
+                () = self.lost.cancelled() => return Interrupt::Stop(CallEnd::SessionGone),
+                () = &mut w.watch_after, if w.sub.is_none() => match self.app.store.subscribe(&self.key).await {
+                    Ok(sub) => {
+                        w.sub = Some(sub);
+                        // A cancellation that arrived before the subscription left a marker.
+                        w.lag_checks = 1;
+                        w.recheck.reset_immediately();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch for cancellation");
+                        w.watch_after.as_mut().reset(tokio::time::Instant::now() + self.app.config.lease_ttl);
+                    }
+                },
+                ring = recv(&mut w.sub) => match ring {
+                    Some(Ring::Cancel(id)) if id == w.my_id => self.cancel.cancel(),
+                    Some(Ring::Closed) | None => return Interrupt::Stop(CallEnd::SessionGone),
+                    // Rings may have been lost while the subscriber reconnected, and it may not be resubscribed
+                    // yet: look for a cancellation marker now and twice more.
+                    Some(Ring::Lagged) => {
+                        w.lag_checks = 3;
+                        w.recheck.reset();
+                    }
+                    Some(_) => {}
+                },
+                _ = w.cancel_poll.tick(), if w.sub.is_some() => w.lag_checks = w.lag_checks.max(1),
+                _ = w.recheck.tick(), if w.lag_checks > 0 => {
+                    w.lag_checks -= 1;
+                    if self.app.store.is_cancelled(&self.key, &w.my_id).await.unwrap_or(false) {
+                        self.cancel.cancel();
+                    }
+                }
+            }
+        }
+    }
+
+    async fn stopped(&self, end: CallEnd) {
+        if end == CallEnd::Cancelled {
+            self.finish_cancelled().await;
+        } else {
+            self.session_gone().await;
+        }
     }
 }

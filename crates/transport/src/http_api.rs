@@ -2,8 +2,9 @@
 //! handler decides what the method needs, in an order that refuses a request before it touches the store.
 
 use crate::Principal;
+use crate::call::{CallEnd, RefusedCall};
 use crate::error::{TransportError, auth_rejection};
-use crate::exchange::{CallEnd, CallRequest, Exchange, Outcome, RefusedCall};
+use crate::exchange::{CallRequest, Exchange, Outcome};
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
 use crate::mcp;
 use crate::metrics::method_label;

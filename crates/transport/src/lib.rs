@@ -13,6 +13,7 @@
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 
 mod admin;
+mod call;
 mod dev_oauth;
 mod drain;
 mod error;

@@ -6,8 +6,8 @@
 //! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`crate::mrtr`]) and
 //! idempotency keys, and `subscriptions/listen` streams fed by the principal's notice channel.
 
+use crate::call::{CallEnd, CallSink, Finished, Interrupt};
 use crate::error::TransportError;
-use crate::exchange::{Audit, CallEnd, record_call};
 use crate::extract::McpHeaders;
 use crate::http_api::{Post, admit, invalid_result, quota_result};
 use crate::idempotency::{self, Ran};
@@ -387,12 +387,14 @@ impl Post<'_> {
             progress_token,
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
+            keyed: idem.is_some(),
             out: Mutex::new(Out::Pending(Some(tx))),
             inputs: Inputs::new(answers, m, "tools/call", digest),
         });
         // Closing the response (the connection, or the SSE stream) cancels the call (see `drive`).
         let cancel_on_drop = call.closed.clone().drop_guard();
-        app.calls.spawn(call.clone().drive(name, args, slot, granted.quota.is_some(), idem));
+        let admitted = crate::call::Admitted { name, args, slot, quota_charged: granted.quota.is_some(), idem };
+        app.calls.spawn(crate::call::drive(call.clone(), admitted));
         match rx.await {
             Ok(Answer::Json(v)) => {
                 cancel_on_drop.disarm();
@@ -649,6 +651,8 @@ struct Call {
     cancel: CancellationToken,
     /// Fired when the client closes the response.
     closed: CancellationToken,
+    /// The call has an idempotency key: a client that goes away does not stop it (it finishes for the re-issue).
+    keyed: bool,
     out: Mutex<Out>,
     inputs: Inputs,
 }
@@ -798,119 +802,6 @@ impl ToolContext for PromptContext {
 }
 
 impl Call {
-    async fn drive(
-        self: Arc<Self>,
-        name: String,
-        args: JsonObject,
-        _slot: Option<mcpfleet_limits::SlotGuard>,
-        quota_charged: bool,
-        idem: Option<idempotency::Idempotent>,
-    ) {
-        let cfg = self.app.config.clone();
-        let started = std::time::Instant::now();
-        let timeout = self.app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
-        let args_sha = crate::exchange::args_digest(&args);
-        // A call with an idempotency key is not stopped when its client goes away: it finishes and its result is
-        // stored, so that the client's re-issue (the spec's answer to a broken stream) gets the one true outcome
-        // instead of running a half-done side effect again.
-        let keyed = idem.is_some();
-        let mut detached = false;
-        let me = self.clone();
-        let tool = name.clone();
-        let held = idem.clone();
-        let mut task = tokio::spawn(async move {
-            let run = async {
-                let r = me.app.catalog.call_tool(&tool, args, &*me).await;
-                let own = mcp::own_outcome(&r);
-                (me.finish(r, &tool), own)
-            };
-            idempotency::run(&me.app, held.as_ref(), timeout, run).await
-        });
-        let sse_after = tokio::time::sleep(cfg.sse_after);
-        tokio::pin!(sse_after);
-        let mut upgraded = false;
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let audit = Audit { tool: name.clone(), args_sha256: args_sha, started };
-        let record =
-            |end: CallEnd| record_call(&self.app, &self.principal, Some(&self.span), &self.trace_id, &audit, end);
-        loop {
-            tokio::select! {
-                r = &mut task => {
-                    let (result, end) = match r {
-                        Ok(Ran::Here(Err(Done::Refused(e)))) => {
-                            record(CallEnd::ProtocolError);
-                            self.refuse(e).await;
-                            return;
-                        }
-                        Ok(Ran::Here(Err(Done::Rpc(e)))) => (Err(e), CallEnd::ProtocolError),
-                        Ok(Ran::Here(Ok(v))) => {
-                            let end = if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
-                                CallEnd::InputRequired
-                            } else {
-                                crate::exchange::outcome_of(&Ok(v.clone()))
-                            };
-                            (Ok(v), end)
-                        }
-                        Ok(Ran::Replayed(v)) => (Ok(v), CallEnd::Replayed),
-                        Err(e) => {
-                            tracing::error!(error = %e, trace_id = %self.trace_id, "tool task panicked");
-                            (Ok(mcp::tool_failure(&self.trace_id)), CallEnd::Panicked)
-                        }
-                    };
-                    record(end);
-                    let refused = matches!(&result, Err((c, _)) if *c == code::INVALID_PARAMS);
-                    if quota_charged && (matches!(end, CallEnd::Replayed | CallEnd::InputRequired) || refused) {
-                        // The tool did not run to its end (a replayed result, a round that asks for input, or
-                        // arguments it refused): the unit goes back.
-                        self.app.limits.refund(&self.principal.user, &name).await;
-                    }
-                    if detached {
-                        return;
-                    }
-                    let result = result.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::modern(c), m));
-                    let msg = crate::jsonrpc::response(&self.request_id, result);
-                    self.send_final(msg).await;
-                    return;
-                }
-                () = &mut deadline => {
-                    let stopped = mcp::timed_out(timeout, &self.trace_id);
-                    // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
-                    idempotency::settle_stopped(&self.app, idem.as_ref(), &stopped).await;
-                    task.abort();
-                    tracing::warn!(tool.name = %name, trace_id = %self.trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                    record(CallEnd::TimedOut);
-                    if detached {
-                        return;
-                    }
-                    let msg = crate::jsonrpc::result(&self.request_id, complete(&self.app, stopped, false));
-                    self.send_final(msg).await;
-                    return;
-                }
-                () = self.closed.cancelled(), if !detached => {
-                    // The client closed the stream: send nothing more, and stop the tool, unless its result is to
-                    // be kept for a re-issue.
-                    *self.out.lock().await = Out::Done;
-                    if keyed {
-                        detached = true;
-                        tracing::info!(tool.name = %name, trace_id = %self.trace_id, "client closed the stream; the keyed call finishes for its re-issue");
-                        continue;
-                    }
-                    self.cancel.cancel();
-                    task.abort();
-                    record(CallEnd::Cancelled);
-                    return;
-                }
-                () = &mut sse_after, if !upgraded => {
-                    upgraded = true;
-                    // Long and silent: switch to SSE so that the connection gets keep-alives.
-                    let mut out = self.out.lock().await;
-                    let _ = self.streaming(&mut out);
-                }
-            }
-        }
-    }
-
     /// The tool's outcome as this round's result (see [`Inputs::decide`]); tool failures become `isError`
     /// results as in the session generation.
     fn finish(&self, r: std::result::Result<Value, ToolError>, tool: &str) -> std::result::Result<Value, Done> {
@@ -972,6 +863,82 @@ impl Call {
             }
             _ => {}
         }
+    }
+}
+
+/// The stateless generation's sink: one response (JSON, or an SSE stream of its own once the call notifies or runs
+/// long), with the modern code allocation and cache-free `_meta`; a refused `requestState` refuses the request; a
+/// client that closes its response stops the call, unless the call has an idempotency key.
+#[async_trait]
+impl CallSink for Call {
+    type Error = Done;
+    type Watch = ();
+
+    fn app(&self) -> &AppState {
+        &self.app
+    }
+
+    fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    fn span(&self) -> &opentelemetry::Context {
+        &self.span
+    }
+
+    async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (std::result::Result<Value, Done>, bool) {
+        let r = self.app.catalog.call_tool(&tool, args, &*self).await;
+        let own = mcp::own_outcome(&r);
+        (self.finish(r, &tool), own)
+    }
+
+    fn settle(&self, ran: Ran<Done>) -> (Finished, CallEnd) {
+        match ran {
+            Ran::Here(Err(Done::Refused(e))) => (Finished::Refused(e), CallEnd::ProtocolError),
+            Ran::Here(Err(Done::Rpc(e))) => (Finished::Answer(Err(e)), CallEnd::ProtocolError),
+            Ran::Here(Ok(v)) => {
+                let end = if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
+                    CallEnd::InputRequired
+                } else {
+                    crate::call::outcome_of(&Ok(v.clone()))
+                };
+                (Finished::Answer(Ok(v)), end)
+            }
+            Ran::Replayed(v) => (Finished::Answer(Ok(v)), CallEnd::Replayed),
+        }
+    }
+
+    async fn deliver(&self, finished: Finished) {
+        match finished {
+            Finished::Answer(r) => {
+                let r = r.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::modern(c), m));
+                self.send_final(crate::jsonrpc::response(&self.request_id, r)).await;
+            }
+            Finished::Refused(e) => self.refuse(e).await,
+        }
+    }
+
+    async fn go_streaming(&self) {
+        // Long and silent: switch to SSE so that the connection gets keep-alives.
+        let mut out = self.out.lock().await;
+        let _ = self.streaming(&mut out);
+    }
+
+    fn watcher(&self) {}
+
+    async fn watch(&self, (): &mut ()) -> Interrupt {
+        self.closed.cancelled().await;
+        // The client closed the stream: send nothing more.
+        *self.out.lock().await = Out::Done;
+        if self.keyed { Interrupt::Detach } else { Interrupt::Stop(CallEnd::Cancelled) }
+    }
+
+    async fn stopped(&self, _end: CallEnd) {
+        self.cancel.cancel();
     }
 }
 
