@@ -17,19 +17,18 @@ mod call;
 mod dev_oauth;
 mod drain;
 mod error;
-mod exchange;
 mod extract;
-mod http_api;
 mod idempotency;
 mod jsonrpc;
 mod mcp;
 mod metrics;
-mod modern;
-mod mrtr;
 mod observe;
 mod origin;
+mod request;
+mod session;
+mod shell;
 mod sse;
-mod tail;
+mod stateless;
 mod trace;
 mod well_known;
 
@@ -40,8 +39,8 @@ pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedRe
 pub use mcpfleet_core::ProtocolVersion;
 pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
-pub use mrtr::RequestStateKeys;
 pub use origin::HostPattern;
+pub use stateless::mrtr::RequestStateKeys;
 
 use axum::Router;
 use axum::routing::get;
@@ -167,7 +166,7 @@ pub struct AppState {
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
-    let mcp = get(http_api::get).post(http_api::post).delete(http_api::delete).fallback(http_api::other);
+    let mcp = get(shell::get).post(shell::post).delete(shell::delete).fallback(shell::other);
     let mut r = Router::new()
         .route("/mcp", mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe)));
     if let Some(pr) = &state.config.protected_resource {

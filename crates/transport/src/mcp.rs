@@ -1,5 +1,5 @@
 //! MCP method dispatch for one session-bound request. Everything but `tools/call` answers with plain JSON;
-//! `tools/call` runs through an [`Exchange`](crate::exchange::Exchange).
+//! `tools/call` runs through an [`Exchange`](crate::session::exchange::Exchange).
 
 use crate::AppState;
 use crate::code;

@@ -1,69 +1,33 @@
-//! The handlers of `/mcp`. Their extractors (`extract.rs`) have checked the caller, the headers and the body; a
-//! handler decides what the method needs, in an order that refuses a request before it touches the store.
+//! The session generation (2025-03-26, 2025-06-18, 2025-11-25): `initialize` and its session, every other
+//! message on the session it names, a `tools/call` as an [`exchange::Exchange`] (the call pipeline's session sink:
+//! the event log, resumable streams, server→client requests), the standalone GET stream and resumption
+//! ([`tail`]), and DELETE. It imports the call pipeline and the shared request context, never `stateless`.
 
-use crate::Principal;
-use crate::call::{CallEnd, RefusedCall};
-use crate::error::{TransportError, auth_rejection};
-use crate::exchange::{CallRequest, Exchange, Outcome};
-use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, Rpc, SESSION_HEADER};
+pub(crate) mod exchange;
+pub(crate) mod tail;
+
+use crate::call::{CallEnd, invalid_arguments, invalid_result, quota_result};
+use crate::error::TransportError;
+use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, SESSION_HEADER};
 use crate::mcp;
-use crate::metrics::method_label;
-use crate::observe::{RequestIds, RpcInfo, with_info};
-use crate::{AppState, PeerAddr, SUPPORTED_VERSIONS, code, random_token, sse, tail, trace};
+use crate::observe::{RpcInfo, with_info};
+use crate::request::{Asker, Post, Result, accepted, admit, charge_unadmitted, rpc_info, rpc_json, stateless_header};
+use crate::{AppState, PeerAddr, SUPPORTED_VERSIONS, code, random_token, sse, trace};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use mcpfleet_limits::{self as limits, Granted, LimitError, Refused};
+use exchange::{CallRequest, Exchange, Outcome};
+use mcpfleet_limits::{self as limits, Granted, LimitError};
 use mcpfleet_state::Delivery;
 use mcpfleet_state::{NewSession, SessionId, SessionKey};
 use mcpfleet_state::{SessionOp, SlotSet};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
-use std::net::IpAddr;
 
 /// Largest `capabilities` or `clientInfo` an initialize may store with its session.
 const MAX_CLIENT_METADATA: usize = 16 * 1024;
-
-type Result<T, E = TransportError> = std::result::Result<T, E>;
-
-/// Who is asking, for admission: the verified principal, and the peer address where the bucket is keyed by it.
-pub(crate) struct Asker<'a> {
-    pub(crate) caller: &'a Principal,
-    peer: Option<IpAddr>,
-}
-
-impl<'a> Asker<'a> {
-    fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
-        let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
-        Self { caller, peer }
-    }
-
-    pub(crate) fn request(&self) -> limits::Request<'a> {
-        limits::Request::new(&self.caller.user, self.peer)
-    }
-}
-
-/// Admits a request (bucket, session, caps, quota: one store call), noting the caller's bucket for the
-/// `RateLimit` headers.
-pub(crate) async fn admit(
-    app: &AppState,
-    info: &mut RpcInfo,
-    req: &limits::Request<'_>,
-) -> Result<Granted, LimitError> {
-    info.charged = true;
-    match app.limits.admit(req).await {
-        Ok(g) => {
-            info.rate = g.rate;
-            Ok(g)
-        }
-        Err(Refused { rate, error }) => {
-            info.rate = rate;
-            Err(error)
-        }
-    }
-}
 
 /// Admission for a request on the session it names: unknown, ended and foreign sessions all look alike (404). A
 /// session id that cannot be ours is refused without a store call (and charged by [`charge_unadmitted`]).
@@ -101,140 +65,15 @@ async fn admit_control(
     Ok(key)
 }
 
-/// Every request from an identified caller takes a token from its bucket, exactly once. A request answered before
-/// its admission (a malformed body, a missing header, a bad argument) takes it here; if the bucket is empty, the
-/// caller gets the 429 instead.
-async fn charge_unadmitted(
-    app: &AppState,
-    info: &mut RpcInfo,
-    asker: &Asker<'_>,
-    r: Result<Response>,
-) -> Result<Response> {
-    let from_store =
-        matches!(&r, Err(TransportError::Limit(_) | TransportError::Unavailable(_) | TransportError::AuthUnavailable));
-    if info.charged || from_store {
-        return r;
-    }
-    match admit(app, info, &asker.request()).await {
-        Err(e @ LimitError::RateLimited { .. }) => Err(e.into()),
-        _ => r,
-    }
-}
-
-fn rpc_json(id: &Value, r: mcp::RpcResult) -> Response {
-    axum::Json(crate::jsonrpc::response(id, r)).into_response()
-}
-
-fn accepted() -> Response {
-    StatusCode::ACCEPTED.into_response()
-}
-
-pub(crate) async fn post(
-    State(app): State<AppState>,
-    Extension(ids): Extension<RequestIds>,
-    peer: Option<Extension<PeerAddr>>,
-    Caller(caller): Caller,
-    h: McpHeaders,
-    rpc: Result<Rpc, TransportError>,
-) -> Response {
-    let asker = Asker::new(&app, &caller, peer);
-    let (message, duplicate) = match rpc {
-        Ok(Rpc(m, duplicate)) => (m, duplicate),
-        Err(e) => {
-            let mut info = rpc_info(None, &caller, &h);
-            // A body that could not be read is answered in the generation its version header names.
-            info.modern = modern_header(&h);
-            let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
-            return with_info(r, info);
-        }
-    };
-    let label = match &message {
-        Message::Request { method, .. } | Message::Notification { method, .. } => method_label(method),
-        Message::Response { .. } => "response",
-    };
-    let mut info = rpc_info(Some(label), &caller, &h);
-    // The MCP span: parented to `params._meta.traceparent` when the request carries one, else to the HTTP span.
-    let span = match &message {
-        Message::Request { id, method, params } => {
-            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
-            let target = match method.as_str() {
-                "tools/call" | "prompts/get" => {
-                    params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64))
-                }
-                _ => None,
-            };
-            let span = trace::mcp_span(&parent, method, target.as_deref(), Some(id), info.session.as_deref());
-            if method == "tools/call" {
-                info.tool = target;
-            }
-            Some(span)
-        }
-        Message::Notification { method, params } => {
-            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
-            Some(trace::mcp_span(&parent, method, None, None, info.session.as_deref()))
-        }
-        Message::Response { .. } => None,
-    };
-    let mut span = trace::SpanGuard::new(span);
-    let trace_id = span.context().and_then(trace::trace_id_of).unwrap_or_else(|| ids.trace_id.clone());
-    if trace_id != ids.trace_id {
-        info.trace_id = Some(trace_id.clone());
-    }
-    let mut cx = Post { app: &app, ids: &ids, trace_id: &trace_id, span: &mut span, asker: &asker, info: &mut info };
-    let r = cx.message(h, message, duplicate.as_deref()).await;
-    let r = charge_unadmitted(&app, &mut info, &asker, r).await;
-    match &r {
-        Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
-        _ => {}
-    }
-    drop(span);
-    with_info(r, info)
-}
-
-/// One POSTed message being answered.
-pub(crate) struct Post<'a> {
-    pub(crate) app: &'a AppState,
-    ids: &'a RequestIds,
-    pub(crate) trace_id: &'a str,
-    pub(crate) span: &'a mut trace::SpanGuard,
-    pub(crate) asker: &'a Asker<'a>,
-    pub(crate) info: &'a mut RpcInfo,
-}
-
 impl Post<'_> {
-    async fn message(&mut self, mut h: McpHeaders, mut message: Message, duplicate: Option<&str>) -> Result<Response> {
+    /// Answers a message of the session generation.
+    pub(crate) async fn session(
+        &mut self,
+        mut h: McpHeaders,
+        message: Message,
+        duplicate: Option<&str>,
+    ) -> Result<Response> {
         let app = self.app;
-        // Before anything reads a call's arguments (validation, digests, parameter headers, the tool), in both
-        // generations: integral numbers where the schema says integer are integers.
-        if let Message::Request { method, params, .. } = &mut message
-            && method == "tools/call"
-        {
-            app.validator.normalize_arguments(params);
-        }
-        let params = match &message {
-            Message::Request { params, .. } | Message::Notification { params, .. } => Some(params),
-            Message::Response { .. } => None,
-        };
-        if crate::modern::is_modern(&h, params) {
-            self.info.modern = true;
-            return match message {
-                Message::Request { id, method, params } => {
-                    self.info.request_id = Some(id.clone());
-                    self.modern(&h, &id, &method, &params, duplicate).await
-                }
-                // 2026-07-28 defines no client notification over HTTP: accepted, and ignored (a cancellation, as in
-                // the session generation, without touching the bucket).
-                Message::Notification { method, .. } => {
-                    let req = self.asker.request();
-                    let req = if method == "notifications/cancelled" { req.as_control() } else { req };
-                    admit(app, self.info, &req).await?;
-                    Ok(accepted())
-                }
-                Message::Response { .. } => Err(TransportError::InvalidRequest(
-                    "2026-07-28 clients send no responses: answer input requests with inputResponses on a retry",
-                )),
-            };
-        }
         if let Message::Request { id, method, params } = &message
             && method == "initialize"
         {
@@ -362,25 +201,6 @@ impl Post<'_> {
         }
     }
 
-    /// Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming them,
-    /// before anything runs or is counted against a quota; the refusal is audited.
-    pub(crate) fn require_tool_scopes(&mut self, name: &str, args: &JsonObject) -> Result<()> {
-        let app = self.app;
-        let required = app.tool_scopes(name);
-        if self.asker.caller.scopes.allow(&required) {
-            return Ok(());
-        }
-        self.record_refused(name, args, CallEnd::Refused);
-        self.span.error = Some("insufficient_scope".to_owned());
-        Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)))
-    }
-
-    /// Counts and audits a call refused before it started.
-    pub(crate) fn record_refused(&self, tool: &str, args: &JsonObject, end: CallEnd) {
-        let principal = self.asker.caller;
-        RefusedCall { app: self.app, principal, tool, args, trace_id: self.trace_id, end }.record();
-    }
-
     async fn initialize(&mut self, id: &Value, params: &JsonObject) -> Result<Response> {
         let app = self.app;
         let requested = params.get("protocolVersion").and_then(Value::as_str);
@@ -423,56 +243,6 @@ impl Post<'_> {
     }
 }
 
-/// The duplicate keys and schema violations of a call's arguments, if any. A duplicate key elsewhere in the
-/// message is a malformed request.
-pub(crate) fn invalid_arguments(
-    app: &AppState,
-    tool: &str,
-    args: Option<&Value>,
-    duplicate: Option<&str>,
-) -> Result<Option<Vec<mcpfleet_tools::validate::Invalid>>> {
-    use mcpfleet_tools::validate::Invalid;
-    if let Some(at) = duplicate {
-        // `classify` lets through only duplicates inside the arguments; any other is a malformed request.
-        return match at.strip_prefix("/params") {
-            Some(rest) if rest.starts_with("/arguments/") => {
-                Ok(Some(vec![Invalid { pointer: rest.to_owned(), expected: "each key once (a duplicate key)".into() }]))
-            }
-            _ => Err(TransportError::Envelope(format!("the key at {} is given twice", mcp::truncate(at, 128)))),
-        };
-    }
-    // Absent arguments are an empty object (MCP makes them optional), checked like any other.
-    let empty = Value::Object(JsonObject::new());
-    Ok(app.validator.check(tool, args.unwrap_or(&empty)).err())
-}
-
-/// The `isError` result of a call whose arguments do not match the tool's schema: every finding with its
-/// pointer, and what to do. The values sent are not echoed.
-pub(crate) fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Invalid]) -> Value {
-    let list = found.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-    let text = format!(
-        "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its \
-         input schema and call it again."
-    );
-    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
-}
-
-/// The `isError` result of a call refused by its tool's quota: it names the tool, the quota and when to come
-/// back, and tells the model to ask its user rather than retry.
-pub(crate) fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str) -> Value {
-    let text = format!(
-        "Quota exhausted: the tool {tool} may be called {quota} by this user, and that is used up. It can be \
-         called again in {retry_after} s. Do not retry it before then, and do not retry blindly: tell the user, \
-         and ask whether to wait or to do something else. Trace id: {trace_id}."
-    );
-    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
-}
-
-/// What the access log and the metrics learn of a request: its method label, the caller's hash and the session's.
-fn rpc_info(method: Option<&'static str>, caller: &Principal, h: &McpHeaders) -> RpcInfo {
-    RpcInfo { method, principal: Some(caller.user.as_str().to_owned()), session: h.session_tag(), ..RpcInfo::default() }
-}
-
 pub(crate) async fn get(
     State(app): State<AppState>,
     peer: Option<Extension<PeerAddr>>,
@@ -483,7 +253,7 @@ pub(crate) async fn get(
     let mut info = rpc_info(Some("GET"), &caller, &h);
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
-        if modern_header(&h) {
+        if stateless_header(&h) {
             info.modern = true;
             return Err(TransportError::MethodNotAllowed);
         }
@@ -513,7 +283,7 @@ pub(crate) async fn delete(
     let mut info = rpc_info(Some("DELETE"), &caller, &h);
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
-        if modern_header(&h) {
+        if stateless_header(&h) {
             info.modern = true;
             return Err(TransportError::MethodNotAllowed);
         }
@@ -529,14 +299,4 @@ pub(crate) async fn delete(
     .await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     with_info(r, info)
-}
-
-/// A GET or DELETE that says 2026-07-28: that generation has neither (405, `Allow: POST`).
-fn modern_header(h: &McpHeaders) -> bool {
-    matches!(h.raw_version(), Ok(Some(v)) if crate::MODERN_VERSIONS.contains(&v))
-}
-
-/// Any other method on `/mcp`: 405, after the caller checks.
-pub(crate) async fn other(_caller: Caller) -> TransportError {
-    TransportError::MethodNotAllowed
 }

@@ -4,11 +4,15 @@
 //! with the trace id, an abort stops it), under its idempotency key if it has one, against its timeout, switching
 //! a silent call to SSE after `--sse-after`, and watching for what stops it early. What differs is where the
 //! answer goes and what can stop it: that is a [`CallSink`]. The session generation's sink is `Exchange`
-//! (`exchange.rs`: the event log, resumption, the doorbell), the stateless generation's is `modern::Call` (one
+//! (`session/exchange.rs`: the event log, resumption, the doorbell), the stateless generation's is `stateless::Call` (one
 //! response, input requests, a client that closes its stream). A third sink (a durable task record) is a new
 //! implementation of the trait, not a new loop.
 //!
 //! It must not know HTTP: a sink turns the call's end into whatever its generation sends.
+
+mod preflight;
+
+pub(crate) use preflight::{invalid_arguments, invalid_result, quota_result};
 
 use crate::idempotency::{self, Idempotent, Ran};
 use crate::{AppState, Principal, TransportError};

@@ -3,16 +3,19 @@
 //! `params._meta["io.modelcontextprotocol/protocolVersion"]` names a modern version; anything else takes the
 //! session path (`http_api`). Here: the request metadata and header checks (`-32020`, `-32022`, `-32602`),
 //! `server/discover`, the catalog methods with `resultType`, `serverInfo` and caching hints, `tools/call` with
-//! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`crate::mrtr`]) and
+//! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`mrtr`]) and
 //! idempotency keys, and `subscriptions/listen` streams fed by the principal's notice channel.
 
+pub(crate) mod mrtr;
+
 use crate::call::{CallEnd, CallSink, Finished, Interrupt};
+use crate::call::{invalid_arguments, invalid_result, quota_result};
 use crate::error::TransportError;
 use crate::extract::McpHeaders;
-use crate::http_api::{Post, admit, invalid_result, quota_result};
+use crate::extract::Message;
 use crate::idempotency::{self, Ran};
 use crate::mcp;
-use crate::mrtr::{RequestState, StateRefusal};
+use crate::request::{Post, accepted, admit};
 use crate::sse::{self, Frame};
 use crate::{AppState, MODERN_VERSIONS, Principal, code};
 use async_trait::async_trait;
@@ -20,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use mcpfleet_limits::{self as limits, LimitError};
 use mcpfleet_state::{Ring, SlotSet};
 use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
+use mrtr::{RequestState, StateRefusal};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -285,6 +289,36 @@ fn capabilities(app: &AppState) -> Value {
 }
 
 impl Post<'_> {
+    /// Answers a message of the stateless generation.
+    pub(crate) async fn stateless(
+        &mut self,
+        h: McpHeaders,
+        message: Message,
+        duplicate: Option<&str>,
+    ) -> Result<Response> {
+        let app = self.app;
+        self.info.modern = true;
+        match message {
+            Message::Request { id, method, params } => {
+                self.info.request_id = Some(id.clone());
+                self.modern(&h, &id, &method, &params, duplicate).await
+            }
+            // 2026-07-28 defines no client notification over HTTP: accepted, and ignored (a cancellation, as in the
+            // session generation, without touching the bucket).
+            Message::Notification { method, .. } => {
+                let req = self.asker.request();
+                let req = if method == "notifications/cancelled" { req.as_control() } else { req };
+                admit(app, self.info, &req).await?;
+                Ok(accepted())
+            }
+            Message::Response { .. } => Err(TransportError::InvalidRequest(
+                "2026-07-28 clients send no responses: answer input requests with inputResponses on a retry",
+            )),
+        }
+    }
+}
+
+impl Post<'_> {
     /// Answers one modern request. Every error carries the request's id and the modern code allocation.
     pub(crate) async fn modern(
         &mut self,
@@ -345,7 +379,7 @@ impl Post<'_> {
         self.require_tool_scopes(&name, &args)?;
         // After the scopes: a caller who may not call the tool learns nothing of its parameters.
         check_param_headers(h, app, &name, &args)?;
-        if let Some(invalid) = crate::http_api::invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
+        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             admit(app, self.info, &self.asker.request()).await?;
             self.record_refused(&name, &args, CallEnd::InvalidArguments);
             self.span.error = Some("invalid_arguments".to_owned());

@@ -1,0 +1,104 @@
+//! What every request handler shares, whatever its generation: who is asking and its admission through the
+//! limits, the POSTed message's context ([`Post`]), the access-log record, and the refusal charge. The HTTP shell
+//! (`shell.rs`) and both front ends (`session/`, `stateless/`) build on it; it imports neither front end.
+
+use crate::error::TransportError;
+use crate::extract::McpHeaders;
+use crate::observe::{RequestIds, RpcInfo};
+use crate::{AppState, PeerAddr, Principal, ProtocolVersion, mcp, trace};
+use axum::Extension;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use mcpfleet_limits::{self as limits, Granted, LimitError, Refused};
+use serde_json::Value;
+use std::net::IpAddr;
+
+pub(crate) type Result<T, E = TransportError> = std::result::Result<T, E>;
+
+/// Who is asking, for admission: the verified principal, and the peer address where the bucket is keyed by it.
+pub(crate) struct Asker<'a> {
+    pub(crate) caller: &'a Principal,
+    peer: Option<IpAddr>,
+}
+
+impl<'a> Asker<'a> {
+    pub(crate) fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
+        let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
+        Self { caller, peer }
+    }
+
+    pub(crate) fn request(&self) -> limits::Request<'a> {
+        limits::Request::new(&self.caller.user, self.peer)
+    }
+}
+
+/// Admits a request (bucket, session, caps, quota: one store call), noting the caller's bucket for the
+/// `RateLimit` headers.
+pub(crate) async fn admit(
+    app: &AppState,
+    info: &mut RpcInfo,
+    req: &limits::Request<'_>,
+) -> Result<Granted, LimitError> {
+    info.charged = true;
+    match app.limits.admit(req).await {
+        Ok(g) => {
+            info.rate = g.rate;
+            Ok(g)
+        }
+        Err(Refused { rate, error }) => {
+            info.rate = rate;
+            Err(error)
+        }
+    }
+}
+
+/// Admission for a request on the session it names: unknown, ended and foreign sessions all look alike (404). A
+/// session id that cannot be ours is refused without a store call (and charged by [`charge_unadmitted`]).
+/// Every request from an identified caller takes a token from its bucket, exactly once. A request answered before
+/// its admission (a malformed body, a missing header, a bad argument) takes it here; if the bucket is empty, the
+/// caller gets the 429 instead.
+pub(crate) async fn charge_unadmitted(
+    app: &AppState,
+    info: &mut RpcInfo,
+    asker: &Asker<'_>,
+    r: Result<Response>,
+) -> Result<Response> {
+    let from_store =
+        matches!(&r, Err(TransportError::Limit(_) | TransportError::Unavailable(_) | TransportError::AuthUnavailable));
+    if info.charged || from_store {
+        return r;
+    }
+    match admit(app, info, &asker.request()).await {
+        Err(e @ LimitError::RateLimited { .. }) => Err(e.into()),
+        _ => r,
+    }
+}
+
+pub(crate) fn rpc_json(id: &Value, r: mcp::RpcResult) -> Response {
+    axum::Json(crate::jsonrpc::response(id, r)).into_response()
+}
+
+pub(crate) fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// One POSTed message being answered.
+pub(crate) struct Post<'a> {
+    pub(crate) app: &'a AppState,
+    pub(crate) ids: &'a RequestIds,
+    pub(crate) trace_id: &'a str,
+    pub(crate) span: &'a mut trace::SpanGuard,
+    pub(crate) asker: &'a Asker<'a>,
+    pub(crate) info: &'a mut RpcInfo,
+}
+
+/// What the access log and the metrics learn of a request: its method label, the caller's hash and the session's.
+pub(crate) fn rpc_info(method: Option<&'static str>, caller: &Principal, h: &McpHeaders) -> RpcInfo {
+    RpcInfo { method, principal: Some(caller.user.as_str().to_owned()), session: h.session_tag(), ..RpcInfo::default() }
+}
+
+/// Whether a request's `MCP-Protocol-Version` names the stateless generation: a GET or DELETE is then 405, and a
+/// body that cannot be read is answered in that generation.
+pub(crate) fn stateless_header(h: &McpHeaders) -> bool {
+    matches!(h.raw_version(), Ok(Some(v)) if ProtocolVersion::parse(v).is_some_and(ProtocolVersion::is_stateless))
+}
