@@ -12,7 +12,7 @@
 
 mod preflight;
 
-pub(crate) use preflight::{invalid_arguments, invalid_result, quota_result};
+pub(crate) use preflight::{Cleared, Early, Front};
 
 use crate::idempotency::{self, Idempotent, Ran};
 use crate::{AppState, Principal, TransportError};

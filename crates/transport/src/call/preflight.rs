@@ -1,17 +1,119 @@
-//! The checks of a `tools/call` that both generations run, in the same order, before anything runs or is
-//! counted against a quota: the tool's scopes (403 step-up), the arguments against the tool's published schema
-//! (an `isError` result naming each pointer), and the results a call refused by its quota gets.
+//! The checks of a `tools/call` that both generations run, in one function and one order, before anything runs
+//! or is counted against a quota ([`Post::preflight`]): the call's target, the tool's scopes (403 step-up), the
+//! front end's own checks, the arguments against the tool's published schema (an `isError` result naming each
+//! pointer), the idempotency key, then admission with the in-flight slot and the tool's quota (an exhausted quota
+//! is an `isError` result for the model). A front end says how it admits and how it words the early answers
+//! ([`Front`]).
 
 use crate::AppState;
 use crate::call::{CallEnd, RefusedCall};
 use crate::error::{TransportError, auth_rejection};
+use crate::idempotency::{self, Idempotent};
 use crate::mcp;
 use crate::request::{Post, Result};
-use mcpfleet_limits as limits;
+use async_trait::async_trait;
+use mcpfleet_limits::{self as limits, Granted, LimitError};
+use mcpfleet_state::SlotSet;
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
 
+/// Where a call stops before it runs.
+pub(crate) enum Early {
+    /// An answer in the response body: a result for the model (invalid arguments, an exhausted quota), or a
+    /// JSON-RPC error.
+    Answer(mcp::RpcResult),
+    /// The request is refused (an HTTP error status).
+    Refuse(TransportError),
+}
+
+impl From<TransportError> for Early {
+    fn from(e: TransportError) -> Self {
+        Self::Refuse(e)
+    }
+}
+
+/// A call that passed its checks and was admitted: ready for the drive loop.
+pub(crate) struct Cleared<T> {
+    pub(crate) name: String,
+    pub(crate) args: JsonObject,
+    pub(crate) idem: Option<Idempotent>,
+    /// What the front end's admission yields besides the grant (the session key, in the session generation).
+    pub(crate) ticket: T,
+    pub(crate) granted: Granted,
+}
+
+/// A front end's part in the checks of a `tools/call`.
+#[async_trait]
+pub(crate) trait Front: Send {
+    type Ticket: Send;
+    /// How a call whose `name` or `arguments` are missing or ill-typed is answered.
+    fn bad_target(&self, e: (i64, String)) -> Early;
+    /// How a call with a malformed idempotency key is answered.
+    fn bad_key(&self, e: TransportError) -> Early;
+    /// The front end's own checks: after the scopes (a caller who may not call the tool learns nothing of its
+    /// parameters), before the arguments.
+    fn check(&self, post: &Post<'_>, name: &str, args: &JsonObject) -> Result<()>;
+    /// The last check before admission.
+    fn ready(&mut self, post: &mut Post<'_>, name: &str, args: &JsonObject, params: &JsonObject) -> Result<()>;
+    /// Admits the call (the bucket, and the session where there is one), with the in-flight slot and the tool's
+    /// quota when given; a call refused for its arguments is admitted with neither.
+    async fn admit(
+        &mut self,
+        post: &mut Post<'_>,
+        slot: Option<SlotSet>,
+        quota: Option<(&str, limits::Quota)>,
+    ) -> Result<(Self::Ticket, Granted)>;
+}
+
 impl Post<'_> {
+    /// Every check of a `tools/call` before its tool runs, in one order for both generations (see the module).
+    ///
+    /// # Errors
+    /// [`Early`]: the answer the call gets instead of running.
+    pub(crate) async fn preflight<F: Front>(
+        &mut self,
+        front: &mut F,
+        params: &JsonObject,
+        duplicate: Option<&str>,
+    ) -> std::result::Result<Cleared<F::Ticket>, Early> {
+        let app = self.app;
+        let (name, args) = match mcp::target(params) {
+            Ok(t) => t,
+            Err(e) => {
+                self.span.error = Some(e.0.to_string());
+                return Err(front.bad_target(e));
+            }
+        };
+        self.require_tool_scopes(&name, &args)?;
+        front.check(self, &name, &args)?;
+        // The arguments against the exact schema the tool publishes, before anything runs or is counted against
+        // a quota. A refusal is still admitted (it takes its token, and checks the session where there is one).
+        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
+            front.admit(self, None, None).await?;
+            self.record_refused(&name, &args, CallEnd::InvalidArguments);
+            self.span.error = Some("invalid_arguments".to_owned());
+            return Err(Early::Answer(Ok(invalid_result(&name, &invalid))));
+        }
+        let idem =
+            idempotency::from_params(&self.asker.caller.user, &name, params, &args).map_err(|e| front.bad_key(e))?;
+        front.ready(self, &name, &args, params)?;
+        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
+        match front.admit(self, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await {
+            Ok((ticket, granted)) => Ok(Cleared { name, args, idem, ticket, granted }),
+            Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
+                // Not a protocol error: the model reads it, and should ask its user instead of retrying.
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
+                self.span.error = Some("quota_exhausted".to_owned());
+                Err(Early::Answer(Ok(quota_result(&tool, quota, retry_after, self.trace_id))))
+            }
+            Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming them,
     /// before anything runs or is counted against a quota; the refusal is audited.
     pub(crate) fn require_tool_scopes(&mut self, name: &str, args: &JsonObject) -> Result<()> {

@@ -6,20 +6,21 @@
 pub(crate) mod exchange;
 pub(crate) mod tail;
 
-use crate::call::{CallEnd, invalid_arguments, invalid_result, quota_result};
+use crate::call::{Cleared, Early, Front};
 use crate::error::TransportError;
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, SESSION_HEADER};
 use crate::mcp;
 use crate::observe::{RpcInfo, with_info};
 use crate::request::{Asker, Post, Result, accepted, admit, charge_unadmitted, rpc_info, rpc_json, stateless_header};
 use crate::{AppState, PeerAddr, SUPPORTED_VERSIONS, code, random_token, sse, trace};
+use async_trait::async_trait;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use exchange::{CallRequest, Exchange, Outcome};
-use mcpfleet_limits::{self as limits, Granted, LimitError};
+use mcpfleet_limits::{self as limits, Granted};
 use mcpfleet_state::Delivery;
 use mcpfleet_state::{NewSession, SessionId, SessionKey};
 use mcpfleet_state::{SessionOp, SlotSet};
@@ -63,6 +64,42 @@ async fn admit_control(
         h.check_session_version(&s.protocol_version)?;
     }
     Ok(key)
+}
+
+/// The session generation's part in a call's checks: admission with the session the request names (and its
+/// version); early answers are JSON-RPC bodies with the request's id.
+struct SessionFront<'h> {
+    h: &'h mut McpHeaders,
+}
+
+#[async_trait]
+impl Front for SessionFront<'_> {
+    type Ticket = SessionKey;
+
+    fn bad_target(&self, e: (i64, String)) -> Early {
+        Early::Answer(Err(e))
+    }
+
+    fn bad_key(&self, e: TransportError) -> Early {
+        Early::Answer(Err((code::INVALID_PARAMS, e.to_string())))
+    }
+
+    fn check(&self, _: &Post<'_>, _: &str, _: &JsonObject) -> Result<()> {
+        Ok(())
+    }
+
+    fn ready(&mut self, _: &mut Post<'_>, _: &str, _: &JsonObject, _: &JsonObject) -> Result<()> {
+        Ok(())
+    }
+
+    async fn admit(
+        &mut self,
+        post: &mut Post<'_>,
+        slot: Option<SlotSet>,
+        quota: Option<(&str, limits::Quota)>,
+    ) -> Result<(SessionKey, Granted)> {
+        admit_session(post.app, post.info, post.asker, self.h, slot, quota).await
+    }
 }
 
 impl Post<'_> {
@@ -142,44 +179,12 @@ impl Post<'_> {
         duplicate: Option<&str>,
     ) -> Result<Response> {
         let app = self.app;
-        let caller = self.asker.caller;
-        let (name, args) = match mcp::target(params) {
-            Ok(t) => t,
-            Err(e) => {
-                self.span.error = Some(e.0.to_string());
-                return Ok(rpc_json(&id, Err(e)));
-            }
-        };
-        self.require_tool_scopes(&name, &args)?;
-        // The arguments against the exact schema the tool publishes, before anything runs or is counted against a
-        // quota. A refusal still checks the session (and takes the token) in one round trip.
-        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
-            admit_session(app, self.info, self.asker, h, None, None).await?;
-            self.record_refused(&name, &args, CallEnd::InvalidArguments);
-            self.span.error = Some("invalid_arguments".to_owned());
-            return Ok(rpc_json(&id, Ok(invalid_result(&name, &invalid))));
-        }
-        let idem = match crate::idempotency::from_params(&caller.user, &name, params, &args) {
-            Ok(i) => i,
-            Err(e) => return Ok(rpc_json(&id, Err((code::INVALID_PARAMS, e.to_string())))),
-        };
-        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
-        let admitted =
-            admit_session(app, self.info, self.asker, h, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await;
-        let (key, granted) = match admitted {
-            Ok(a) => a,
-            Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
-                // Not a protocol error: the model reads it, and should ask its user instead of retrying.
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
-                self.span.error = Some("quota_exhausted".to_owned());
-                return Ok(rpc_json(&id, Ok(quota_result(&tool, quota, retry_after, self.trace_id))));
-            }
-            Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
+        let Cleared { name, args, idem, ticket: key, granted } =
+            match self.preflight(&mut SessionFront { h }, params, duplicate).await {
+                Ok(c) => c,
+                Err(Early::Answer(r)) => return Ok(rpc_json(&id, r)),
+                Err(Early::Refuse(e)) => return Err(e),
+            };
         let session = granted.session.ok_or(TransportError::SessionNotFound)?;
         let slot = granted.slot.map(|l| app.limits.hold(l));
         let call = CallRequest {
@@ -193,7 +198,7 @@ impl Post<'_> {
             quota_charged: granted.quota.is_some(),
             idem,
         };
-        let outcome = Exchange::start(app.clone(), key, caller.clone(), &session, call);
+        let outcome = Exchange::start(app.clone(), key, self.asker.caller.clone(), &session, call);
         match outcome.await {
             Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
             Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", sse::Held::default())),

@@ -9,7 +9,7 @@
 pub(crate) mod mrtr;
 
 use crate::call::{CallEnd, CallSink, Finished, Interrupt};
-use crate::call::{invalid_arguments, invalid_result, quota_result};
+use crate::call::{Cleared, Early, Front};
 use crate::error::TransportError;
 use crate::extract::McpHeaders;
 use crate::extract::Message;
@@ -20,7 +20,7 @@ use crate::sse::{self, Frame};
 use crate::{AppState, MODERN_VERSIONS, Principal, code};
 use async_trait::async_trait;
 use axum::response::{IntoResponse, Response};
-use mcpfleet_limits::{self as limits, LimitError};
+use mcpfleet_limits as limits;
 use mcpfleet_state::{Ring, SlotSet};
 use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
 use mrtr::{RequestState, StateRefusal};
@@ -288,6 +288,52 @@ fn capabilities(app: &AppState) -> Value {
     caps
 }
 
+/// The stateless generation's part in a call's checks: the `Mcp-Param-*` headers, then the input answers of a
+/// retry (its `requestState` must verify); admission with the bucket (there is no session); early answers carry
+/// the modern code allocation and the result's `_meta`.
+struct StatelessFront<'h> {
+    h: &'h McpHeaders,
+    /// The digest of the tool and its arguments, for the request state.
+    digest: String,
+    /// The answers the request carries for its input requests.
+    answers: JsonObject,
+}
+
+#[async_trait]
+impl Front for StatelessFront<'_> {
+    type Ticket = ();
+
+    fn bad_target(&self, e: (i64, String)) -> Early {
+        Early::Refuse(TransportError::InvalidMeta(e.1))
+    }
+
+    fn bad_key(&self, e: TransportError) -> Early {
+        Early::Refuse(e)
+    }
+
+    fn check(&self, post: &Post<'_>, name: &str, args: &JsonObject) -> Result<()> {
+        check_param_headers(self.h, post.app, name, args)
+    }
+
+    fn ready(&mut self, post: &mut Post<'_>, name: &str, args: &JsonObject, params: &JsonObject) -> Result<()> {
+        self.digest = idempotency::digest(name, args);
+        self.answers = post.input_answers("tools/call", &self.digest, params)?;
+        Ok(())
+    }
+
+    async fn admit(
+        &mut self,
+        post: &mut Post<'_>,
+        slot: Option<SlotSet>,
+        quota: Option<(&str, limits::Quota)>,
+    ) -> Result<((), mcpfleet_limits::Granted)> {
+        // Every round is admitted against the tool's quota, and a round that ends asking for input gives its unit
+        // back: a call costs one unit however many rounds it takes, and replaying a state cannot run it for free.
+        let req = limits::Request { slot, quota, ..post.asker.request() };
+        Ok(((), admit(post.app, post.info, &req).await?))
+    }
+}
+
 impl Post<'_> {
     /// Answers a message of the stateless generation.
     pub(crate) async fn stateless(
@@ -375,40 +421,16 @@ impl Post<'_> {
     ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
-        let (name, args) = mcp::target(params).map_err(|e| TransportError::InvalidMeta(e.1))?;
-        self.require_tool_scopes(&name, &args)?;
-        // After the scopes: a caller who may not call the tool learns nothing of its parameters.
-        check_param_headers(h, app, &name, &args)?;
-        if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
-            admit(app, self.info, &self.asker.request()).await?;
-            self.record_refused(&name, &args, CallEnd::InvalidArguments);
-            self.span.error = Some("invalid_arguments".to_owned());
-            return Ok(ok(id, complete(app, invalid_result(&name, &invalid), false)));
-        }
-        let idem = idempotency::from_params(&caller.user, &name, params, &args)?;
-        let digest = idempotency::digest(&name, &args);
-        let answers = self.input_answers("tools/call", &digest, params)?;
-        // Every round is admitted against the tool's quota, and a round that ends asking for input gives its unit
-        // back: a call costs one unit however many rounds it takes, and replaying a state cannot run it for free.
-        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
-        let req = limits::Request {
-            slot: Some(SlotSet::Calls),
-            quota: quota.map(|q| (name.as_str(), q)),
-            ..self.asker.request()
-        };
-        let granted = match admit(app, self.info, &req).await {
-            Ok(g) => g,
-            Err(LimitError::QuotaExhausted { tool, quota, retry_after }) => {
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
-                self.span.error = Some("quota_exhausted".to_owned());
-                return Ok(ok(id, complete(app, quota_result(&tool, quota, retry_after, self.trace_id), false)));
+        let mut front = StatelessFront { h, digest: String::new(), answers: JsonObject::new() };
+        let Cleared { name, args, idem, granted, .. } = match self.preflight(&mut front, params, duplicate).await {
+            Ok(c) => c,
+            Err(Early::Answer(r)) => {
+                let r = r.map(|v| complete(app, v, false)).map_err(|(c, m)| (code::modern(c), m));
+                return Ok(axum::Json(crate::jsonrpc::response(id, r)).into_response());
             }
-            Err(e @ (LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
+            Err(Early::Refuse(e)) => return Err(e),
         };
+        let StatelessFront { digest, answers, .. } = front;
         let slot = granted.slot.map(|l| app.limits.hold(l));
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let (tx, rx) = oneshot::channel();
