@@ -21,6 +21,8 @@ impl ProtocolVersion {
     pub const SESSION: [Self; 3] = [Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
     /// The stateless generation.
     pub const STATELESS: [Self; 1] = [Self::V2026_07_28];
+    /// Every version, newest first (the order of a `supported` list).
+    pub const NEWEST_FIRST: [Self; 4] = [Self::V2026_07_28, Self::V2025_11_25, Self::V2025_06_18, Self::V2025_03_26];
     /// What an absent `MCP-Protocol-Version` header means.
     pub const DEFAULT: Self = Self::V2025_03_26;
 

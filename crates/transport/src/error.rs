@@ -295,8 +295,7 @@ impl TransportError {
                 message
             }
             Self::ProtocolVersion(requested) => {
-                let supported: Vec<&str> =
-                    crate::MODERN_VERSIONS.iter().chain(crate::SUPPORTED_VERSIONS.iter().rev()).copied().collect();
+                let supported = crate::ProtocolVersion::NEWEST_FIRST.map(crate::ProtocolVersion::as_str);
                 data = json!({ "supported": supported, "requested": requested });
                 format!("Unsupported protocol version: {requested}")
             }

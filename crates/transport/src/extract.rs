@@ -5,7 +5,7 @@
 use crate::Principal;
 use crate::error::{TransportError, auth_rejection};
 use crate::mcp::truncate;
-use crate::{AppState, SUPPORTED_VERSIONS, origin};
+use crate::{AppState, ProtocolVersion, origin};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -51,7 +51,7 @@ fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
 pub(crate) struct McpHeaders {
     version: Result<Option<String>>,
     /// The session-generation version the header named, once [`McpHeaders::version`] has checked it.
-    pub(crate) sent_version: Option<&'static str>,
+    pub(crate) sent_version: Option<ProtocolVersion>,
     session: Result<Option<String>>,
     last_event_id: Result<Option<EventId>>,
     /// 2026-07-28: `Mcp-Method` and `Mcp-Name`, as sent, and the `Mcp-Param-*` headers (the name after the
@@ -68,11 +68,11 @@ impl McpHeaders {
     }
 
     /// `MCP-Protocol-Version` for the session generation: absent means 2025-03-26; anything unsupported is 400.
-    pub(crate) fn version(&mut self) -> Result<&'static str> {
+    pub(crate) fn version(&mut self) -> Result<ProtocolVersion> {
         match std::mem::replace(&mut self.version, Ok(None))? {
-            None => Ok(self.sent_version.unwrap_or(SUPPORTED_VERSIONS[0])),
+            None => Ok(self.sent_version.unwrap_or(ProtocolVersion::DEFAULT)),
             Some(v) => {
-                let known = SUPPORTED_VERSIONS.iter().find(|s| **s == v).copied();
+                let known = ProtocolVersion::parse(&v).filter(|v| !v.is_stateless());
                 self.sent_version = known;
                 known.ok_or_else(|| TransportError::ProtocolVersion(truncate(&v, 32)))
             }
@@ -85,8 +85,8 @@ impl McpHeaders {
     /// sends it on a 2025-11-25 session.)
     pub(crate) fn check_session_version(&self, negotiated: &str) -> Result<()> {
         match self.sent_version {
-            Some(sent) if sent != negotiated && sent != SUPPORTED_VERSIONS[0] => {
-                Err(TransportError::VersionMismatch { sent, negotiated: truncate(negotiated, 32) })
+            Some(sent) if sent.as_str() != negotiated && sent != ProtocolVersion::DEFAULT => {
+                Err(TransportError::VersionMismatch { sent: sent.as_str(), negotiated: truncate(negotiated, 32) })
             }
             _ => Ok(()),
         }
@@ -296,9 +296,9 @@ mod tests {
 
     #[test]
     fn the_version_header_defaults_parses_and_must_match_the_session() {
-        assert_eq!(McpHeaders::of(&[]).version().ok(), Some("2025-03-26"), "absent means 2025-03-26");
+        assert_eq!(McpHeaders::of(&[]).version().ok(), Some(ProtocolVersion::V2025_03_26), "absent means 2025-03-26");
         let mut h = McpHeaders::of(&[("mcp-protocol-version", "2025-06-18")]);
-        assert_eq!(h.version().ok(), Some("2025-06-18"));
+        assert_eq!(h.version().ok(), Some(ProtocolVersion::V2025_06_18));
         assert!(h.check_session_version("2025-06-18").is_ok());
         assert!(matches!(h.check_session_version("2025-11-25"), Err(TransportError::VersionMismatch { .. })));
         let mut h = McpHeaders::of(&[("mcp-protocol-version", "2025-03-26")]);

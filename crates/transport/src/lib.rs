@@ -53,12 +53,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Protocol versions of the session-based generation, oldest first, as the wire spells them.
-pub const SUPPORTED_VERSIONS: [&str; 3] =
-    [ProtocolVersion::SESSION[0].as_str(), ProtocolVersion::SESSION[1].as_str(), ProtocolVersion::SESSION[2].as_str()];
-/// Protocol versions of the stateless generation (per-request `_meta`, no session), as the wire spells them.
-pub const MODERN_VERSIONS: [&str; 1] = [ProtocolVersion::STATELESS[0].as_str()];
-
 /// How the endpoint behaves. Built once by the server's config module.
 #[derive(Clone, Debug)]
 pub struct TransportConfig {

@@ -12,7 +12,7 @@ use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, SESSION_HE
 use crate::mcp;
 use crate::observe::{RpcInfo, with_info};
 use crate::request::{Asker, Post, Result, accepted, admit, charge_unadmitted, rpc_info, rpc_json, stateless_header};
-use crate::{AppState, PeerAddr, SUPPORTED_VERSIONS, code, random_token, sse, trace};
+use crate::{AppState, PeerAddr, ProtocolVersion, code, random_token, sse, trace};
 use async_trait::async_trait;
 use axum::Extension;
 use axum::body::Bytes;
@@ -212,7 +212,11 @@ impl Post<'_> {
         let Some(requested) = requested else {
             return Ok(rpc_json(id, Err((code::INVALID_PARAMS, "params.protocolVersion must be a string".into()))));
         };
-        let version = SUPPORTED_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(SUPPORTED_VERSIONS[2]);
+        // The version asked for when this server speaks it, else the newest of the session generation.
+        let version = ProtocolVersion::parse(requested)
+            .filter(|v| !v.is_stateless())
+            .unwrap_or(ProtocolVersion::V2025_11_25)
+            .as_str();
         let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({})).to_string();
         let info = params.get("clientInfo").cloned().unwrap_or(Value::Null).to_string();
         if caps.len() > MAX_CLIENT_METADATA || info.len() > MAX_CLIENT_METADATA {

@@ -17,7 +17,7 @@ use crate::idempotency::{self, Ran};
 use crate::mcp;
 use crate::request::{Post, accepted, admit};
 use crate::sse::{self, Frame};
-use crate::{AppState, MODERN_VERSIONS, Principal, code};
+use crate::{AppState, Principal, ProtocolVersion, code};
 use async_trait::async_trait;
 use axum::response::{IntoResponse, Response};
 use mcpfleet_limits as limits;
@@ -48,9 +48,10 @@ type Result<T, E = TransportError> = std::result::Result<T, E>;
 /// or its `_meta` names a protocol version that is not one of the session generation's (the session generation
 /// has no such field; a `_meta` naming a session version is left to the session path, which asks for a session).
 pub(crate) fn is_modern(h: &McpHeaders, params: Option<&JsonObject>) -> bool {
-    let header = matches!(h.raw_version(), Ok(Some(v)) if MODERN_VERSIONS.contains(&v));
+    let header = crate::request::stateless_header(h);
     let meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(VERSION_KEY));
-    header || meta.is_some_and(|v| !v.as_str().is_some_and(|v| crate::SUPPORTED_VERSIONS.contains(&v)))
+    header
+        || meta.is_some_and(|v| v.as_str().and_then(ProtocolVersion::parse).is_none_or(ProtocolVersion::is_stateless))
 }
 
 /// What a modern request says of itself in `_meta`.
@@ -97,7 +98,7 @@ pub(crate) fn meta(h: &McpHeaders, params: &JsonObject) -> Result<Meta> {
         }
         Some(_) => {}
     }
-    if !MODERN_VERSIONS.contains(&body) {
+    if !ProtocolVersion::parse(body).is_some_and(ProtocolVersion::is_stateless) {
         return Err(TransportError::ProtocolVersion(mcp::truncate(body, 32)));
     }
     let log_level = match meta.and_then(|m| m.get(LOG_LEVEL_KEY)) {
@@ -269,7 +270,7 @@ fn rpc_error(id: &Value, (c, message): (i64, String), data: Option<Value>) -> Re
 /// The result of `server/discover`.
 fn discover(app: &AppState) -> Value {
     let mut r = json!({
-        "supportedVersions": MODERN_VERSIONS.iter().chain(crate::SUPPORTED_VERSIONS.iter().rev()).collect::<Vec<_>>(),
+        "supportedVersions": ProtocolVersion::NEWEST_FIRST.map(ProtocolVersion::as_str),
         "capabilities": capabilities(app),
     });
     if let Some(i) = app.catalog.instructions() {
