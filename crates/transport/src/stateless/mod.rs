@@ -1,7 +1,7 @@
 //! The 2026-07-28 generation: every request is self-describing and answered on its own, by any replica, with no
 //! session. A POST is answered this way when its `MCP-Protocol-Version` header or its
 //! `params._meta["io.modelcontextprotocol/protocolVersion"]` names a modern version; anything else takes the
-//! session path (`http_api`). Here: the request metadata and header checks (`-32020`, `-32022`, `-32602`),
+//! session path (`session/`). Here: the request metadata and header checks (`-32020`, `-32022`, `-32602`),
 //! `server/discover`, the catalog methods with `resultType`, `serverInfo` and caching hints, `tools/call` with
 //! per-request log levels, cancellation by closing the stream, multi round-trip requests (see [`mrtr`]) and
 //! idempotency keys, and `subscriptions/listen` streams fed by the principal's notice channel.
