@@ -43,15 +43,11 @@ pub type Result<T, E = StateError> = std::result::Result<T, E>;
 /// The stream number of a session's standalone (GET) stream. POST streams are numbered from 1.
 pub const STANDALONE_STREAM: u64 = 0;
 
-/// Session records: creation, the per-request touch that also checks ownership, and termination.
+/// Session records: the per-request touch that also checks ownership, and termination. A session is created by
+/// an admission ([`LimitStore::admit`] with [`SessionOp::Create`]), which checks the principal's session cap in the
+/// same round trip.
 #[async_trait]
 pub trait SessionStore: Send + Sync + std::fmt::Debug {
-    /// Creates a session owned by `key.user` with an idle TTL.
-    ///
-    /// # Errors
-    /// [`StateError::Conflict`] if the id is taken, or a store failure.
-    async fn create_session(&self, key: &SessionKey, session: &NewSession) -> Result<()>;
-
     /// Checks that the session exists for this user and extends its idle TTL (and its event log's).
     /// `None` means unknown, ended, expired or owned by another user: the caller cannot tell which.
     ///

@@ -202,15 +202,6 @@ impl Inner {
 
 #[async_trait]
 impl SessionStore for MemoryStore {
-    async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
-        let mut g = self.lock();
-        if g.live(key).is_some() {
-            return Err(StateError::Conflict);
-        }
-        g.sessions.insert(key.clone(), Session::new(s));
-        Ok(())
-    }
-
     async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
         let mut g = self.lock();
         Ok(g.live(key).map(|s| {

@@ -184,7 +184,7 @@ fn new_session(idle_ttl: Duration) -> NewSession {
 /// A fresh session of alice's.
 async fn session(store: &dyn Store, idle_ttl: Duration) -> SessionKey {
     let key = key_for("alice");
-    store.create_session(&key, &new_session(idle_ttl)).await.expect("create session");
+    create(store, &key, &new_session(idle_ttl)).await.expect("create session");
     key
 }
 
@@ -194,6 +194,15 @@ fn token(t: &str) -> LeaseToken {
 
 fn post(request_id: &str, lease: Duration) -> OpenStream {
     OpenStream::Post { request_id: request_id.to_owned(), token: token(&format!("tok-{request_id}")), lease }
+}
+
+/// Creates a session the way the transport does: an admission with `SessionOp::Create` (no cap).
+async fn create(store: &dyn Store, key: &SessionKey, s: &NewSession) -> Result<(), StateError> {
+    let op = SessionOp::Create { id: &key.id, session: s, max_sessions: 0 };
+    match store.admit(&Admission { session: op, ..Admission::new(&key.user) }).await?.refused {
+        None => Ok(()),
+        Some(_) => Err(StateError::Conflict),
+    }
 }
 
 async fn open_post(store: &dyn Store, key: &SessionKey, request_id: &str, lease: Duration) -> (u64, EventId) {
@@ -291,7 +300,7 @@ async fn sessions_create_touch_and_ownership(kind: Kind) {
 
     // Creating an existing session again is refused and changes nothing.
     let again = NewSession { protocol_version: "2024-11-05".to_owned(), ..new_session(LONG) };
-    let r = s.create_session(&key, &again).await;
+    let r = create(s, &key, &again).await;
     assert!(matches!(r, Err(StateError::Conflict)), "second create: {r:?}");
     let info = s.touch_session(&key).await.expect("touch").expect("still there");
     assert_eq!(info.protocol_version, "2025-06-18");
@@ -333,7 +342,7 @@ async fn sessions_idle_ttl(kind: Kind) {
     }
 
     // The id can be used again once expired.
-    s.create_session(&key, &new_session(LONG)).await.expect("create after expiry");
+    create(s, &key, &new_session(LONG)).await.expect("create after expiry");
     let (k2, _) = open_post(s, &key, "1", LONG).await;
     assert_eq!(k2, 1, "a new session numbers its streams from 1");
 }
@@ -778,7 +787,7 @@ async fn routing_doorbells_are_per_session(kind: Kind) {
     let x = session(s, LONG).await;
     let y = session(s, LONG).await;
     let bob_x = SessionKey { user: user("bob"), id: x.id.clone() };
-    s.create_session(&bob_x, &new_session(LONG)).await.expect("bob's session with the same id");
+    create(s, &bob_x, &new_session(LONG)).await.expect("bob's session with the same id");
     let mut sub_x = s.subscribe(&x).await.expect("subscribe x");
     let mut sub_y = s.subscribe(&y).await.expect("subscribe y");
     let mut sub_bob = s.subscribe(&bob_x).await.expect("subscribe bob");
@@ -835,9 +844,9 @@ async fn replicas_share_state(kind: Kind) {
     let b = &*b;
 
     let key = key_for("alice");
-    b.create_session(&key, &new_session(LONG)).await.expect("create on b");
+    create(b, &key, &new_session(LONG)).await.expect("create on b");
     assert!(a.touch_session(&key).await.expect("touch on a").is_some(), "a sees the session b created");
-    assert!(matches!(a.create_session(&key, &new_session(LONG)).await, Err(StateError::Conflict)));
+    assert!(matches!(create(a, &key, &new_session(LONG)).await, Err(StateError::Conflict)));
     let mut sub = a.subscribe(&key).await.expect("subscribe on a");
 
     // Events committed on b ring on a, and a replays them.

@@ -26,9 +26,7 @@ mod subscriber;
 use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
 use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};
 use crate::types::UserKey;
-use crate::types::{
-    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, SessionInfo, SessionKey, StreamState,
-};
+use crate::types::{AppendOptions, Event, EventId, LeaseToken, OpenStream, SessionInfo, SessionKey, StreamState};
 use crate::{
     Delivery, EventStore, IdempotencyStore, LimitStore, Result, Router, SessionStore, StateError, Subscription,
 };
@@ -302,15 +300,6 @@ fn event_id(stream: u64, v: &Value) -> Result<EventId> {
 
 #[async_trait]
 impl SessionStore for RedisStore {
-    async fn create_session(&self, key: &SessionKey, s: &NewSession) -> Result<()> {
-        let create = SessionOp::Create { id: &key.id, session: s, max_sessions: 0 };
-        let a = Admission { session: create, ..Admission::new(&key.user) };
-        match self.admit(&a).await?.refused {
-            None => Ok(()),
-            Some(_) => Err(StateError::Conflict),
-        }
-    }
-
     async fn touch_session(&self, key: &SessionKey) -> Result<Option<SessionInfo>> {
         let a = Admission { session: SessionOp::Touch(&key.id), ..Admission::new(&key.user) };
         Ok(self.admit(&a).await?.session)
