@@ -45,11 +45,8 @@ pub(crate) trait CallSink: Send + Sync + Sized + 'static {
     /// The watch's state, kept across the loop's turns (timers, a subscription).
     type Watch: Send;
 
-    fn app(&self) -> &AppState;
-    fn principal(&self) -> &Principal;
-    fn trace_id(&self) -> &str;
-    /// The call's MCP span, ended by the audit record.
-    fn span(&self) -> &opentelemetry::Context;
+    /// Whose call it is, and where it is traced.
+    fn identity(&self) -> Identity<'_>;
     /// Runs the tool (inside the call's task): its outcome, and whether that outcome is the tool's own (kept under
     /// an idempotency key) rather than a transient failure (released).
     async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, Self::Error>, bool);
@@ -67,6 +64,16 @@ pub(crate) trait CallSink: Send + Sync + Sized + 'static {
     async fn stopped(&self, end: CallEnd);
 }
 
+/// Whose call a sink carries, and where it is traced.
+pub(crate) struct Identity<'a> {
+    pub(crate) app: &'a AppState,
+    pub(crate) principal: &'a Principal,
+    /// The request's trace id, in the audit event and in `isError` results.
+    pub(crate) trace_id: &'a str,
+    /// The call's MCP span, ended by the audit record.
+    pub(crate) span: &'a opentelemetry::Context,
+}
+
 /// An admitted call, ready to run.
 pub(crate) struct Admitted {
     pub(crate) name: String,
@@ -81,10 +88,11 @@ pub(crate) struct Admitted {
 /// The drive loop: runs `call` to its end and hands the end to `sink`.
 pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
     let Admitted { name, args, slot: _slot, quota_charged, idem } = call;
-    let app = sink.app().clone();
+    let who = sink.identity();
+    let (app, trace_id) = (who.app.clone(), who.trace_id);
     let cfg = app.config.clone();
     let audit = Audit { tool: name.clone(), args_sha256: args_digest(&args), started: std::time::Instant::now() };
-    let record = |end: CallEnd| record_call(&app, sink.principal(), Some(sink.span()), sink.trace_id(), &audit, end);
+    let record = |end: CallEnd| record_call(&app, who.principal, Some(who.span), trace_id, &audit, end);
     // The tool's own timeout, else the operator's (--tool-timeout).
     let timeout = app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
     // The tool runs in a task of its own: the arms below may wait on the store (and on a lock the tool holds while
@@ -92,7 +100,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
     // stopping it is an abort.
     let (me, held, tool) = (sink.clone(), idem.clone(), name.clone());
     let mut task = tokio::spawn(async move {
-        let app = me.app().clone();
+        let app = me.identity().app.clone();
         idempotency::run(&app, held.as_ref(), timeout, me.run(tool, args)).await
     });
     let sse_after = tokio::time::sleep(cfg.sse_after);
@@ -108,8 +116,8 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                     Ok(ran) => sink.settle(ran),
                     Err(e) => {
                         // A panic (or an abort we did not ask for): the model learns only that it failed.
-                        tracing::error!(error = %e, trace_id = %sink.trace_id(), "tool task panicked");
-                        (Finished::Answer(Ok(crate::mcp::tool_failure(sink.trace_id()))), CallEnd::Panicked)
+                        tracing::error!(error = %e, trace_id = %trace_id, "tool task panicked");
+                        (Finished::Answer(Ok(crate::mcp::tool_failure(trace_id))), CallEnd::Panicked)
                     }
                 };
                 record(end);
@@ -117,7 +125,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 if quota_charged && (refused || matches!(end, CallEnd::Replayed | CallEnd::InputRequired)) {
                     // The tool did not run to its end (arguments it refused, a replayed result, a round that asks
                     // for input): the unit goes back, before the client hears of it (and can call again).
-                    app.limits.refund(&sink.principal().user, &name).await;
+                    app.limits.refund(&who.principal.user, &name).await;
                 }
                 if !detached {
                     sink.deliver(finished).await;
@@ -125,11 +133,11 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 return;
             }
             () = &mut deadline => {
-                let stopped = crate::mcp::timed_out(timeout, sink.trace_id());
+                let stopped = crate::mcp::timed_out(timeout, trace_id);
                 // A keyed call keeps "did not finish" for its re-issues (its side effect may be half done).
                 idempotency::settle_stopped(&app, idem.as_ref(), &stopped).await;
                 task.abort();
-                tracing::warn!(tool.name = %name, trace_id = %sink.trace_id(), timeout_ms = timeout.as_millis(), "tool timed out");
+                tracing::warn!(tool.name = %name, trace_id = %trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
                 record(CallEnd::TimedOut);
                 if !detached {
                     sink.deliver(Finished::Answer(Ok(stopped))).await;
@@ -139,7 +147,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
             interrupt = sink.watch(&mut watch), if !detached => match interrupt {
                 Interrupt::Detach => {
                     detached = true;
-                    tracing::info!(tool.name = %name, trace_id = %sink.trace_id(), "client gone; the keyed call finishes for its re-issue");
+                    tracing::info!(tool.name = %name, trace_id = %trace_id, "client gone; the keyed call finishes for its re-issue");
                 }
                 Interrupt::Stop(end) => {
                     task.abort();

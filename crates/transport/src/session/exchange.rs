@@ -5,7 +5,7 @@
 //! the stream, and any replica can resume it.
 
 use crate::Principal;
-use crate::call::{CallEnd, CallSink, Finished, Interrupt, outcome_of};
+use crate::call::{CallEnd, CallSink, Finished, Identity, Interrupt, outcome_of};
 use crate::idempotency::Ran;
 use crate::sse::Frame;
 use crate::{AppState, random_token};
@@ -520,20 +520,8 @@ impl CallSink for Exchange {
     type Error = (i64, String);
     type Watch = SessionWatch;
 
-    fn app(&self) -> &AppState {
-        &self.app
-    }
-
-    fn principal(&self) -> &Principal {
-        &self.principal
-    }
-
-    fn trace_id(&self) -> &str {
-        &self.trace_id
-    }
-
-    fn span(&self) -> &opentelemetry::Context {
-        &self.span
+    fn identity(&self) -> Identity<'_> {
+        Identity { app: &self.app, principal: &self.principal, trace_id: &self.trace_id, span: &self.span }
     }
 
     async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, (i64, String)>, bool) {

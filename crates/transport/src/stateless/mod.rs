@@ -9,7 +9,7 @@
 pub(crate) mod mrtr;
 
 use crate::call::{CallEnd, CallSink, Finished, Interrupt};
-use crate::call::{Cleared, Early, Front};
+use crate::call::{Cleared, Early, Front, Identity};
 use crate::error::TransportError;
 use crate::extract::McpHeaders;
 use crate::extract::Message;
@@ -931,20 +931,8 @@ impl CallSink for Call {
     type Error = Done;
     type Watch = ();
 
-    fn app(&self) -> &AppState {
-        &self.app
-    }
-
-    fn principal(&self) -> &Principal {
-        &self.principal
-    }
-
-    fn trace_id(&self) -> &str {
-        &self.trace_id
-    }
-
-    fn span(&self) -> &opentelemetry::Context {
-        &self.span
+    fn identity(&self) -> Identity<'_> {
+        Identity { app: &self.app, principal: &self.principal, trace_id: &self.trace_id, span: &self.span }
     }
 
     async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (std::result::Result<Value, Done>, bool) {
