@@ -29,6 +29,30 @@ const FINAL_RETRY_FOR: Duration = Duration::from_secs(60);
 /// dropped; the tool waits meanwhile.
 const EVENT_RETRY_FOR: Duration = Duration::from_secs(10);
 
+/// The retries of a commit through a store outage: pauses from 100 ms doubling to 2 s, for up to a limit.
+struct Backoff {
+    give_up: tokio::time::Instant,
+    next: Duration,
+}
+
+impl Backoff {
+    fn for_up_to(limit: Duration) -> Self {
+        Self { give_up: tokio::time::Instant::now() + limit, next: Duration::from_millis(100) }
+    }
+
+    /// Waits before the next try of committing `what`, which failed with `e`; false when the limit would be
+    /// passed (no wait then).
+    async fn wait(&mut self, what: &str, e: &StateError) -> bool {
+        if tokio::time::Instant::now() + self.next >= self.give_up {
+            return false;
+        }
+        tracing::warn!(error = %e, "{what} not committed yet; retrying");
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(2));
+        true
+    }
+}
+
 /// How the HTTP handler answers.
 pub(crate) enum Outcome {
     Json(Value),
@@ -220,17 +244,12 @@ impl Exchange {
         // no second copy. The tool waits meanwhile.
         *sent += 1;
         let opts = AppendOptions { seq: Some(*sent), ..opts };
-        let give_up = tokio::time::Instant::now() + EVENT_RETRY_FOR;
-        let mut backoff = Duration::from_millis(100);
+        let mut retry = Backoff::for_up_to(EVENT_RETRY_FOR);
         let id = loop {
             match self.app.store.append(&self.key, *stream, &data, &opts).await {
                 Ok(id) => break id,
                 Err(StateError::SessionNotFound | StateError::StreamFinished) => return Err(ToolError::SessionGone),
-                Err(e) if tokio::time::Instant::now() + backoff < give_up && !matches!(e, StateError::Superseded) => {
-                    tracing::warn!(error = %e, "event not committed yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
+                Err(e) if !matches!(e, StateError::Superseded) && retry.wait("event", &e).await => {}
                 Err(e) => {
                     // Given up: never sent. Should the write still land, a resume delivers it (once); the next
                     // event takes the next place, so the write cannot land after it.
@@ -289,8 +308,7 @@ impl Exchange {
     /// landed in the log, after `last`, and sends that.
     async fn commit_final(&self, stream: u64, last: EventId, data: String) -> Option<Frame> {
         let opts = AppendOptions { is_final: true, ..AppendOptions::default() };
-        let give_up = tokio::time::Instant::now() + FINAL_RETRY_FOR;
-        let mut backoff = Duration::from_millis(100);
+        let mut retry = Backoff::for_up_to(FINAL_RETRY_FOR);
         let mut failed = false;
         loop {
             match self.app.store.append(&self.key, stream, &data, &opts).await {
@@ -301,12 +319,7 @@ impl Exchange {
                     return Some(Frame::Event { id: e.id, data });
                 }
                 Err(StateError::SessionNotFound | StateError::StreamFinished) => return None,
-                Err(e) if tokio::time::Instant::now() + backoff < give_up => {
-                    failed = true;
-                    tracing::warn!(error = %e, "final response not committed yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
+                Err(e) if retry.wait("final response", &e).await => failed = true,
                 Err(e) => {
                     tracing::error!(error = %e, "final response not committed; sending it without an id");
                     return Some(Frame::Unsequenced { data });
