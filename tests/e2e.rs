@@ -6,6 +6,8 @@
 mod auth;
 #[path = "conformance.rs"]
 mod conformance;
+#[path = "database.rs"]
+mod database;
 #[path = "dev_oauth.rs"]
 mod dev_oauth;
 #[path = "fleet.rs"]

@@ -131,6 +131,7 @@ impl DevIssuer {
             leeway: Duration::from_secs(5),
             typ: TypPolicy::AtJwt,
             required_scopes,
+            tenant_claim: None,
         }
     }
 

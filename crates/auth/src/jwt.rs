@@ -37,6 +37,9 @@ pub struct JwtSettings {
     pub typ: TypPolicy,
     /// Scopes every request to the endpoint needs (default `mcp:access`).
     pub required_scopes: Vec<String>,
+    /// The claim naming the caller's tenant (`--tenant-claim`): a token without it is refused. `None`: each
+    /// principal is its own tenant.
+    pub tenant_claim: Option<String>,
 }
 
 /// Longest `sub`, `iss` or `client_id` accepted.
@@ -246,7 +249,16 @@ impl JwtAuthenticator {
         // jsonwebtoken has checked that `exp` is a number in the future.
         #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a validated, positive timestamp")]
         let exp = claims.get("exp").and_then(Value::as_f64).map_or(0, |e| e as u64);
-        Ok((Principal::new(issuer, subject, client_id, Scopes::granted(scopes)), exp))
+        let tenant = match &self.settings.tenant_claim {
+            Some(claim) => Some(
+                bounded_str(&claims, claim)?
+                    .filter(|t| t.len() <= 128)
+                    .ok_or(AuthError::InvalidToken("the token has no tenant claim, or a malformed one"))?,
+            ),
+            None => None,
+        };
+        let principal = Principal::new(issuer, subject, client_id, Scopes::granted(scopes)).with_tenant(tenant);
+        Ok((principal, exp))
     }
 }
 

@@ -1,12 +1,13 @@
 //! mcpfleet-core is the shared vocabulary of every other crate: who is calling ([`UserKey`], [`Principal`],
 //! [`Scopes`]), what a tool may cost ([`Quota`], and the flag syntax of quotas and durations), which protocol
 //! revision a request speaks ([`ProtocolVersion`]), JSON-RPC error [`code`]s, and JSON as requests carry it
-//! ([`JsonObject`], [`parse_strict`]).
+//! ([`JsonObject`], [`parse_strict`]), and the audit record of a call ([`AuditRecord`], [`AuditSink`]).
 //!
 //! It owns no behaviour that needs a runtime: it must not depend on tokio, axum, Redis or any other mcpfleet
 //! crate, so that auth, limits and the tools framework can share these types without depending on each other or
 //! compiling a store.
 
+mod audit;
 pub mod code;
 mod json;
 mod principal;
@@ -14,6 +15,7 @@ mod quota;
 mod user;
 mod version;
 
+pub use audit::{AuditRecord, AuditSink};
 pub use json::{JsonObject, parse_strict};
 pub use principal::{Principal, Scopes, user_key};
 pub use quota::{Quota, SyntaxError, parse_duration};

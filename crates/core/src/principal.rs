@@ -54,6 +54,9 @@ pub struct Principal {
     /// `client_id` (RFC 9068), or `azp`, when the token names the client.
     pub client_id: Option<String>,
     pub scopes: Scopes,
+    /// The tenant whose data the tools act on, from the token claim the operator names (`--tenant-claim`);
+    /// `None` means the principal is its own tenant.
+    pub tenant: Option<String>,
 }
 
 impl std::fmt::Debug for Principal {
@@ -66,7 +69,7 @@ impl Principal {
     /// A verified principal: `user` is derived from `(issuer, subject)`.
     #[must_use]
     pub fn new(issuer: String, subject: String, client_id: Option<String>, scopes: Scopes) -> Self {
-        Self { user: user_key(&issuer, &subject), issuer, subject, client_id, scopes }
+        Self { user: user_key(&issuer, &subject), issuer, subject, client_id, scopes, tenant: None }
     }
 
     /// The one principal of `--auth none`: every caller, every scope.
@@ -78,7 +81,21 @@ impl Principal {
             subject: "anonymous".to_owned(),
             client_id: None,
             scopes: Scopes::All,
+            tenant: None,
         }
+    }
+
+    /// This principal, acting for `tenant`.
+    #[must_use]
+    pub fn with_tenant(mut self, tenant: Option<String>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// The tenant whose data the tools act on: the one the token names, else the principal's own key.
+    #[must_use]
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(self.user.as_str())
     }
 }
 

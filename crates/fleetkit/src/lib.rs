@@ -36,6 +36,7 @@ impl Authenticator for HeaderAuth {
             subject: name.unwrap_or_default().to_owned(),
             client_id: None,
             scopes: Scopes::All,
+            tenant: None,
         })
     }
 }

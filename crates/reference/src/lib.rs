@@ -1,12 +1,18 @@
 //! mcpfleet-reference owns the reference tools: closed schemas for the requests a model may make, and handlers
 //! that take the principal from the verified token, never from their arguments. It owns their domain too, behind
-//! [`Repository`] ([`MemoryRepo`] today, one per process: a fleet needs the PostgreSQL implementation that comes
-//! next, as a new module of this crate), and each tool's argument cases (`crates/reference/cases/<tool>.json`).
-//! `--fixtures reference` serves them over a [`MemoryRepo`].
+//! [`Repository`]: [`MemoryRepo`] (one per process, the default without a database: `--fixtures reference` serves
+//! the tools over one) and [`PgRepo`], on a PostgreSQL the replicas share (schema: `migrations/0001_reference.sql`),
+//! so that any replica serves any call. It owns the demo data of that database ([`demo_data`]) and each tool's
+//! argument cases (`crates/reference/cases/<tool>.json`).
 //!
-//! The tools are written on the framework of `mcpfleet-tools` only: this crate must not depend on the fixtures,
-//! the state crate, the transport, auth, limits, axum or Redis (a repository brings its own database client), and
-//! the framework must never depend on it.
+//! The data of a call is its principal's tenant's ([`Principal::tenant`](mcpfleet_core::Principal::tenant)); a
+//! refund draft is further its creator's alone. A database that is down or too slow is
+//! [`ToolError::Dependency`] for the model ("try again later"); any other repository failure is
+//! [`ToolError::Internal`], whose text the transport logs and never shows.
+//!
+//! The tools are written on the framework of `mcpfleet-tools` only. This crate may depend on `tokio-postgres` and
+//! `deadpool-postgres` (the repository brings its own database client); it must not depend on the fixtures, the
+//! state crate, the transport, auth, limits, axum or Redis, and the framework must never depend on it.
 //!
 //! | tool | scope | what it accepts | annotations |
 //! |---|---|---|---|
@@ -17,9 +23,16 @@
 //! | `export_report` | `tools:read` | `report_id`, `format` ∈ {csv, json}; 5 per hour | read-only, idempotent |
 //! | `get_ticket` | `tools:read` | `ticket_id`, or `project` + `number` (`oneOf`) | read-only, idempotent |
 
+mod demo;
+mod pg;
 mod repo;
 
-pub use repo::{Confirmed, MemoryRepo, RepoError, Repository, demo_ids};
+pub use demo::{DemoSummary, demo_data, demo_tenant};
+pub use pg::{PgOptions, PgRepo};
+pub use repo::{
+    Confirmed, Customer, DRAFT_TTL, Doc, Draft, DraftStatus, Drafted, MemoryRepo, Order, RepoError, Report, Repository,
+    Ticket, demo_ids,
+};
 
 use async_trait::async_trait;
 use mcpfleet_tools::envelope::Item;
@@ -40,8 +53,16 @@ fn closed(properties: Value, required: &[&str]) -> Value {
     json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
 }
 
-fn internal(e: RepoError) -> ToolError {
-    ToolError::Internal(e.to_string())
+/// The name the model sees when the database is down: never a host, a URL or the driver's message.
+const DATABASE: &str = "the reference database";
+
+/// An unavailable database is a [`ToolError::Dependency`] (the model may try again later); anything else is
+/// [`ToolError::Internal`], whose text the transport logs and never shows.
+fn repo_error(e: RepoError) -> ToolError {
+    match e {
+        RepoError::Unavailable(_) => ToolError::Dependency(DATABASE),
+        RepoError::Internal(_) => ToolError::Internal(e.to_string()),
+    }
 }
 
 /// One negative (or positive) case of a tool: arguments and whether the schema must accept them.
@@ -148,7 +169,7 @@ impl Tool for SearchDocs {
     }
 
     async fn call(&self, a: SearchArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
-        let docs = self.0.search_docs(cx.principal(), &a.query, a.limit).await.map_err(internal)?;
+        let docs = self.0.search_docs(cx.principal(), &a.query, a.limit).await.map_err(repo_error)?;
         let items: Vec<Item> =
             docs.into_iter().map(|d| Item::new(d.body).attr("id", d.id).attr("title", d.title)).collect();
         Ok(ToolOutput::untrusted("search_docs", &items))
@@ -196,7 +217,7 @@ impl Tool for GetCustomerSummary {
     }
 
     async fn call(&self, a: CustomerArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
-        let Some(c) = self.0.customer(cx.principal(), &a.customer_id).await.map_err(internal)? else {
+        let Some(c) = self.0.customer(cx.principal(), &a.customer_id).await.map_err(repo_error)? else {
             return Err(ToolError::Failed(format!("no customer {} among yours", a.customer_id)));
         };
         let item = Item::new(c.note).attr("id", c.id.clone()).attr("name", c.name);
@@ -238,10 +259,15 @@ impl Tool for CreateRefundDraft {
     }
 
     async fn call(&self, a: DraftArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
-        let Some(order) = self.0.order(cx.principal(), &a.order_id).await.map_err(internal)? else {
+        let Some(order) = self.0.order(cx.principal(), &a.order_id).await.map_err(repo_error)? else {
             return Err(ToolError::Failed(format!("no order {} among yours", a.order_id)));
         };
-        let d = self.0.create_draft(cx.principal(), &order).await.map_err(internal)?;
+        let d = match self.0.create_draft(cx.principal(), &order).await.map_err(repo_error)? {
+            Drafted::Draft(d) => d,
+            Drafted::NothingToRefund => {
+                return Err(ToolError::Failed(format!("order {} is already fully refunded", order.id)));
+            }
+        };
         Ok(ToolOutput::text(format!(
             "Drafted a full refund of {}.{:02} for order {}: draft_id {}. Confirm it with confirm_refund_draft.",
             d.amount_cents / 100,
@@ -284,12 +310,21 @@ impl Tool for ConfirmRefundDraft {
     }
 
     async fn call(&self, a: ConfirmArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
-        match self.0.confirm_draft(cx.principal(), &a.draft_id).await.map_err(internal)? {
+        match self.0.confirm_draft(cx.principal(), &a.draft_id).await.map_err(repo_error)? {
             Confirmed::Now(d) => Ok(ToolOutput::text(format!("Refund {} confirmed for order {}.", d.id, d.order_id))),
             Confirmed::Already(d) => Ok(ToolOutput::text(format!(
                 "Refund {} was already confirmed for order {}; nothing changed.",
                 d.id, d.order_id
             ))),
+            Confirmed::Expired(d) => Err(ToolError::Failed(format!("refund draft {} expired; create a new one", d.id))),
+            Confirmed::Exceeds(d) => Err(ToolError::Failed(format!(
+                "refund draft {} asks for more than is left to refund on order {} (another refund was confirmed \
+                 first); nothing changed; create a new draft",
+                d.id, d.order_id
+            ))),
+            Confirmed::Cancelled(d) => {
+                Err(ToolError::Failed(format!("refund draft {} was cancelled; create a new one", d.id)))
+            }
             Confirmed::NotFound => Err(ToolError::Failed(format!("no refund draft {} of yours", a.draft_id))),
         }
     }
@@ -337,7 +372,7 @@ impl Tool for ExportReport {
     }
 
     async fn call(&self, a: ExportArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
-        let Some(r) = self.0.report(cx.principal(), &a.report_id).await.map_err(internal)? else {
+        let Some(r) = self.0.report(cx.principal(), &a.report_id).await.map_err(repo_error)? else {
             return Err(ToolError::Failed(format!("no report {} of yours", a.report_id)));
         };
         if !r.ready {
@@ -409,7 +444,7 @@ impl Tool for GetTicket {
             TicketArgs::Id(i) => self.0.ticket(cx.principal(), Some(&i.ticket_id), None).await,
             TicketArgs::Number(n) => self.0.ticket(cx.principal(), None, Some((&n.project, n.number))).await,
         }
-        .map_err(internal)?;
+        .map_err(repo_error)?;
         let Some(t) = t else { return Err(ToolError::Failed("no such ticket among yours".to_owned())) };
         let item = Item::new(t.body).attr("id", t.id).attr("project", t.project).attr("title", t.title);
         Ok(ToolOutput::untrusted("get_ticket", &[item]))

@@ -2,14 +2,16 @@
 //! around [`run`]. This crate wires the others together and owns nothing else.
 
 pub mod config;
+mod database;
 pub mod lint;
 
 pub use mcpfleet_transport::{AppState, serve};
 
-use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
+use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_SCHEMA, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::DevAuthServer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
+use mcpfleet_db::Database;
 use mcpfleet_fixtures::{ConformanceCatalog, OpenCatalog};
 use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
@@ -30,6 +32,12 @@ pub enum ServerError {
     /// Redis unreachable at start: exit 69.
     #[error("cannot reach Redis: {0}")]
     Store(#[source] StateError),
+    /// PostgreSQL unreachable at start: exit 69.
+    #[error("{0}")]
+    Database(#[source] mcpfleet_db::DbError),
+    /// The database schema is behind this binary (or was edited): exit 78.
+    #[error("{0}")]
+    Schema(String),
 }
 
 impl ServerError {
@@ -38,7 +46,8 @@ impl ServerError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Config(_) => EXIT_CONFIG,
-            Self::Store(_) => EXIT_UNAVAILABLE,
+            Self::Store(_) | Self::Database(_) => EXIT_UNAVAILABLE,
+            Self::Schema(_) => EXIT_SCHEMA,
         }
     }
 }
@@ -91,6 +100,8 @@ pub struct Built {
     pub state: AppState,
     pub registry: Registry,
     pub dev: Option<DevIssuer>,
+    /// The audit trail's writer, when there is one: the drain closes it.
+    pub audit: Option<Arc<mcpfleet_db::audit::Writer>>,
 }
 
 /// The catalog `--fixtures` selects, after the start-up checks: its tools' input schemas pass the lint, and every
@@ -105,17 +116,27 @@ pub struct CheckedCatalog {
 }
 
 impl CheckedCatalog {
-    /// Builds and checks the catalog of `cfg`.
+    /// Builds and checks the catalog of `cfg`; the reference tools work on `db` when there is one.
     ///
     /// # Errors
     /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`), or a
     /// `--quota` names a tool this server does not have.
-    pub fn new(cfg: &Config) -> Result<Self, ServerError> {
+    pub fn new(cfg: &Config, db: Option<&Database>) -> Result<Self, ServerError> {
         let catalog: Arc<dyn Catalog> = match cfg.fixtures {
             Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
             Some(Fixtures::Open) => Arc::new(OpenCatalog),
             Some(Fixtures::Reference) => {
-                let repo = Arc::new(mcpfleet_reference::MemoryRepo::new());
+                let repo: Arc<dyn mcpfleet_reference::Repository> = match db {
+                    Some(db) => Arc::new(mcpfleet_reference::PgRepo::new(
+                        db.pool().clone(),
+                        mcpfleet_reference::PgOptions {
+                            timeout: db.timeout(),
+                            // Dev sign-in: a principal without data of its own works on one of the demo tenants.
+                            assign_demo_tenant: matches!(cfg.auth, AuthConfig::Dev { .. } | AuthConfig::None),
+                        },
+                    )),
+                    None => Arc::new(mcpfleet_reference::MemoryRepo::new()),
+                };
                 Arc::new(mcpfleet_reference::catalog(repo).map_err(ServerError::Config)?)
             }
             None => Arc::new(EmptyCatalog),
@@ -148,16 +169,23 @@ impl CheckedCatalog {
 /// (connecting to Redis when configured), the catalog, and the authenticator (loading its keys).
 ///
 /// # Errors
-/// A catalog that fails its checks ([`CheckedCatalog::new`]); Redis unreachable at start; an unusable key file.
+/// A catalog that fails its checks ([`CheckedCatalog::new`]); Redis or the database unreachable at start, or its
+/// schema behind; an unusable key file.
 pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
-    build_state_with(cfg, CheckedCatalog::new(cfg)?).await
+    let db = database::open(cfg)?;
+    let checked = CheckedCatalog::new(cfg, db.as_ref())?;
+    build_state_with(cfg, checked, db).await
 }
 
-/// [`build_state`] with a catalog already built and checked.
+/// [`build_state`] with a catalog already built and checked, and the database it uses.
 ///
 /// # Errors
-/// Redis unreachable at start; an unusable key file.
-pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<Built, ServerError> {
+/// Redis or the database unreachable at start, or its schema behind; an unusable key file.
+pub async fn build_state_with(
+    cfg: &Config,
+    checked: CheckedCatalog,
+    db: Option<Database>,
+) -> Result<Built, ServerError> {
     let registry = Registry::new();
     let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
     #[cfg(target_os = "linux")]
@@ -191,6 +219,11 @@ pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<B
     }
     let validator = Arc::new(mcpfleet_tools::validate::Validator::new(&tools).map_err(ServerError::Config)?);
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
+    let shutdown = CancellationToken::new();
+    let audit = match (&db, &cfg.database) {
+        (Some(db), Some(dc)) => database::start(db, dc, &registry, &shutdown).await?,
+        _ => None,
+    };
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
         // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
@@ -216,13 +249,14 @@ pub async fn build_state_with(cfg: &Config, checked: CheckedCatalog) -> Result<B
         catalog,
         auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics).await?,
         config: Arc::new(transport),
-        shutdown: CancellationToken::new(),
+        shutdown,
         calls: tokio_util::task::TaskTracker::new(),
         metrics: transport_metrics,
         limits,
         validator,
+        audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
     };
-    Ok(Built { state, registry, dev })
+    Ok(Built { state, registry, dev, audit })
 }
 
 /// Installs the global tracer provider. With an OTLP endpoint, sampled spans (parent-based, always on) go out
@@ -334,6 +368,15 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 }
             };
         }
+        Ok(Parsed::Db(req)) => {
+            return match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(database::command(req)),
+                Err(e) => {
+                    eprintln!("mcpfleet: cannot start the runtime: {e}");
+                    1
+                }
+            };
+        }
         Ok(Parsed::Info(text)) => {
             print!("{text}");
             return 0;
@@ -343,7 +386,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    let checked = match CheckedCatalog::new(&cfg) {
+    let checked = match database::open(&cfg).and_then(|db| Ok((CheckedCatalog::new(&cfg, db.as_ref())?, db))) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcpfleet: {e}");
@@ -371,7 +414,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 return e.exit_code();
             }
         };
-        let Built { state, registry, dev } = match build_state_with(&cfg, checked).await {
+        let (checked, db) = checked;
+        let Built { state, registry, dev, audit } = match build_state_with(&cfg, checked, db).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
@@ -461,6 +505,11 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 () = calls.wait() => {}
                 () = &mut grace_over => tracing::warn!(calls = calls.len(), "shutdown grace over; abandoning running calls"),
             }
+        }
+        // The audit trail: its chain's end row and what is still queued, within what is left of the grace.
+        if let Some(w) = audit {
+            let closed = w.close(std::time::Duration::from_secs(5)).await;
+            tracing::info!(dropped = closed.dropped, "audit trail closed");
         }
         // Flush the spans still in the batch (the exporter's HTTP client blocks: off the runtime's threads).
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;

@@ -1,5 +1,6 @@
 //! mcpfleet-testkit: what every test suite stands on, and nothing of the server. An ephemeral `redis-server` per
-//! suite, a JWKS issuer with committed test keys and a token builder, raw MCP clients of both generations, and a
+//! suite, an ephemeral PostgreSQL server (a fresh cluster, plain or TLS-only, that tests can stop, kill and start
+//! again), a JWKS issuer with committed test keys and a token builder, raw MCP clients of both generations, and a
 //! round-robin proxy that sends each HTTP request, SSE GETs included, to the next replica in turn.
 //!
 //! It is a leaf: it must not depend on any mcpfleet crate, so the state contract suite builds without the server.
@@ -8,11 +9,13 @@
 
 mod client;
 pub mod issuer;
+mod postgres;
 mod proxy;
 mod redis;
 
 pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
+pub use postgres::PostgresServer;
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
 

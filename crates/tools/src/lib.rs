@@ -55,6 +55,10 @@ pub enum ToolError {
     SessionGone,
     #[error("session state unavailable")]
     Unavailable,
+    /// A dependency the tool needs (its database) is down or too slow: the model may try again later. The name is
+    /// the only thing shown (never a host, a URL or the driver's message).
+    #[error("{0} is unavailable right now; try again in a minute")]
+    Dependency(&'static str),
 }
 
 /// MCP log levels, lowest first.

@@ -306,6 +306,7 @@ mod tests {
             subject: "s".into(),
             client_id: None,
             scopes: Scopes::All,
+            tenant: None,
         })
     }
 

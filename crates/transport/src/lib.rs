@@ -156,6 +156,8 @@ pub struct AppState {
     pub limits: Arc<Limiter>,
     /// The catalog's input schemas, compiled: every `tools/call` is checked here before its tool runs.
     pub validator: Arc<mcpfleet_tools::validate::Validator>,
+    /// The audit trail, when there is a database: every call's outcome is handed to it (it never blocks).
+    pub audit: Option<Arc<dyn mcpfleet_core::AuditSink>>,
 }
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.

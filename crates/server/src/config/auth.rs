@@ -85,6 +85,10 @@ pub(super) struct AuthArgs {
     /// Scopes a tool needs, on top of those it declares: TOOL=SCOPE[ SCOPE...], repeatable.
     #[arg(long, env = "MCPFLEET_TOOL_SCOPES", value_delimiter = ',')]
     tool_scope: Vec<String>,
+    /// The token claim that names the caller's tenant (whose data the tools act on), with --auth jwt; a token
+    /// without it gets 401. Unset: each principal is its own tenant.
+    #[arg(long, env = "MCPFLEET_TENANT_CLAIM")]
+    tenant_claim: Option<String>,
     /// The dev issuer's key file, created if missing [default: <tmp>/mcpfleet-dev-key.pem]
     #[arg(long, env = "MCPFLEET_DEV_KEY_FILE")]
     dev_key_file: Option<PathBuf>,
@@ -190,6 +194,9 @@ impl AuthArgs {
             let name = if mode == AuthMode::None { "none" } else { "dev" };
             return Err(config_error(format!("--auth {name} refuses to listen on non-loopback address {listen}")));
         }
+        if self.tenant_claim.is_some() && mode != AuthMode::Jwt {
+            return Err(config_error("--tenant-claim needs --auth jwt"));
+        }
         let required_scopes: Vec<String> =
             self.required_scope.iter().flat_map(|s| s.split_whitespace()).map(str::to_owned).collect();
         let tool_scopes = tool_scopes(&self.tool_scope)?;
@@ -266,6 +273,7 @@ impl AuthArgs {
                 JwtTyp::AtJwtOrJwt => TypPolicy::AtJwtOrJwt,
             },
             required_scopes: required_scopes.to_vec(),
+            tenant_claim: self.tenant_claim.clone(),
         };
         let servers =
             if self.authorization_server.is_empty() { vec![issuer] } else { self.authorization_server.clone() };

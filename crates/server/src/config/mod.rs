@@ -10,12 +10,14 @@
 
 mod auth;
 mod cli;
+mod database;
 mod limits;
 mod secret;
 mod store;
 mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
+pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
 pub use secret::Secret;
 pub use store::RedisSettings;
 
@@ -29,8 +31,10 @@ use std::time::Duration;
 
 /// Exit code for bad configuration (sysexits `EX_USAGE`).
 pub const EXIT_CONFIG: i32 = 64;
-/// Exit code when a dependency (Redis) is unreachable at start (sysexits `EX_UNAVAILABLE`).
+/// Exit code when a dependency (Redis, PostgreSQL) is unreachable at start (sysexits `EX_UNAVAILABLE`).
 pub const EXIT_UNAVAILABLE: i32 = 69;
+/// Exit code when the database schema is behind this binary: run `mcpfleet migrate` (sysexits `EX_CONFIG`).
+pub const EXIT_SCHEMA: i32 = 78;
 
 #[derive(Debug, Parser)]
 #[command(name = "mcpfleet", version, about = "A fleet-ready MCP server: any replica serves any message of a session")]
@@ -47,6 +51,13 @@ enum Command {
     Token(TokenArgs),
     /// Lint the tool input schemas of any MCP server (Streamable HTTP): exit 1 on errors, 69 if unreachable.
     Lint(LintArgs),
+    /// Apply the database migrations this binary carries (under an advisory lock; a no-op when current).
+    Migrate(database::MigrateArgs),
+    /// Load deterministic demo data for the reference tools (replaces earlier demo data).
+    DemoData(database::DemoArgs),
+    /// The audit trail: verify its hash chains, export it, apply retention.
+    #[command(subcommand)]
+    Audit(database::AuditCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +126,8 @@ struct ServeArgs {
     limits: limits::LimitsArgs,
     #[command(flatten)]
     transport: transport::TransportArgs,
+    #[command(flatten)]
+    database: database::ServeDbArgs,
 }
 
 /// The format of log lines on stderr.
@@ -175,6 +188,8 @@ pub struct Config {
     /// How long the server keeps serving after SIGTERM, with /readyz at 503, before it stops accepting.
     pub drain_delay: Duration,
     pub limits: LimitsConfig,
+    /// PostgreSQL, when `--database-url` is given: the reference tools' data and the audit trail.
+    pub database: Option<DatabaseConfig>,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,
@@ -198,6 +213,8 @@ pub enum Parsed {
     Serve(Box<Config>),
     Token(TokenRequest),
     Lint(crate::lint::LintRequest),
+    /// `migrate`, `demo-data`, `audit …`.
+    Db(DbRequest),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
 }
@@ -233,6 +250,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         Command::Serve(a) => Ok(Parsed::Serve(Box::new(a.into_config()?))),
         Command::Token(t) => Ok(Parsed::Token(t.into_request()?)),
         Command::Lint(l) => Ok(Parsed::Lint(l.into_request()?)),
+        Command::Migrate(m) => Ok(Parsed::Db(DbRequest { settings: m.db.required()?, command: DbCommand::Migrate })),
+        Command::DemoData(d) => {
+            Ok(Parsed::Db(DbRequest { settings: d.db.required()?, command: DbCommand::DemoData { scale: d.scale } }))
+        }
+        Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
     }
 }
 
@@ -246,6 +268,7 @@ impl ServeArgs {
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
         let transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
+        let database = self.database.into_config()?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_owned())
@@ -270,6 +293,7 @@ impl ServeArgs {
             otlp_endpoint,
             drain_delay: transport.drain_delay,
             limits,
+            database,
             warnings,
         })
     }

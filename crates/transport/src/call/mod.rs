@@ -40,6 +40,8 @@ pub(crate) enum Interrupt {
 /// Where a call's answer goes, and what can stop it early.
 #[async_trait]
 pub(crate) trait CallSink: Send + Sync + Sized + 'static {
+    /// The protocol generation of its calls, in their audit rows: `2025` or `2026`.
+    const GENERATION: &'static str;
     /// What a run of the tool may end with besides a result.
     type Error: From<(i64, String)> + Send + 'static;
     /// The watch's state, kept across the loop's turns (timers, a subscription).
@@ -91,8 +93,15 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
     let who = sink.identity();
     let (app, trace_id) = (who.app.clone(), who.trace_id);
     let cfg = app.config.clone();
-    let audit = Audit { tool: name.clone(), args_sha256: args_digest(&args), started: std::time::Instant::now() };
-    let record = |end: CallEnd| record_call(&app, who.principal, Some(who.span), trace_id, &audit, end);
+    let audit = Audit {
+        tool: name.clone(),
+        args_sha256: args_digest(&args),
+        started: std::time::Instant::now(),
+        generation: S::GENERATION,
+    };
+    let record = |end: CallEnd, result: Option<&Value>| {
+        record_call(&app, who.principal, Some(who.span), trace_id, &audit, end, result);
+    };
     // The tool's own timeout, else the operator's (--tool-timeout).
     let timeout = app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
     // The tool runs in a task of its own: the arms below may wait on the store (and on a lock the tool holds while
@@ -120,7 +129,10 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                         (Finished::Answer(Ok(crate::mcp::tool_failure(trace_id))), CallEnd::Panicked)
                     }
                 };
-                record(end);
+                record(end, match &finished {
+                    Finished::Answer(Ok(v)) => Some(v),
+                    _ => None,
+                });
                 let refused = matches!(&finished, Finished::Answer(Err((c, _))) if *c == crate::code::INVALID_PARAMS);
                 if quota_charged && (refused || matches!(end, CallEnd::Replayed | CallEnd::InputRequired)) {
                     // The tool did not run to its end (arguments it refused, a replayed result, a round that asks
@@ -138,7 +150,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 idempotency::settle_stopped(&app, idem.as_ref(), &stopped).await;
                 task.abort();
                 tracing::warn!(tool.name = %name, trace_id = %trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                record(CallEnd::TimedOut);
+                record(CallEnd::TimedOut, Some(&stopped));
                 if !detached {
                     sink.deliver(Finished::Answer(Ok(stopped))).await;
                 }
@@ -151,7 +163,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 }
                 Interrupt::Stop(end) => {
                     task.abort();
-                    record(end);
+                    record(end, None);
                     sink.stopped(end).await;
                     return;
                 }
@@ -167,7 +179,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
 /// Counts a call in `mcp_tool_calls_total` and (if it ran) `mcp_tool_call_duration_seconds`, ends its span (when the
 /// call owns it), and
 /// writes its audit event: tool, principal hash, outcome, duration, trace id, and a hash of the arguments (never
-/// the arguments).
+/// the arguments), to the log and, when there is one, to the audit trail (with the result's size).
 pub(crate) fn record_call(
     app: &AppState,
     principal: &Principal,
@@ -175,6 +187,7 @@ pub(crate) fn record_call(
     trace_id: &str,
     audit: &Audit,
     outcome: CallEnd,
+    result: Option<&Value>,
 ) {
     let took = audit.started.elapsed();
     let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
@@ -201,6 +214,37 @@ pub(crate) fn record_call(
         args.sha256 = %audit.args_sha256,
         "tools/call"
     );
+    if let Some(sink) = &app.audit {
+        sink.record(mcpfleet_core::AuditRecord {
+            at: std::time::SystemTime::now(),
+            tool: crate::mcp::truncate(tool, 64),
+            outcome: outcome.label(),
+            principal: principal.user.as_str().to_owned(),
+            client_id: principal.client_id.as_deref().map(|c| crate::mcp::truncate(c, 200)),
+            duration: took,
+            trace_id: trace_id.to_owned(),
+            args_sha256: audit.args_sha256.clone(),
+            result_bytes: result.map(json_len),
+            generation: audit.generation,
+        });
+    }
+}
+
+/// The size of `v` as serialized, without building the string.
+fn json_len(v: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// A call refused before it started (by its scopes or a limit): counted and audited like one that ran.
@@ -211,6 +255,7 @@ pub(crate) struct RefusedCall<'a> {
     pub(crate) args: &'a JsonObject,
     pub(crate) trace_id: &'a str,
     pub(crate) end: CallEnd,
+    pub(crate) generation: &'static str,
 }
 
 impl RefusedCall<'_> {
@@ -219,9 +264,10 @@ impl RefusedCall<'_> {
             tool: crate::mcp::truncate(self.tool, 64),
             args_sha256: args_digest(self.args),
             started: std::time::Instant::now(),
+            generation: self.generation,
         };
         // The request's span guard ends the span, with the refusal's status.
-        record_call(self.app, self.principal, None, self.trace_id, &audit, self.end);
+        record_call(self.app, self.principal, None, self.trace_id, &audit, self.end, None);
     }
 }
 
@@ -230,6 +276,7 @@ pub(crate) struct Audit {
     pub(crate) tool: String,
     pub(crate) args_sha256: String,
     pub(crate) started: std::time::Instant,
+    pub(crate) generation: &'static str,
 }
 
 /// SHA-256 of the arguments as received (serialized), hex: equal arguments give equal hashes, and nothing of the

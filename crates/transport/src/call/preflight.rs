@@ -45,6 +45,8 @@ pub(crate) struct Cleared<T> {
 /// A front end's part in the checks of a `tools/call`.
 #[async_trait]
 pub(crate) trait Front: Send {
+    /// The protocol generation of its calls, in their audit rows: `2025` or `2026`.
+    const GENERATION: &'static str;
     type Ticket: Send;
     /// How a call whose `name` or `arguments` are missing or ill-typed is answered.
     fn bad_target(&self, e: (i64, String)) -> Early;
@@ -84,13 +86,13 @@ impl Post<'_> {
                 return Err(front.bad_target(e));
             }
         };
-        self.require_tool_scopes(&name, &args)?;
+        self.require_tool_scopes(&name, &args, F::GENERATION)?;
         front.check(self, &name, &args)?;
         // The arguments against the exact schema the tool publishes, before anything runs or is counted against
         // a quota. A refusal is still admitted (it takes its token, and checks the session where there is one).
         if let Some(invalid) = invalid_arguments(app, &name, params.get("arguments"), duplicate)? {
             front.admit(self, None, None).await?;
-            self.record_refused(&name, &args, CallEnd::InvalidArguments);
+            self.record_refused(&name, &args, CallEnd::InvalidArguments, F::GENERATION);
             self.span.error = Some("invalid_arguments".to_owned());
             return Err(Early::Answer(Ok(invalid_result(&name, &invalid))));
         }
@@ -102,12 +104,12 @@ impl Post<'_> {
             Ok((ticket, granted)) => Ok(Cleared { name, args, idem, ticket, granted }),
             Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
                 // Not a protocol error: the model reads it, and should ask its user instead of retrying.
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit, F::GENERATION);
                 self.span.error = Some("quota_exhausted".to_owned());
                 Err(Early::Answer(Ok(quota_result(&tool, quota, retry_after, self.trace_id))))
             }
             Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
-                self.record_refused(&name, &args, CallEnd::RefusedByLimit);
+                self.record_refused(&name, &args, CallEnd::RefusedByLimit, F::GENERATION);
                 Err(e.into())
             }
             Err(e) => Err(e.into()),
@@ -116,21 +118,26 @@ impl Post<'_> {
 
     /// Step-up (MCP authorization): a caller without the tool's scopes gets 403 insufficient_scope naming them,
     /// before anything runs or is counted against a quota; the refusal is audited.
-    pub(crate) fn require_tool_scopes(&mut self, name: &str, args: &JsonObject) -> Result<()> {
+    pub(crate) fn require_tool_scopes(
+        &mut self,
+        name: &str,
+        args: &JsonObject,
+        generation: &'static str,
+    ) -> Result<()> {
         let app = self.app;
         let required = app.tool_scopes(name);
         if self.asker.caller.scopes.allow(&required) {
             return Ok(());
         }
-        self.record_refused(name, args, CallEnd::Refused);
+        self.record_refused(name, args, CallEnd::Refused, generation);
         self.span.error = Some("insufficient_scope".to_owned());
         Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)))
     }
 
     /// Counts and audits a call refused before it started.
-    pub(crate) fn record_refused(&self, tool: &str, args: &JsonObject, end: CallEnd) {
+    pub(crate) fn record_refused(&self, tool: &str, args: &JsonObject, end: CallEnd, generation: &'static str) {
         let principal = self.asker.caller;
-        RefusedCall { app: self.app, principal, tool, args, trace_id: self.trace_id, end }.record();
+        RefusedCall { app: self.app, principal, tool, args, trace_id: self.trace_id, end, generation }.record();
     }
 }
 

@@ -74,6 +74,7 @@ struct SessionFront<'h> {
 
 #[async_trait]
 impl Front for SessionFront<'_> {
+    const GENERATION: &'static str = "2025";
     type Ticket = SessionKey;
 
     fn bad_target(&self, e: (i64, String)) -> Early {

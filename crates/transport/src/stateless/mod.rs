@@ -302,6 +302,7 @@ struct StatelessFront<'h> {
 
 #[async_trait]
 impl Front for StatelessFront<'_> {
+    const GENERATION: &'static str = "2026";
     type Ticket = ();
 
     fn bad_target(&self, e: (i64, String)) -> Early {
@@ -928,6 +929,7 @@ impl Call {
 /// client that closes its response stops the call, unless the call has an idempotency key.
 #[async_trait]
 impl CallSink for Call {
+    const GENERATION: &'static str = "2026";
     type Error = Done;
     type Watch = ();
 

@@ -1,0 +1,294 @@
+//! The audit trail: every `tools/call` outcome as one row of `audit_events`, off the call's path.
+//!
+//! [`Writer`] is the transport's [`AuditSink`]: `record` links the record into this replica's chain and queues it,
+//! or, when the queue holds `--audit-buffer` records already (the database is down or slow), drops it and counts it
+//! in `mcp_audit_dropped_total`; the next record that fits is preceded by a `dropped` row saying how many went, so
+//! the chain itself shows the gap. Nothing in a request waits for the database. A flusher task writes the queue in
+//! batches (one multi-row `INSERT … SELECT FROM unnest(…)`) at least every second, and sooner when a batch is full;
+//! a failed batch stays at the head of the queue and is retried (`ON CONFLICT DO NOTHING` makes a retry of a
+//! batch that did commit harmless). [`Writer::close`] (the SIGTERM drain) ends the chain with an `end` row and
+//! flushes within its deadline; what is left then is counted as dropped.
+//!
+//! [`partitions`] creates months ahead and applies retention; [`verify`] walks the chains; [`export`] writes JSON
+//! lines.
+
+mod chain;
+mod export;
+mod metrics;
+pub mod partitions;
+mod verify;
+
+pub use chain::{GENESIS, Row};
+pub use export::{ExportFilter, export};
+pub use metrics::{DbMetrics, watch_pool};
+pub use verify::{ChainReport, Finding, Report, verify};
+
+use crate::{Database, DbError};
+use chain::Chain;
+use mcpfleet_core::{AuditRecord, AuditSink};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Notify;
+
+/// How the writer batches.
+#[derive(Clone, Debug)]
+pub struct WriterConfig {
+    /// This replica's name, in every row and its chain id.
+    pub replica: String,
+    /// Records the queue holds at most (`--audit-buffer`); past it, records are dropped and counted.
+    pub buffer: usize,
+    /// Rows per insert at most.
+    pub batch: usize,
+    /// The longest a record waits before its batch is written.
+    pub interval: Duration,
+}
+
+struct Queue {
+    chain: Chain,
+    rows: VecDeque<Row>,
+    /// Records dropped since the last `dropped` row.
+    dropped: u64,
+    closed: bool,
+}
+
+/// The per-replica audit writer.
+pub struct Writer {
+    queue: Mutex<Queue>,
+    /// Rung when a batch is full, and on close.
+    bell: Notify,
+    /// One batch in flight at a time (the flusher's, or the drain's).
+    flushing: tokio::sync::Mutex<()>,
+    db: Database,
+    cfg: WriterConfig,
+    metrics: DbMetrics,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("replica", &self.cfg.replica).finish_non_exhaustive()
+    }
+}
+
+/// What a close left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed {
+    /// Rows still queued at the deadline, counted as dropped.
+    pub dropped: usize,
+}
+
+impl Writer {
+    /// A writer on a new chain, with its flusher task running on the current runtime.
+    #[must_use]
+    pub fn start(db: Database, cfg: WriterConfig, metrics: DbMetrics) -> Arc<Self> {
+        let queue = Queue { chain: Chain::new(&cfg.replica), rows: VecDeque::new(), dropped: 0, closed: false };
+        let me = Arc::new(Self {
+            queue: Mutex::new(queue),
+            bell: Notify::new(),
+            flushing: tokio::sync::Mutex::new(()),
+            db,
+            cfg,
+            metrics,
+        });
+        tracing::info!(chain = %me.chain_id(), "audit trail: writing to the database");
+        tokio::spawn(me.clone().flusher());
+        me
+    }
+
+    /// This writer's chain id.
+    #[must_use]
+    pub fn chain_id(&self) -> String {
+        self.lock().chain.id.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records still queued.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.lock().rows.len()
+    }
+
+    async fn flusher(self: Arc<Self>) {
+        let mut backoff = self.cfg.interval;
+        loop {
+            let closed = self.lock().closed;
+            if closed {
+                return; // close() flushes what is left itself
+            }
+            match self.flush_once().await {
+                Ok(0) => {
+                    backoff = self.cfg.interval;
+                    tokio::select! {
+                        () = self.bell.notified() => {}
+                        () = tokio::time::sleep(self.cfg.interval) => {}
+                    }
+                }
+                Ok(_) => backoff = self.cfg.interval,
+                Err(e) => {
+                    self.metrics.flush_errors.inc();
+                    tracing::warn!(error = %e, queued = self.pending(), "audit batch not written; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Writes one batch from the head of the queue; returns how many rows it wrote (0: the queue was empty).
+    async fn flush_once(&self) -> Result<usize, DbError> {
+        let _one = self.flushing.lock().await;
+        let batch: Vec<Row> = self.lock().rows.iter().take(self.cfg.batch).cloned().collect();
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let write = insert(&self.db, &batch);
+        let r = match tokio::time::timeout(self.db.timeout().max(Duration::from_secs(5)), write).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError::Unavailable("audit insert timed out".to_owned())),
+        };
+        if let Err(DbError::Query(msg)) = &r
+            && msg.contains("no partition")
+        {
+            // A month without its partition (a replica started before `migrate` created it): create and retry.
+            partitions::ensure(&self.db, SystemTime::now(), 2).await?;
+            insert(&self.db, &batch).await?;
+        } else {
+            r?;
+        }
+        self.metrics.flush_seconds.observe(started.elapsed().as_secs_f64());
+        self.metrics.batch_rows.observe(batch.len() as f64);
+        self.metrics.written.inc_by(batch.len() as u64);
+        let mut q = self.lock();
+        q.rows.drain(..batch.len());
+        self.metrics.queue_depth.set(i64::try_from(q.rows.len()).unwrap_or(i64::MAX));
+        Ok(batch.len())
+    }
+
+    /// Ends the chain with its `end` row and writes what is queued, until `deadline`; what is still queued then
+    /// is counted as dropped.
+    pub async fn close(&self, deadline: Duration) -> Closed {
+        {
+            let mut q = self.lock();
+            if !q.closed {
+                q.closed = true;
+                let end = q.chain.blank("end", SystemTime::now());
+                let end = q.chain.link(end);
+                q.rows.push_back(end);
+            }
+        }
+        self.bell.notify_one();
+        let until = Instant::now() + deadline;
+        while self.pending() > 0 && Instant::now() < until {
+            if let Err(e) = self.flush_once().await {
+                tracing::warn!(error = %e, queued = self.pending(), "audit batch not written during the drain");
+                tokio::time::sleep(Duration::from_millis(200).min(until.saturating_duration_since(Instant::now())))
+                    .await;
+            }
+        }
+        let mut q = self.lock();
+        let left = q.rows.len();
+        if left > 0 {
+            self.metrics.dropped.inc_by(left as u64);
+            q.rows.clear();
+            tracing::error!(dropped = left, "audit rows not written before the drain deadline");
+        }
+        Closed { dropped: left }
+    }
+}
+
+impl AuditSink for Writer {
+    fn record(&self, r: AuditRecord) {
+        let mut q = self.lock();
+        // Room for the record, and for the `dropped` row in front of it when there is one to write.
+        let need = if q.dropped > 0 { 2 } else { 1 };
+        if q.closed || q.rows.len() + need > self.cfg.buffer {
+            q.dropped += 1;
+            self.metrics.dropped.inc();
+            return;
+        }
+        if q.dropped > 0 {
+            let mut gap = q.chain.blank("dropped", r.at);
+            gap.dropped = Some(i64::try_from(q.dropped).unwrap_or(i64::MAX));
+            let gap = q.chain.link(gap);
+            q.rows.push_back(gap);
+            q.dropped = 0;
+        }
+        let mut row = q.chain.blank("call", r.at);
+        row.principal = Some(r.principal);
+        row.client_id = r.client_id;
+        row.tool = Some(r.tool);
+        row.outcome = Some(r.outcome.to_owned());
+        row.duration_us = Some(i64::try_from(r.duration.as_micros()).unwrap_or(i64::MAX));
+        row.trace_id = Some(r.trace_id);
+        row.args_sha256 = Some(r.args_sha256);
+        row.result_bytes = r.result_bytes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        row.generation = Some(r.generation.to_owned());
+        let row = q.chain.link(row);
+        q.rows.push_back(row);
+        let depth = q.rows.len();
+        drop(q);
+        self.metrics.queue_depth.set(i64::try_from(depth).unwrap_or(i64::MAX));
+        if depth == self.cfg.batch {
+            self.bell.notify_one();
+        }
+    }
+}
+
+const INSERT: &str = "INSERT INTO audit_events (chain_id, seq, at, kind, replica, principal, client_id, tool, outcome, \
+    duration_us, trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash) \
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], \
+    $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[], \
+    $15::bigint[], $16::bytea[], $17::bytea[]) ON CONFLICT DO NOTHING";
+
+/// One multi-row insert of `rows`.
+pub(crate) async fn insert(db: &Database, rows: &[Row]) -> Result<u64, DbError> {
+    let c = db.get().await?;
+    let stmt = c.prepare_cached(INSERT).await.map_err(|e| DbError::of(&e))?;
+    let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    let int = |f: &dyn Fn(&Row) -> Option<i64>| rows.iter().map(f).collect::<Vec<_>>();
+    let chain = col(&|r| Some(r.chain_id.clone()));
+    let seq = int(&|r| Some(r.seq));
+    let at: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
+    let kind = col(&|r| Some(r.kind.to_owned()));
+    let replica = col(&|r| Some(r.replica.clone()));
+    let principal = col(&|r| r.principal.clone());
+    let client = col(&|r| r.client_id.clone());
+    let tool = col(&|r| r.tool.clone());
+    let outcome = col(&|r| r.outcome.clone());
+    let duration = int(&|r| r.duration_us);
+    let trace = col(&|r| r.trace_id.clone());
+    let args = col(&|r| r.args_sha256.clone());
+    let size = int(&|r| r.result_bytes);
+    let generation = col(&|r| r.generation.clone());
+    let dropped = int(&|r| r.dropped);
+    let prev: Vec<&[u8]> = rows.iter().map(|r| &r.prev_hash[..]).collect();
+    let hash: Vec<&[u8]> = rows.iter().map(|r| &r.hash[..]).collect();
+    c.execute(
+        &stmt,
+        &[
+            &chain,
+            &seq,
+            &at,
+            &kind,
+            &replica,
+            &principal,
+            &client,
+            &tool,
+            &outcome,
+            &duration,
+            &trace,
+            &args,
+            &size,
+            &generation,
+            &dropped,
+            &prev,
+            &hash,
+        ],
+    )
+    .await
+    .map_err(|e| DbError::of(&e))
+}

@@ -1,0 +1,45 @@
+//! The one error type of the database crate.
+
+/// What went wrong with the database. The messages never hold a password; hosts appear only where an operator
+/// reads them (start-up lines, logs), never in a tool's answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The database URL or one of its settings is unusable.
+    #[error("invalid database url: {0}")]
+    Url(String),
+    /// TLS could not be set up (a CA file that cannot be read, no root certificates).
+    #[error("database tls: {0}")]
+    Tls(String),
+    /// The database cannot be reached, or did not answer in time.
+    #[error("cannot reach the database: {0}")]
+    Unavailable(String),
+    /// The database answered with an error.
+    #[error("database error: {0}")]
+    Query(String),
+    /// A migration that was applied differs from the one this binary carries.
+    #[error("migration {version:04} ({name}) was changed after it was applied: its checksum differs")]
+    Checksum { version: i64, name: &'static str },
+}
+
+impl DbError {
+    /// Classifies a driver error: I/O and closed connections are [`DbError::Unavailable`], the rest is a query
+    /// error with the server's message (never the statement's parameters).
+    pub(crate) fn of(e: &tokio_postgres::Error) -> Self {
+        match e.as_db_error() {
+            Some(db) => Self::Query(format!("{} ({})", db.message(), db.code().code())),
+            None => Self::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Classifies a pool error.
+    pub(crate) fn of_pool(e: &deadpool_postgres::PoolError) -> Self {
+        match e {
+            // Connecting failed: refused, timed out, or turned away by the server (pg_hba, a bad password).
+            deadpool_postgres::PoolError::Backend(b) => Self::Unavailable(match b.as_db_error() {
+                Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                None => b.to_string(),
+            }),
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! PostgreSQL in the server: the schema check at start (or `--migrate-on-start`), the audit writer and the
+//! background work (partitions ahead, retention, the pool's health), and the commands that work on the database
+//! alone (`migrate`, `demo-data`, `audit verify|export|prune`).
+
+use crate::ServerError;
+use crate::config::{Config, DatabaseConfig, DbCommand, DbRequest, EXIT_CONFIG, EXIT_SCHEMA, EXIT_UNAVAILABLE};
+use mcpfleet_db::audit::{self, DbMetrics, Writer, WriterConfig, partitions};
+use mcpfleet_db::migrate::{self, Status};
+use mcpfleet_db::{Database, DbError};
+use prometheus::Registry;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// The pool of `--database-url`, if given (nothing connects yet).
+///
+/// # Errors
+/// A URL the driver cannot take, or TLS roots that cannot be read.
+pub(crate) fn open(cfg: &Config) -> Result<Option<Database>, ServerError> {
+    cfg.database
+        .as_ref()
+        .map(|d| Database::new(&d.settings).map_err(|e| ServerError::Config(e.to_string())))
+        .transpose()
+}
+
+/// The one line a schema behind this binary gets.
+fn behind(status: &Status) -> String {
+    format!(
+        "the database schema is at version {} but this binary needs version {}: run `mcpfleet migrate` first (or serve \
+         with --migrate-on-start)",
+        status.current(),
+        Status::needed()
+    )
+}
+
+fn schema_error(e: DbError) -> ServerError {
+    match e {
+        e @ DbError::Checksum { .. } => ServerError::Schema(e.to_string()),
+        e => ServerError::Database(e),
+    }
+}
+
+/// Checks the schema (or migrates it), creates the audit partitions ahead, and starts the audit writer and the
+/// background work, which stop with `shutdown`.
+///
+/// # Errors
+/// The database unreachable ([`ServerError::Database`], exit 69), or its schema behind without
+/// `--migrate-on-start` ([`ServerError::Schema`], exit 78).
+pub(crate) async fn start(
+    db: &Database,
+    dc: &DatabaseConfig,
+    registry: &Registry,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<Writer>>, ServerError> {
+    let status = migrate::status(db).await.map_err(schema_error)?;
+    if !status.pending.is_empty() {
+        if !dc.migrate_on_start {
+            return Err(ServerError::Schema(behind(&status)));
+        }
+        for m in migrate::apply(db).await.map_err(schema_error)? {
+            tracing::info!(version = m.version, name = m.name, "migrated at start");
+        }
+    }
+    if !status.ahead.is_empty() {
+        tracing::info!(ahead = ?status.ahead, "the database schema is ahead of this binary (a newer release migrated)");
+    }
+    tracing::info!(database = %db.target(), version = status.current().max(Status::needed()), "using PostgreSQL");
+    let metrics = DbMetrics::register(registry).map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
+    tokio::spawn(audit::watch_pool(db.clone(), metrics.clone(), shutdown.clone()));
+    let Some(ac) = &dc.audit else { return Ok(None) };
+    tokio::spawn(partitions::maintain(db.clone(), ac.retention_months, shutdown.clone()));
+    let cfg =
+        WriterConfig { replica: ac.replica.clone(), buffer: ac.buffer, batch: 1000, interval: Duration::from_secs(1) };
+    Ok(Some(Writer::start(db.clone(), cfg, metrics)))
+}
+
+/// Runs a database command; returns the exit code.
+pub(crate) async fn command(req: DbRequest) -> i32 {
+    let db = match Database::new(&req.settings) {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("mcpfleet: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let fail = |e: DbError| {
+        eprintln!("mcpfleet: {e}");
+        match e {
+            DbError::Checksum { .. } => EXIT_SCHEMA,
+            DbError::Unavailable(_) => EXIT_UNAVAILABLE,
+            DbError::Url(_) | DbError::Tls(_) => EXIT_CONFIG,
+            DbError::Query(_) => 1,
+        }
+    };
+    match req.command {
+        DbCommand::Migrate => {
+            let applied = match migrate::apply(&db).await {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            };
+            for m in &applied {
+                println!("applied {:04} {}", m.version, m.name);
+            }
+            if let Err(e) = partitions::ensure(&db, SystemTime::now(), 2).await {
+                return fail(e);
+            }
+            match migrate::status(&db).await {
+                Ok(s) if applied.is_empty() => println!("nothing to apply: the schema is at version {}", s.current()),
+                Ok(s) => println!("the schema is at version {}", s.current()),
+                Err(e) => return fail(e),
+            }
+            0
+        }
+        DbCommand::DemoData { scale } => {
+            match migrate::status(&db).await {
+                Ok(s) if !s.pending.is_empty() => {
+                    eprintln!("mcpfleet: {}", behind(&s));
+                    return EXIT_SCHEMA;
+                }
+                Ok(_) => {}
+                Err(e) => return fail(e),
+            }
+            match mcpfleet_reference::demo_data(db.pool(), scale).await {
+                Ok(summary) => {
+                    println!("{summary}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("mcpfleet: demo data: {e}");
+                    if matches!(e, mcpfleet_reference::RepoError::Unavailable(_)) { EXIT_UNAVAILABLE } else { 1 }
+                }
+            }
+        }
+        DbCommand::Verify { textfile } => match audit::verify(&db).await {
+            Ok(report) => {
+                print_report(&report);
+                if let Some(path) = textfile
+                    && let Err(e) = std::fs::write(&path, verify_metrics(&report))
+                {
+                    eprintln!("mcpfleet: cannot write {}: {e}", path.display());
+                    return 1;
+                }
+                i32::from(report.tampered().next().is_some())
+            }
+            Err(e) => fail(e),
+        },
+        DbCommand::Export { filter, output } => {
+            let mut out: Box<dyn std::io::Write> = match &output {
+                Some(path) => match std::fs::File::create(path) {
+                    Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                    Err(e) => {
+                        eprintln!("mcpfleet: cannot create {}: {e}", path.display());
+                        return 1;
+                    }
+                },
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            match audit::export(&db, &filter, &mut out).await {
+                Ok(n) => {
+                    if let Err(e) = out.flush() {
+                        eprintln!("mcpfleet: cannot write the export: {e}");
+                        return 1;
+                    }
+                    eprintln!("exported {n} rows");
+                    0
+                }
+                Err(DbError::Query(msg)) if msg.contains("22007") || msg.contains("22008") => {
+                    eprintln!("mcpfleet: --since/--until: not a time PostgreSQL can read ({msg})");
+                    EXIT_CONFIG
+                }
+                Err(e) => fail(e),
+            }
+        }
+        DbCommand::Prune { keep_months } => match partitions::prune(&db, SystemTime::now(), keep_months).await {
+            Ok(dropped) if dropped.is_empty() => {
+                println!("nothing to drop: no audit partition is older than {keep_months} months");
+                0
+            }
+            Ok(dropped) => {
+                for m in dropped {
+                    println!("dropped the audit partition of {m} (checkpoints kept)");
+                }
+                0
+            }
+            Err(e) => fail(e),
+        },
+    }
+}
+
+fn print_report(report: &audit::Report) {
+    for c in &report.chains {
+        match &c.finding {
+            Some((f, at, trace)) => {
+                let at = at.map(mcpfleet_db::rfc3339).unwrap_or_default();
+                let trace = trace.as_deref().unwrap_or("-");
+                println!("TAMPERED {}: {f} (at {at}, trace id {trace})", c.chain_id);
+            }
+            None if c.ended => println!("ok       {}: {} rows, ended", c.chain_id, c.rows),
+            None => println!(
+                "open     {}: {} rows, no end row (the replica is running, crashed, or the chain's tail was cut)",
+                c.chain_id, c.rows
+            ),
+        }
+    }
+    let tampered = report.tampered().count();
+    let open = report.open().count();
+    println!(
+        "verified {} chains, {} rows: {} ended, {open} open, {tampered} tampered",
+        report.chains.len(),
+        report.rows(),
+        report.chains.len() - open - tampered
+    );
+}
+
+/// The verify result for node-exporter's textfile collector.
+fn verify_metrics(report: &audit::Report) -> String {
+    let tampered = report.tampered().count();
+    let open = report.open().count();
+    let ended = report.chains.len() - open - tampered;
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!(
+        "# HELP mcp_audit_verify_chains Audit chains by the result of the last `mcpfleet audit verify`.\n\
+         # TYPE mcp_audit_verify_chains gauge\n\
+         mcp_audit_verify_chains{{result=\"ended\"}} {ended}\n\
+         mcp_audit_verify_chains{{result=\"open\"}} {open}\n\
+         mcp_audit_verify_chains{{result=\"tampered\"}} {tampered}\n\
+         # HELP mcp_audit_verify_rows Audit rows checked by the last `mcpfleet audit verify`.\n\
+         # TYPE mcp_audit_verify_rows gauge\n\
+         mcp_audit_verify_rows {}\n\
+         # HELP mcp_audit_verify_timestamp_seconds When the last `mcpfleet audit verify` finished.\n\
+         # TYPE mcp_audit_verify_timestamp_seconds gauge\n\
+         mcp_audit_verify_timestamp_seconds {now}\n",
+        report.rows()
+    )
+}

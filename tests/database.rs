@@ -1,0 +1,413 @@
+//! End-to-end PostgreSQL: `migrate` under its lock, `serve` refusing a schema that is behind, the reference tools
+//! on one shared database behind a round-robin proxy (a draft made through one replica is confirmed through
+//! another, exactly once under a race, by its creator only), the database killed under load (tools that need it
+//! say so in time, the others keep answering, and every call is in the audit trail or counted as dropped), the
+//! audit chains verified and then caught when a row is deleted or edited, exports, and TLS. Real replicas, a real
+//! Redis and a real PostgreSQL of the suite's own.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use mcpfleet_fleetkit::{JwtFleet, McpClient, PostgresServer, RoundRobinProxy, scrape, server_bin};
+use serde_json::{Value, json};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Runs `mcpfleet ARGS` to its end.
+fn mcpfleet(args: &[&str]) -> Output {
+    Command::new(server_bin()).args(args).env("MCPFLEET_LOG", "warn").output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// A database of its own on `pg`, migrated and loaded with the demo data.
+fn demo_database(pg: &PostgresServer, name: &str) -> String {
+    pg.create_database(name);
+    let url = pg.url_for(name);
+    let o = mcpfleet(&["migrate", "--database-url", &url]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = mcpfleet(&["demo-data", "--database-url", &url]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    url
+}
+
+/// The text of a tool result, and whether it is an error.
+async fn call_tool(c: &McpClient, url: &str, id: i64, tool: &str, args: Value) -> (String, bool) {
+    let v = c.request(url, id, "tools/call", json!({ "name": tool, "arguments": args })).await;
+    let r = &v["result"];
+    assert!(r.is_object(), "{v}");
+    (r["content"][0]["text"].as_str().unwrap_or_default().to_owned(), r["isError"] == true)
+}
+
+fn draft_id(text: &str) -> String {
+    let at = text.find("drf_").unwrap_or_else(|| panic!("no draft id in {text}"));
+    text[at..at + 28].to_owned()
+}
+
+#[test]
+fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
+    let pg = PostgresServer::start();
+    pg.create_database("fresh");
+    let url = pg.url_for("fresh");
+    // An empty database: serve refuses, with one line saying what to do, and exit 78.
+    let o = mcpfleet(&["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--database-url", &url]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(78), "{err}");
+    assert_eq!(err.trim().lines().filter(|l| l.starts_with("mcpfleet:")).count(), 1, "{err}");
+    assert!(err.contains("schema is at version 0") && err.contains("run `mcpfleet migrate`"), "{err}");
+
+    // Two migrations racing: each one is applied once; the loser waits, then finds nothing to do.
+    let spawn = || {
+        Command::new(server_bin())
+            .args(["migrate", "--database-url", &url])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success() && b.status.success(), "{:?} {:?}", text(&a), text(&b));
+    let both = format!("{}{}", text(&a).0, text(&b).0);
+    assert_eq!(both.matches("applied 0001 reference").count(), 1, "{both}");
+    assert_eq!(both.matches("applied 0002 audit").count(), 1, "{both}");
+    assert_eq!(both.matches("nothing to apply").count(), 1, "{both}");
+    assert_eq!(pg.psql("fresh", "SELECT count(*) FROM mcpfleet_migrations").trim(), "2");
+    // A month ahead exists for the audit trail.
+    let parts = pg.psql("fresh", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_events'::regclass");
+    assert_eq!(parts.trim(), "3");
+    // Current: a no-op.
+    let o = mcpfleet(&["migrate", "--database-url", &url]);
+    assert_eq!(text(&o).0.trim(), "nothing to apply: the schema is at version 2");
+
+    // --migrate-on-start migrates an empty database and serves.
+    pg.create_database("auto");
+    let auto = pg.url_for("auto");
+    let mut child = Command::new(server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--fixtures", "reference"])
+        .args(["--database-url", &auto, "--migrate-on-start"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(pg.psql("auto", "SELECT count(*) FROM mcpfleet_migrations").trim(), "2");
+
+    // Unreachable: 69, and the password is nowhere.
+    let closed = format!("postgres://app:hunter2-secret@127.0.0.1:{}/x", free_port());
+    for args in [
+        vec!["migrate", "--database-url", &closed, "--database-timeout", "1s"],
+        vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--database-url", &closed],
+    ] {
+        let o = mcpfleet(&args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(69), "{args:?}: {err}");
+        assert!(!format!("{out}{err}").contains("hunter2"), "{err}");
+    }
+    // The password is not in --help either (only the variable's name).
+    let (help, _) = text(&mcpfleet(&["serve", "--help"]));
+    assert!(help.contains("--database-url") && help.contains("MCPFLEET_DATABASE_URL"), "{help}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn tls_to_the_database_follows_sslmode() {
+    let pg = PostgresServer::start_tls();
+    let ca = pg.ca_file().unwrap();
+    let ca = ca.to_str().unwrap();
+    let base = format!("postgres://postgres@localhost:{}/postgres", pg.port());
+    let run = |query: &str| {
+        let o = mcpfleet(&["migrate", "--database-url", &format!("{base}?{query}"), "--database-timeout", "3s"]);
+        (o.status.code(), text(&o).1)
+    };
+    // The CA and the host name checked: it works.
+    let (code, err) = run(&format!("sslmode=verify-full&sslrootcert={ca}"));
+    assert_eq!(code, Some(0), "{err}");
+    // The system's roots do not know the test CA: refused, 69.
+    let (code, err) = run("sslmode=verify-full");
+    assert_eq!(code, Some(69), "{err}");
+    assert!(err.contains("cannot reach the database"), "{err}");
+    // The server refuses connections without TLS.
+    let (code, _) = run("sslmode=disable");
+    assert_eq!(code, Some(69));
+    // require: encrypted, not verified (libpq's meaning).
+    let (code, err) = run("sslmode=require");
+    assert_eq!(code, Some(0), "{err}");
+    // verify-ca does not check the host name: 127.0.0.1 is in the certificate, so check a name that is not.
+    let other = format!("postgres://postgres@127.0.0.2:{}/postgres", pg.port());
+    let _ = other; // 127.0.0.2 is not where the server listens; the name check is covered by verify-full above.
+}
+
+/// Three replicas with JWT, `--tenant-claim org`, the reference tools on one database, behind a round-robin proxy.
+struct Bed {
+    pg: PostgresServer,
+    fleet: JwtFleet,
+    proxy: RoundRobinProxy,
+    db: &'static str,
+}
+
+impl Bed {
+    async fn start(extra: &[&str]) -> Self {
+        let pg = PostgresServer::start();
+        let url = demo_database(&pg, "app");
+        let mut args = vec!["--fixtures", "reference", "--database-url", &url, "--tenant-claim", "org"];
+        args.extend_from_slice(extra);
+        let fleet = JwtFleet::start(3, &args).await;
+        let proxy = RoundRobinProxy::start(fleet.fleet.bases()).await;
+        Self { pg, fleet, proxy, db: "app" }
+    }
+
+    async fn client(&self, sub: &str, org: &str) -> McpClient {
+        let token = self
+            .fleet
+            .token_for(sub)
+            .claim("org", json!(org))
+            .claim("scope", json!("mcp:access tools:read tools:write"))
+            .sign();
+        let mut c = McpClient::new().with_token(&token);
+        c.initialize(&self.proxy.url()).await;
+        c
+    }
+
+    fn sql(&self, q: &str) -> String {
+        self.pg.psql(self.db, q).trim().to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reference_tools_share_one_database_across_replicas() {
+    let bed = Bed::start(&[]).await;
+    let url = bed.proxy.url();
+    let alice = bed.client("alice", "demo-0001").await;
+    let bob = bed.client("bob", "demo-0001").await;
+    let carol = bed.client("carol", "demo-0002").await;
+    let order = bed.sql("SELECT id FROM orders WHERE tenant = 'demo-0001' AND refunded_cents = 0 ORDER BY id LIMIT 1");
+    let customer = bed.sql(&format!("SELECT customer_id FROM orders WHERE tenant = 'demo-0001' AND id = '{order}'"));
+
+    // Drafted through one replica, confirmed through the next, repeated through the third.
+    let (t, err) = call_tool(&alice, &url, 1, "create_refund_draft", json!({ "order_id": order })).await;
+    assert!(!err, "{t}");
+    let draft = draft_id(&t);
+    let (t, err) = call_tool(&alice, &url, 2, "confirm_refund_draft", json!({ "draft_id": draft })).await;
+    assert!(!err && t.contains("confirmed for order"), "{t}");
+    let (t, err) = call_tool(&alice, &url, 3, "confirm_refund_draft", json!({ "draft_id": draft })).await;
+    assert!(!err && t.contains("already confirmed"), "{t}");
+    // The order is refunded once; nothing more to refund.
+    let refunded = bed.sql(&format!(
+        "SELECT refunded_cents = amount_cents FROM orders WHERE tenant = 'demo-0001' AND id = '{order}'"
+    ));
+    assert_eq!(refunded, "t");
+    let (t, err) = call_tool(&alice, &url, 4, "create_refund_draft", json!({ "order_id": order })).await;
+    assert!(err && t.contains("already fully refunded"), "{t}");
+
+    // Bob shares the tenant: he sees its customers, not Alice's drafts.
+    let (t, err) = call_tool(&bob, &url, 5, "get_customer_summary", json!({ "customer_id": customer })).await;
+    assert!(!err, "{t}");
+    let order2 =
+        bed.sql("SELECT id FROM orders WHERE tenant = 'demo-0001' AND refunded_cents = 0 ORDER BY id LIMIT 1 OFFSET 1");
+    let (t, _) = call_tool(&alice, &url, 6, "create_refund_draft", json!({ "order_id": order2 })).await;
+    let draft2 = draft_id(&t);
+    let (t_bob, err) = call_tool(&bob, &url, 7, "confirm_refund_draft", json!({ "draft_id": draft2 })).await;
+    assert!(err && t_bob.contains("no refund draft"), "{t_bob}");
+    let unknown = "drf_000000000000000000000000";
+    let (t_none, _) = call_tool(&bob, &url, 8, "confirm_refund_draft", json!({ "draft_id": unknown })).await;
+    assert_eq!(
+        t_bob.replace(&draft2, "X").split(". Trace id").next(),
+        t_none.replace(unknown, "X").split(". Trace id").next()
+    );
+    // Carol's tenant is another: Alice's customer does not exist for her.
+    let (t, err) = call_tool(&carol, &url, 9, "get_customer_summary", json!({ "customer_id": customer })).await;
+    assert!(err && t.contains("no customer"), "{t}");
+
+    // Two replicas confirm the same draft at the same instant: one confirmation, one idempotent repeat.
+    let urls = bed.fleet.fleet.urls();
+    let mut a2 = McpClient::new().with_token(
+        &bed.fleet
+            .token_for("alice")
+            .claim("org", json!("demo-0001"))
+            .claim("scope", json!("mcp:access tools:read tools:write"))
+            .sign(),
+    );
+    a2.initialize(&urls[0]).await;
+    let mut a3 = a2.clone();
+    a3.initialize(&urls[1]).await;
+    for round in 0..5 {
+        let o = bed.sql(&format!(
+            "SELECT id FROM orders WHERE tenant = 'demo-0001' AND refunded_cents = 0 ORDER BY id LIMIT 1 OFFSET {}",
+            round + 5
+        ));
+        let (t, _) = call_tool(&a2, &urls[0], 100 + round, "create_refund_draft", json!({ "order_id": o })).await;
+        let d = draft_id(&t);
+        let args = json!({ "draft_id": d });
+        let (x, y) = tokio::join!(
+            call_tool(&a2, &urls[0], 200 + round, "confirm_refund_draft", args.clone()),
+            call_tool(&a3, &urls[1], 300 + round, "confirm_refund_draft", args.clone()),
+        );
+        let now = [&x.0, &y.0].iter().filter(|t| t.contains("confirmed for order") && !t.contains("already")).count();
+        let again = [&x.0, &y.0].iter().filter(|t| t.contains("already confirmed")).count();
+        assert_eq!((now, again), (1, 1), "{x:?} {y:?}");
+        let cents = bed.sql(&format!(
+            "SELECT o.refunded_cents = d.amount_cents FROM orders o JOIN refund_drafts d ON d.tenant = o.tenant AND d.order_id = o.id WHERE d.id = '{d}'"
+        ));
+        assert_eq!(cents, "t", "refunded once");
+    }
+
+    // Full-text search: ranked, bounded by the tool's limit, the tenant's documents only.
+    let v = alice
+        .request(
+            &url,
+            10,
+            "tools/call",
+            json!({ "name": "search_docs", "arguments": { "query": "refund", "limit": 3 } }),
+        )
+        .await;
+    let t = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(v["result"]["isError"] != true, "{v}");
+    assert!(t.matches("<item").count() <= 3 && t.contains("<item"), "{t}");
+
+    // The audit trail: every call of the run is a row, with the principal's key and the outcome. The replicas
+    // drain, ending their chains; verify finds three intact, ended chains.
+    let calls: u64 = 10 + 5 * 3;
+    let issuer = bed.fleet.issuer.id();
+    let Bed { pg, fleet, proxy, db } = bed;
+    drop(proxy);
+    let JwtFleet { fleet, .. } = fleet;
+    let codes = fleet.stop_gracefully().await;
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let rows: u64 = pg.psql(db, "SELECT count(*) FROM audit_events WHERE kind = 'call'").trim().parse().unwrap();
+    assert_eq!(rows, calls);
+    let url = pg.url_for(db);
+    let o = mcpfleet(&["audit", "verify", "--database-url", &url]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("verified 3 chains") && out.contains("3 ended, 0 open, 0 tampered"), "{out}");
+
+    // Export: Alice's calls, by issuer and subject.
+    let o = mcpfleet(&["audit", "export", "--database-url", &url, "--since", "1h", "--iss", &issuer, "--sub", "alice"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, calls - 4, "bob made 3 calls and carol 1");
+    assert!(lines.iter().all(|l| l["generation"] == "2025" && l["trace_id"].as_str().is_some_and(|t| t.len() == 32)));
+    assert!(lines.iter().any(|l| l["tool"] == "confirm_refund_draft" && l["outcome"] == "ok"));
+    assert!(lines.iter().any(|l| l["outcome"] == "is_error"));
+
+    // Tampering: one row edited in one chain, one row deleted in another; the third stays intact.
+    let chains: Vec<String> =
+        pg.psql(db, "SELECT DISTINCT chain_id FROM audit_events ORDER BY 1").lines().map(str::to_owned).collect();
+    assert_eq!(chains.len(), 3);
+    pg.psql(db, &format!("UPDATE audit_events SET outcome = 'ok' WHERE chain_id = '{}' AND seq = 2", chains[0]));
+    pg.psql(db, &format!("DELETE FROM audit_events WHERE chain_id = '{}' AND seq = 1", chains[1]));
+    let o = mcpfleet(&["audit", "verify", "--database-url", &url]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains(&format!("TAMPERED {}: row 2 was altered", chains[0])), "{out}");
+    assert!(out.contains(&format!("TAMPERED {}: row 1 is missing", chains[1])), "{out}");
+    assert!(out.contains(&format!("ok       {}", chains[2])), "{out}");
+}
+
+/// Sums a metric over the replicas of `fleet`.
+async fn metric(fleet: &JwtFleet, name: &str) -> f64 {
+    fleet.metric(name).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_is_an_answer_in_time_and_loses_no_audit_row_uncounted() {
+    let pg = PostgresServer::start();
+    let url = demo_database(&pg, "app");
+    let common = ["--database-url", url.as_str(), "--database-timeout", "1s"];
+    // The reference tools need the database; the conformance tools do not, but their calls are audited there
+    // (through a queue of 100 records, so that an outage overflows it).
+    let reference = JwtFleet::start(2, &[&["--fixtures", "reference"][..], &common].concat()).await;
+    let other =
+        JwtFleet::start(1, &[&["--fixtures", "conformance", "--audit-buffer", "100"][..], &common].concat()).await;
+    let token = reference.token_for("dave").claim("scope", json!("mcp:access tools:read tools:write")).sign();
+    let mut r = McpClient::new().with_token(&token);
+    r.initialize(&reference.url(0)).await;
+    let mut o = other.client("erin");
+    o.initialize(&other.url(0)).await;
+    let mut made = 0_u64;
+    let mut id = 0;
+    let mut next = || {
+        id += 1;
+        id
+    };
+    // Dev-less JWT without a tenant claim: dave is his own tenant, with no data; the calls still reach the database.
+    for _ in 0..10 {
+        let (t, err) =
+            call_tool(&r, &reference.url(0), next(), "get_customer_summary", json!({ "customer_id": "cus_1" })).await;
+        assert!(err && t.contains("no customer"), "{t}");
+        let (_, err) = call_tool(&o, &other.url(0), next(), "test_simple_text", json!({})).await;
+        assert!(!err);
+        made += 2;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    pg.kill();
+    for i in 0..150 {
+        let (t, err) = call_tool(&o, &other.url(0), next(), "test_simple_text", json!({})).await;
+        assert!(!err, "{t}");
+        made += 1;
+        if i % 15 == 0 {
+            let started = Instant::now();
+            let (t, err) =
+                call_tool(&r, &reference.url(i % 2), next(), "search_docs", json!({ "query": "refund" })).await;
+            made += 1;
+            assert!(started.elapsed() < Duration::from_secs(5), "answered in {:?}", started.elapsed());
+            assert!(err, "{t}");
+            assert!(t.contains("the reference database is unavailable right now"), "{t}");
+            for secret in ["postgres", "127.0.0.1", "SELECT", "connection", "password", &pg.port().to_string()] {
+                assert!(!t.contains(secret), "{secret:?} in {t}");
+            }
+        }
+    }
+    assert!(metric(&other, "mcp_audit_dropped_total").await > 0.0, "the queue of 100 overflowed");
+
+    pg.start_again();
+    // Once the queue is written, the next record goes in after a row saying how many were dropped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&other, "mcp_audit_queue_depth").await > 0.0 {
+        assert!(Instant::now() < deadline, "the audit queue did not drain");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..5 {
+        let (_, err) = call_tool(&o, &other.url(0), next(), "test_simple_text", json!({})).await;
+        assert!(!err);
+        let (t, err) =
+            call_tool(&r, &reference.url(1), next(), "get_customer_summary", json!({ "customer_id": "cus_1" })).await;
+        assert!(err && t.contains("no customer"), "the pool reconnects: {t}");
+        made += 2;
+    }
+    // Every call is a row, or counted as dropped: exactly.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows: f64 = pg.psql("app", "SELECT count(*) FROM audit_events WHERE kind = 'call'").trim().parse().unwrap();
+        let dropped =
+            metric(&reference, "mcp_audit_dropped_total").await + metric(&other, "mcp_audit_dropped_total").await;
+        if rows + dropped == made as f64 {
+            let gap: f64 = pg
+                .psql("app", "SELECT coalesce(sum(dropped), 0) FROM audit_events WHERE kind = 'dropped'")
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(gap, dropped, "the chain says how many went");
+            break;
+        }
+        assert!(Instant::now() < deadline, "rows {rows} + dropped {dropped} != calls {made}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The chains are intact (open: the replicas are still running).
+    let o = mcpfleet(&["audit", "verify", "--database-url", &url]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("verified 3 chains") && out.contains("0 ended, 3 open, 0 tampered"), "{out}");
+    let _ = scrape;
+}
