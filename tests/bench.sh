@@ -8,7 +8,9 @@
 #
 # Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
 # two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token); then the
-# 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call.
+# 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
+# then PostgreSQL (its own server, migrated, demo data at scale 1): the hot path with the audit trail on and off,
+# and the reference tools (full-text search_docs, get_ticket) through 3 replicas.
 # Columns: see docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,8 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true
+  [[ -n "${PGDIR:-}" ]] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" stop -m immediate >/dev/null 2>&1 || true
+  [[ -n "${PGDIR:-}" ]] && rm -rf "$PGDIR"
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -43,8 +47,8 @@ start_replica() {
   # The rate limit stays on (every request is admitted as in production) but out of reach, and the caps are off:
   # one principal drives the load. A setup's own flags override these (they are environment defaults).
   MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
-    MCPFLEET_MAX_INFLIGHT_PER_USER=0 \
-    "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --fixtures conformance --log "$LOG" "$@" \
+    MCPFLEET_MAX_INFLIGHT_PER_USER=0 MCPFLEET_FIXTURES=conformance \
+    "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "$LOG" "$@" \
     >"$TMP/out.$n" 2>"$TMP/err.$n" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q '^listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
@@ -85,6 +89,19 @@ KEY="$TMP/dev-key.pem"
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
 
+# PostgreSQL of its own (initdb refuses root: it runs as the postgres user), migrated, with the demo data.
+PGBIN=/usr/lib/postgresql/15/bin
+PGDIR="$(mktemp -d /tmp/mcpfleet-bench-pg.XXXXXX)"
+chown postgres "$PGDIR"
+PG_PORT="$(free_port)"
+runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w start \
+  -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDIR -c max_connections=200" >/dev/null
+DB_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+"$BIN" migrate --database-url "$DB_URL" >/dev/null
+"$BIN" demo-data --database-url "$DB_URL" --scale 1
+RTOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope 'mcp:access tools:read tools:write' --ttl 1h)"
+
 echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s per setup, log level $LOG, $(nproc) cores"
 run "1 replica, in-memory" 1 --header --
 run "1 replica, Redis" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
@@ -104,3 +121,13 @@ run "3 replicas, Redis, round-robin, 2026-07-28" 3 "" --redis-url "$REDIS_URL" -
   --redis-url "$REDIS_URL"
 run "1 replica, Redis, 2026-07-28, idempotency keys" 1 "" --redis-url "$REDIS_URL" --generation 2026 \
   --idempotency-keys -- --redis-url "$REDIS_URL"
+run "1 replica, Redis, JWT, audit trail off" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL" --audit-trail off
+run "1 replica, Redis, JWT, audit trail on" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
+run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 "" --redis-url "$REDIS_URL" --token "$RTOKEN" \
+  --tool search_docs --args '{"query":"refund policy","limit":5}' -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"
+run "3 replicas, Redis, JWT, PostgreSQL: get_ticket" 3 "" --redis-url "$REDIS_URL" --token "$RTOKEN" \
+  --tool get_ticket --args '{"project":"billing","number":1}' -- \
+  --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"

@@ -7,7 +7,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{JwtFleet, McpClient, PostgresServer, RoundRobinProxy, scrape, server_bin};
+use mcpfleet_fleetkit::{JwtFleet, McpClient, ModernClient, PostgresServer, RoundRobinProxy, scrape, server_bin};
 use serde_json::{Value, json};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -141,9 +141,11 @@ fn tls_to_the_database_follows_sslmode() {
     // require: encrypted, not verified (libpq's meaning).
     let (code, err) = run("sslmode=require");
     assert_eq!(code, Some(0), "{err}");
-    // verify-ca does not check the host name: 127.0.0.1 is in the certificate, so check a name that is not.
-    let other = format!("postgres://postgres@127.0.0.2:{}/postgres", pg.port());
-    let _ = other; // 127.0.0.2 is not where the server listens; the name check is covered by verify-full above.
+    // verify-ca checks the chain: the system's roots do not know the test CA either.
+    let (code, _) = run("sslmode=verify-ca");
+    assert_eq!(code, Some(69));
+    let (code, err) = run(&format!("sslmode=verify-ca&sslrootcert={ca}"));
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// Three replicas with JWT, `--tenant-claim org`, the reference tools on one database, behind a round-robin proxy.
@@ -273,9 +275,20 @@ async fn the_reference_tools_share_one_database_across_replicas() {
     assert!(v["result"]["isError"] != true, "{v}");
     assert!(t.matches("<item").count() <= 3 && t.contains("<item"), "{t}");
 
+    // The 2026-07-28 generation works on the same data, and is audited as such.
+    let token = bed
+        .fleet
+        .token_for("alice")
+        .claim("org", json!("demo-0001"))
+        .claim("scope", json!("mcp:access tools:read"))
+        .sign();
+    let modern = ModernClient::new().with_token(&token);
+    let v = modern.call(&url, 11, "get_customer_summary", json!({ "customer_id": customer }), json!({})).await;
+    assert_eq!(v["result"]["structuredContent"]["customer_id"], json!(customer), "{v}");
+
     // The audit trail: every call of the run is a row, with the principal's key and the outcome. The replicas
     // drain, ending their chains; verify finds three intact, ended chains.
-    let calls: u64 = 10 + 5 * 3;
+    let calls: u64 = 10 + 5 * 3 + 1;
     let issuer = bed.fleet.issuer.id();
     let Bed { pg, fleet, proxy, db } = bed;
     drop(proxy);
@@ -296,7 +309,10 @@ async fn the_reference_tools_share_one_database_across_replicas() {
     assert!(o.status.success(), "{err}");
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len() as u64, calls - 4, "bob made 3 calls and carol 1");
-    assert!(lines.iter().all(|l| l["generation"] == "2025" && l["trace_id"].as_str().is_some_and(|t| t.len() == 32)));
+    assert!(lines.iter().all(|l| l["trace_id"].as_str().is_some_and(|t| t.len() == 32)), "{out}");
+    let modern_rows = lines.iter().filter(|l| l["generation"] == "2026").count();
+    assert_eq!(modern_rows, 1, "{out}");
+    assert!(lines.iter().all(|l| l["principal"] == lines[0]["principal"] && l["client_id"] == "test-client"));
     assert!(lines.iter().any(|l| l["tool"] == "confirm_refund_draft" && l["outcome"] == "ok"));
     assert!(lines.iter().any(|l| l["outcome"] == "is_error"));
 

@@ -446,8 +446,11 @@ mod tests {
             .stderr(Stdio::null())
             .spawn()
             .expect("psql");
-        while pg.psql("app", "select count(*) from pg_stat_activity where query like '%pg_sleep(60)'") != "2\n" {
-            std::thread::sleep(Duration::from_millis(10)); // ours counts too
+        let busy_query = "select count(*) from pg_stat_activity where query like '%pg_sleep(60)'"; // not itself
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pg.psql("app", busy_query) != "1\n" {
+            assert!(Instant::now() < deadline, "the busy query never showed up");
+            std::thread::sleep(Duration::from_millis(10));
         }
         pg.kill();
         assert!(psql_conninfo(&format!("host=127.0.0.1 port={} user=postgres", pg.port())).status.code() != Some(0));
