@@ -27,8 +27,8 @@ fn record(at: SystemTime, n: u64) -> AuditRecord {
 
 async fn database(pg: &PostgresServer, name: &str) -> Database {
     pg.create_database(name);
-    let db = Database::new(&DbSettings { url: pg.url_for(name), pool_size: 4, timeout: Duration::from_secs(2) })
-        .unwrap();
+    let db =
+        Database::new(&DbSettings { url: pg.url_for(name), pool_size: 4, timeout: Duration::from_secs(2) }).unwrap();
     assert_eq!(migrate::apply(&db).await.unwrap().len(), migrate::MIGRATIONS.len());
     db
 }
@@ -41,7 +41,8 @@ async fn retention_drops_old_months_and_verify_resumes_from_the_checkpoint() {
     let old = Month::of(now).plus(-14).start() + Duration::from_secs(3600);
     partitions::ensure(&db, old, 0).await.unwrap();
     partitions::ensure(&db, now, 1).await.unwrap();
-    let cfg = WriterConfig { replica: "r1".to_owned(), buffer: 10_000, batch: 50, interval: Duration::from_millis(100) };
+    let cfg =
+        WriterConfig { replica: "r1".to_owned(), buffer: 10_000, batch: 50, interval: Duration::from_millis(100) };
     let w = Writer::start(db.clone(), cfg, DbMetrics::detached().unwrap());
     // Old calls (the chain's first rows), then current ones, on one chain.
     for n in 0..30 {

@@ -18,7 +18,7 @@
 //! |---|---|---|---|
 //! | `search_docs` | `tools:read` | `query` (1–500), `limit` (1–20) | read-only, idempotent |
 //! | `get_customer_summary` | `tools:read` | `customer_id` (`^[A-Za-z0-9_-]+$`, 1–36) | read-only, idempotent |
-//! | `create_refund_draft` | `tools:write` | `order_id` only: a full refund, no amount, method or metadata | |
+//! | `create_refund_draft` | `tools:write` | `order_id` only: all that is left, no amount, method or metadata | |
 //! | `confirm_refund_draft` | `tools:write` | `draft_id` only (server-minted) | destructive, idempotent |
 //! | `export_report` | `tools:read` | `report_id`, `format` ∈ {csv, json}; 5 per hour | read-only, idempotent |
 //! | `get_ticket` | `tools:read` | `ticket_id`, or `project` + `number` (`oneOf`) | read-only, idempotent |
@@ -27,7 +27,7 @@ mod demo;
 mod pg;
 mod repo;
 
-pub use demo::{DemoSummary, demo_data, demo_tenant};
+pub use demo::{DEMO_MAX_SCALE, DemoSummary, demo_data, demo_tenant};
 pub use pg::{PgOptions, PgRepo};
 pub use repo::{
     Confirmed, Customer, DRAFT_TTL, Doc, Draft, DraftStatus, Drafted, MemoryRepo, Order, RepoError, Report, Repository,
@@ -60,7 +60,7 @@ const DATABASE: &str = "the reference database";
 /// [`ToolError::Internal`], whose text the transport logs and never shows.
 fn repo_error(e: RepoError) -> ToolError {
     match e {
-        RepoError::Unavailable(_) => ToolError::Dependency(DATABASE),
+        RepoError::Unavailable(detail) => ToolError::Dependency { name: DATABASE, detail },
         RepoError::Internal(_) => ToolError::Internal(e.to_string()),
     }
 }
@@ -448,5 +448,20 @@ impl Tool for GetTicket {
         let Some(t) = t else { return Err(ToolError::Failed("no such ticket among yours".to_owned())) };
         let item = Item::new(t.body).attr("id", t.id).attr("project", t.project).attr("title", t.title);
         Ok(ToolOutput::untrusted("get_ticket", &[item]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_database_is_a_dependency_that_names_nothing_else() {
+        let e = repo_error(RepoError::Unavailable("error connecting to db.internal:5432 as admin:hunter2".into()));
+        assert!(matches!(e, ToolError::Dependency { name: "the reference database", .. }), "{e:?}");
+        assert_eq!(e.to_string(), "the reference database is unavailable right now; try again in a minute");
+        let e = repo_error(RepoError::Internal("42P01: relation \"orders\" does not exist".into()));
+        assert!(matches!(&e, ToolError::Internal(m) if m.contains("42P01")), "{e:?}");
+        assert_eq!(e.to_string(), "tool failed", "the transport shows only this");
     }
 }

@@ -140,6 +140,10 @@ pub enum RepoError {
 
 /// The reference tools' domain: [`MemoryRepo`] in one process, [`PgRepo`](crate::PgRepo) on a shared PostgreSQL.
 /// Every method keys on `owner.tenant()`; drafts also on `owner.user`.
+///
+/// # Errors
+/// Every method: [`RepoError::Unavailable`] when the store cannot answer now (the model may try again later),
+/// [`RepoError::Internal`] for anything else. A missing record is not an error (`None`, [`Confirmed::NotFound`]).
 #[async_trait]
 pub trait Repository: Send + Sync + std::fmt::Debug {
     /// The tenant's documents matching `query`, best first, at most `limit`.

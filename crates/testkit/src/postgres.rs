@@ -17,9 +17,11 @@ const INSTALL_HINT: &str = "install the Debian package postgresql-15 (tests/run-
 /// loopback port with trust authentication for the `postgres` role, stopped and deleted on drop.
 ///
 /// It is tuned for tests: `fsync` and `full_page_writes` are off, which only a crash of the machine punishes.
-/// `synchronous_commit` stays on, so a commit survives [`stop`](Self::stop) and [`kill`](Self::kill) (with it off, a
-/// commit of the last 200 ms is lost on a crash, which crash tests would take for a bug). `initdb` and `pg_ctl` refuse to run as root: as root, they run as the `postgres` system user (or a
-/// `mcpfleet-pg` system user, created on first use), which owns the temp dir.
+/// `synchronous_commit` stays on, so a commit survives [`stop`](Self::stop) and [`kill`](Self::kill) (with it off,
+/// the commits of the last 200 ms are lost in a crash, which a crash test would take for a bug).
+///
+/// `initdb` and `pg_ctl` refuse to run as root: as root, they run as the `postgres` system user (or a `mcpfleet-pg`
+/// system user, created on first use), which owns the temp dir.
 #[derive(Debug)]
 pub struct PostgresServer {
     port: u16,
@@ -269,7 +271,7 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
-/// Debian's PostgreSQL 15 bin dir, else the newest other version's, else the directory of `pg_ctl` on `PATH`.
+/// Debian's PostgreSQL 15 bin dir, else the newest other version's, else an empty path: the binaries on `PATH`.
 fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -337,66 +339,34 @@ fn chown_tree(path: &Path, user: &str) {
 /// (`server.crt`, `server.key`, mode 0600 as PostgreSQL requires), all ECDSA P-256, made with the `openssl` CLI.
 fn make_certificates(dir: &Path) {
     fs::create_dir(dir).expect("create the tls dir");
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     openssl(
         dir,
-        &["req", "-x509"],
-        &ec,
-        &[
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=mcpfleet-testkit CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
+        &format!("req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=mcpfleet-testkit-ca"),
+        &["-addext=basicConstraints=critical,CA:TRUE", "-addext=keyUsage=critical,keyCertSign,cRLSign"],
     );
-    openssl(dir, &["req", "-new"], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
-    fs::write(
-        dir.join("server.ext"),
-        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
-         extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n",
-    )
-    .expect("write server.ext");
+    openssl(dir, &format!("req -new {key} -keyout server.key -out server.csr -subj /CN=localhost"), &[]);
+    let ext = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
+               extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n";
+    fs::write(dir.join("server.ext"), ext).expect("write server.ext");
     openssl(
         dir,
-        &["x509", "-req"],
-        &[],
-        &[
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 2",
+        &["-extfile=server.ext"],
     );
     fs::set_permissions(dir.join("server.key"), fs::Permissions::from_mode(0o600)).expect("chmod server.key");
 }
 
-fn openssl(dir: &Path, cmd: &[&str], key: &[&str], args: &[&str]) {
+/// Runs `openssl` in `dir` with the whitespace-separated `args`, then `more`.
+fn openssl(dir: &Path, args: &str, more: &[&str]) {
     let out = Command::new("openssl")
-        .args(cmd)
-        .args(key)
-        .args(args)
+        .args(args.split_whitespace())
+        .args(more)
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .expect("run openssl (install the Debian package openssl)");
-    assert!(out.status.success(), "openssl {cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    assert!(out.status.success(), "openssl {args} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
 }
 
 /// Whether `pid` is alive, a zombie counting as dead (Linux `/proc`).
@@ -436,7 +406,7 @@ mod tests {
         pg.create_database("app");
         pg.psql("app", "create table t (v int); insert into t values (1)");
         pg.stop();
-        assert!(psql_conninfo(&format!("host=127.0.0.1 port={} user=postgres", pg.port())).status.code() != Some(0));
+        assert!(!psql_conninfo(&format!("host=127.0.0.1 port={} user=postgres", pg.port())).status.success());
         pg.start_again();
         assert_eq!(pg.psql("app", "select v from t"), "1\n");
         // Killed mid-query: the orphaned backend must go away before the server can start again.
@@ -453,7 +423,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         pg.kill();
-        assert!(psql_conninfo(&format!("host=127.0.0.1 port={} user=postgres", pg.port())).status.code() != Some(0));
+        assert!(!psql_conninfo(&format!("host=127.0.0.1 port={} user=postgres", pg.port())).status.success());
         pg.start_again();
         assert_eq!(pg.psql("app", "select count(*) from t"), "1\n");
         assert!(!busy.wait().expect("wait for psql").success());

@@ -56,9 +56,9 @@ pub enum ToolError {
     #[error("session state unavailable")]
     Unavailable,
     /// A dependency the tool needs (its database) is down or too slow: the model may try again later. The name is
-    /// the only thing shown (never a host, a URL or the driver's message).
-    #[error("{0} is unavailable right now; try again in a minute")]
-    Dependency(&'static str),
+    /// the only thing shown; `detail` (the driver's message) goes to the log line of the call, never to the model.
+    #[error("{name} is unavailable right now; try again in a minute")]
+    Dependency { name: &'static str, detail: String },
 }
 
 /// MCP log levels, lowest first.

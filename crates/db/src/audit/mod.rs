@@ -47,6 +47,8 @@ pub struct WriterConfig {
 struct Queue {
     chain: Chain,
     rows: VecDeque<Row>,
+    /// Rows taken out for the batch being written: still counted against the buffer.
+    in_flight: usize,
     /// Records dropped since the last `dropped` row.
     dropped: u64,
     closed: bool,
@@ -81,7 +83,8 @@ impl Writer {
     /// A writer on a new chain, with its flusher task running on the current runtime.
     #[must_use]
     pub fn start(db: Database, cfg: WriterConfig, metrics: DbMetrics) -> Arc<Self> {
-        let queue = Queue { chain: Chain::new(&cfg.replica), rows: VecDeque::new(), dropped: 0, closed: false };
+        let queue =
+            Queue { chain: Chain::new(&cfg.replica), rows: VecDeque::new(), in_flight: 0, dropped: 0, closed: false };
         let me = Arc::new(Self {
             queue: Mutex::new(queue),
             bell: Notify::new(),
@@ -108,7 +111,8 @@ impl Writer {
     /// Records still queued.
     #[must_use]
     pub fn pending(&self) -> usize {
-        self.lock().rows.len()
+        let q = self.lock();
+        q.rows.len() + q.in_flight
     }
 
     async fn flusher(self: Arc<Self>) {
@@ -137,35 +141,51 @@ impl Writer {
         }
     }
 
-    /// Writes one batch from the head of the queue; returns how many rows it wrote (0: the queue was empty).
+    /// Writes one batch from the head of the queue; returns how many rows it wrote (0: the queue was empty). The
+    /// batch leaves the queue while it is written (no copy), still counted against the buffer, and goes back to
+    /// its head if the insert fails.
     async fn flush_once(&self) -> Result<usize, DbError> {
         let _one = self.flushing.lock().await;
-        let batch: Vec<Row> = self.lock().rows.iter().take(self.cfg.batch).cloned().collect();
+        let batch: Vec<Row> = {
+            let mut q = self.lock();
+            let n = q.rows.len().min(self.cfg.batch);
+            q.in_flight = n;
+            q.rows.drain(..n).collect()
+        };
         if batch.is_empty() {
             return Ok(0);
         }
         let started = Instant::now();
-        let write = insert(&self.db, &batch);
-        let r = match tokio::time::timeout(self.db.timeout().max(Duration::from_secs(5)), write).await {
-            Ok(r) => r,
-            Err(_) => Err(DbError::Unavailable("audit insert timed out".to_owned())),
-        };
-        if let Err(DbError::Query(msg)) = &r
-            && msg.contains("no partition")
-        {
-            // A month without its partition (a replica started before `migrate` created it): create and retry.
-            partitions::ensure(&self.db, SystemTime::now(), 2).await?;
-            insert(&self.db, &batch).await?;
-        } else {
-            r?;
+        let r = self.write(&batch).await;
+        let mut q = self.lock();
+        q.in_flight = 0;
+        if let Err(e) = r {
+            for row in batch.into_iter().rev() {
+                q.rows.push_front(row);
+            }
+            return Err(e);
         }
+        self.metrics.queue_depth.set(i64::try_from(q.rows.len()).unwrap_or(i64::MAX));
+        drop(q);
         self.metrics.flush_seconds.observe(started.elapsed().as_secs_f64());
         self.metrics.batch_rows.observe(batch.len() as f64);
         self.metrics.written.inc_by(batch.len() as u64);
-        let mut q = self.lock();
-        q.rows.drain(..batch.len());
-        self.metrics.queue_depth.set(i64::try_from(q.rows.len()).unwrap_or(i64::MAX));
         Ok(batch.len())
+    }
+
+    /// Inserts `batch` within the deadline; a month without its partition (a replica started before `migrate`
+    /// made it) gets it, and the insert is retried once.
+    async fn write(&self, batch: &[Row]) -> Result<(), DbError> {
+        let deadline = self.db.timeout().max(Duration::from_secs(5));
+        let late = || DbError::Unavailable("audit insert timed out".to_owned());
+        let r = tokio::time::timeout(deadline, insert(&self.db, batch)).await.map_err(|_| late())?;
+        match r {
+            Err(DbError::Query(msg)) if msg.contains("no partition") => {
+                partitions::ensure(&self.db, SystemTime::now(), 2).await?;
+                tokio::time::timeout(deadline, insert(&self.db, batch)).await.map_err(|_| late())?.map(drop)
+            }
+            r => r.map(drop),
+        }
     }
 
     /// Ends the chain with its `end` row and writes what is queued, until `deadline`; what is still queued then
@@ -205,7 +225,7 @@ impl AuditSink for Writer {
         let mut q = self.lock();
         // Room for the record, and for the `dropped` row in front of it when there is one to write.
         let need = if q.dropped > 0 { 2 } else { 1 };
-        if q.closed || q.rows.len() + need > self.cfg.buffer {
+        if q.closed || q.rows.len() + q.in_flight + need > self.cfg.buffer {
             q.dropped += 1;
             self.metrics.dropped.inc();
             return;
@@ -244,27 +264,27 @@ const INSERT: &str = "INSERT INTO audit_events (chain_id, seq, at, kind, replica
     $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[], \
     $15::bigint[], $16::bytea[], $17::bytea[]) ON CONFLICT DO NOTHING";
 
-/// One multi-row insert of `rows`.
+/// One multi-row insert of `rows` (borrowed: nothing is copied but into the message).
 pub(crate) async fn insert(db: &Database, rows: &[Row]) -> Result<u64, DbError> {
     let c = db.get().await?;
     let stmt = c.prepare_cached(INSERT).await.map_err(|e| DbError::of(&e))?;
-    let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-    let int = |f: &dyn Fn(&Row) -> Option<i64>| rows.iter().map(f).collect::<Vec<_>>();
-    let chain = col(&|r| Some(r.chain_id.clone()));
-    let seq = int(&|r| Some(r.seq));
+    let text = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
+    let int = |f: fn(&Row) -> Option<i64>| rows.iter().map(f).collect::<Vec<_>>();
+    let chain = text(|r| Some(&r.chain_id));
+    let seq = int(|r| Some(r.seq));
     let at: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
-    let kind = col(&|r| Some(r.kind.to_owned()));
-    let replica = col(&|r| Some(r.replica.clone()));
-    let principal = col(&|r| r.principal.clone());
-    let client = col(&|r| r.client_id.clone());
-    let tool = col(&|r| r.tool.clone());
-    let outcome = col(&|r| r.outcome.clone());
-    let duration = int(&|r| r.duration_us);
-    let trace = col(&|r| r.trace_id.clone());
-    let args = col(&|r| r.args_sha256.clone());
-    let size = int(&|r| r.result_bytes);
-    let generation = col(&|r| r.generation.clone());
-    let dropped = int(&|r| r.dropped);
+    let kind = text(|r| Some(r.kind));
+    let replica = text(|r| Some(&r.replica));
+    let principal = text(|r| r.principal.as_deref());
+    let client = text(|r| r.client_id.as_deref());
+    let tool = text(|r| r.tool.as_deref());
+    let outcome = text(|r| r.outcome.as_deref());
+    let duration = int(|r| r.duration_us);
+    let trace = text(|r| r.trace_id.as_deref());
+    let args = text(|r| r.args_sha256.as_deref());
+    let size = int(|r| r.result_bytes);
+    let generation = text(|r| r.generation.as_deref());
+    let dropped = int(|r| r.dropped);
     let prev: Vec<&[u8]> = rows.iter().map(|r| &r.prev_hash[..]).collect();
     let hash: Vec<&[u8]> = rows.iter().map(|r| &r.hash[..]).collect();
     c.execute(

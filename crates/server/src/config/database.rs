@@ -260,3 +260,36 @@ impl AuditCommand {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::serve;
+    use std::time::Duration;
+
+    #[test]
+    fn database_settings_keep_the_password_out_of_debug() {
+        let c = serve(&["--database-url", "postgres://app:hunter2@db:5432/app", "--replica-id", "api-1"]).unwrap();
+        let d = c.database.as_ref().unwrap();
+        assert_eq!(d.settings.url, "postgres://app:hunter2@db:5432/app");
+        assert_eq!((d.settings.pool_size, d.settings.timeout, d.migrate_on_start), (16, Duration::from_secs(2), false));
+        let a = d.audit.as_ref().unwrap();
+        assert_eq!((a.replica.as_str(), a.buffer, a.retention_months), ("api-1", 100_000, None));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let off = serve(&["--database-url", "postgres://db/app", "--audit-trail", "off"]).unwrap();
+        assert!(off.database.unwrap().audit.is_none());
+        assert!(serve(&[]).unwrap().database.is_none());
+    }
+
+    #[test]
+    fn bad_database_settings_are_refused() {
+        let err = |args: &[&str]| serve(args).unwrap_err().to_string();
+        assert_eq!(
+            err(&["--database-url", "mysql://db/app"]),
+            "--database-url must start with postgres:// or postgresql://"
+        );
+        assert!(err(&["--database-url", "postgres://db/a", "--database-pool-size", "0"]).contains("0"));
+        assert!(err(&["--database-url", "postgres://db/a", "--replica-id", "a b"]).contains("--replica-id"));
+        assert!(err(&["--database-timeout", "5"]).contains("needs a number and a unit"));
+        assert_eq!(err(&["--tenant-claim", "org"]), "--tenant-claim needs --auth jwt");
+    }
+}
