@@ -80,8 +80,28 @@ run() {
   for u in "${URLS[@]}"; do url_args+=(--url "$u"); done
   for m in "${ADMINS[@]}"; do url_args+=(--metrics "$m"); done
   for p in "${PIDS[@]}"; do pid_args+=(--pid "$p"); done
-  "$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $header "${bench_args[@]}"
+  local pg_before row
+  pg_before="$(pg_cpu_ms)"
+  row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $header "${bench_args[@]}")"
+  echo "$row"
+  # PostgreSQL's own CPU (every backend, warm-up included) per measured call, for the setups that use it.
+  if [[ " ${server_args[*]} " == *" --database-url "* ]]; then
+    local calls
+    calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
+    echo "  PostgreSQL CPU: $(( $(pg_cpu_ms) - pg_before )) ms over the run, $calls calls measured"
+  fi
   stop_replicas
+}
+
+# The CPU time of the bench's PostgreSQL (the postmaster and every backend), in ms.
+pg_cpu_ms() {
+  [[ -z "${PG_MASTER:-}" ]] && { echo 0; return; }
+  local total=0 p t
+  for p in "$PG_MASTER" $(pgrep -P "$PG_MASTER"); do
+    t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)"
+    total=$(( total + t ))
+  done
+  echo $(( total * 1000 / $(getconf CLK_TCK) ))
 }
 
 KEY="$TMP/dev-key.pem"
@@ -98,6 +118,7 @@ runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust
 runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w start \
   -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDIR -c max_connections=200" >/dev/null
 DB_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+PG_MASTER="$(head -1 "$PGDIR/data/postmaster.pid")"
 "$BIN" migrate --database-url "$DB_URL" >/dev/null
 "$BIN" demo-data --database-url "$DB_URL" --scale 1
 RTOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope 'mcp:access tools:read tools:write' --ttl 1h)"

@@ -5,6 +5,8 @@
 //! precision). Changing any column, or moving a row, breaks its hash or the next row's link.
 
 use sha2::{Digest as _, Sha256};
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The hash before a chain's first row.
@@ -13,20 +15,20 @@ pub const GENESIS: [u8; 32] = [0; 32];
 /// One row of `audit_events`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
-    pub chain_id: String,
+    pub chain_id: Arc<str>,
     pub seq: i64,
     pub at: SystemTime,
     pub kind: &'static str,
-    pub replica: String,
+    pub replica: Arc<str>,
     pub principal: Option<String>,
     pub client_id: Option<String>,
     pub tool: Option<String>,
-    pub outcome: Option<String>,
+    pub outcome: Option<Cow<'static, str>>,
     pub duration_us: Option<i64>,
     pub trace_id: Option<String>,
     pub args_sha256: Option<String>,
     pub result_bytes: Option<i64>,
-    pub generation: Option<String>,
+    pub generation: Option<Cow<'static, str>>,
     pub dropped: Option<i64>,
     pub prev_hash: [u8; 32],
     pub hash: [u8; 32],
@@ -80,11 +82,11 @@ impl Row {
             }
             None => h.update(u32::MAX.to_be_bytes()),
         };
-        text(&mut h, Some(&self.chain_id));
+        text(&mut h, Some(&*self.chain_id));
         int(&mut h, Some(self.seq));
         int(&mut h, Some(micros(self.at)));
         text(&mut h, Some(self.kind));
-        text(&mut h, Some(&self.replica));
+        text(&mut h, Some(&*self.replica));
         text(&mut h, self.principal.as_deref());
         text(&mut h, self.client_id.as_deref());
         text(&mut h, self.tool.as_deref());
@@ -102,8 +104,8 @@ impl Row {
 /// The head of one chain: where the next row links.
 #[derive(Debug)]
 pub(crate) struct Chain {
-    pub(crate) id: String,
-    pub(crate) replica: String,
+    pub(crate) id: Arc<str>,
+    pub(crate) replica: Arc<str>,
     seq: i64,
     prev: [u8; 32],
     last_at: SystemTime,
@@ -117,8 +119,8 @@ impl Chain {
         let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
         let started = micros(SystemTime::now()) / 1000;
         Self {
-            id: format!("{replica}/{started:x}-{tag}"),
-            replica: replica.to_owned(),
+            id: format!("{replica}/{started:x}-{tag}").into(),
+            replica: replica.into(),
             seq: 0,
             prev: GENESIS,
             last_at: UNIX_EPOCH,
@@ -169,6 +171,7 @@ mod tests {
         let mut chain = Chain::new("r1");
         let mut first = chain.blank("call", SystemTime::now());
         first.tool = Some("search_docs".into());
+        first.outcome = Some(Cow::Borrowed("ok"));
         let first = chain.link(first);
         let second = chain.link(chain.blank("end", SystemTime::now()));
         assert_eq!((first.seq, second.seq, second.prev_hash), (1, 2, first.hash));

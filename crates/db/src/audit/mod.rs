@@ -5,8 +5,9 @@
 //! in `mcp_audit_dropped_total`; the next record that fits is preceded by a `dropped` row saying how many went, so
 //! the chain itself shows the gap. Nothing in a request waits for the database. A flusher task writes the queue in
 //! batches (one multi-row `INSERT … SELECT FROM unnest(…)`) at least every second, and sooner when a batch is full;
-//! a failed batch stays at the head of the queue and is retried (`ON CONFLICT DO NOTHING` makes a retry of a
-//! batch that did commit harmless). [`Writer::close`] (the SIGTERM drain) ends the chain with an `end` row and
+//! a failed batch stays at the head of the queue and is retried, with `ON CONFLICT DO NOTHING`, which makes the
+//! retry of a batch that did commit harmless (the first attempt is a plain insert: speculative insertion costs the
+//! database more on every row). [`Writer::close`] (the SIGTERM drain) ends the chain with an `end` row and
 //! flushes within its deadline; what is left then is counted as dropped.
 //!
 //! [`partitions`] creates months ahead and applies retention; [`verify`] walks the chains; [`export`] writes JSON
@@ -61,6 +62,8 @@ pub struct Writer {
     bell: Notify,
     /// One batch in flight at a time (the flusher's, or the drain's).
     flushing: tokio::sync::Mutex<()>,
+    /// The last insert failed: the next one may repeat rows that did commit.
+    retrying: Mutex<bool>,
     db: Database,
     cfg: WriterConfig,
     metrics: DbMetrics,
@@ -89,6 +92,7 @@ impl Writer {
             queue: Mutex::new(queue),
             bell: Notify::new(),
             flushing: tokio::sync::Mutex::new(()),
+            retrying: Mutex::new(false),
             db,
             cfg,
             metrics,
@@ -101,7 +105,7 @@ impl Writer {
     /// This writer's chain id.
     #[must_use]
     pub fn chain_id(&self) -> String {
-        self.lock().chain.id.clone()
+        self.lock().chain.id.to_string()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -178,14 +182,19 @@ impl Writer {
     async fn write(&self, batch: &[Row]) -> Result<(), DbError> {
         let deadline = self.db.timeout().max(Duration::from_secs(5));
         let late = || DbError::Unavailable("audit insert timed out".to_owned());
-        let r = tokio::time::timeout(deadline, insert(&self.db, batch)).await.map_err(|_| late())?;
-        match r {
+        let retry = std::mem::replace(&mut *self.retrying.lock().unwrap_or_else(PoisonError::into_inner), true);
+        let r = tokio::time::timeout(deadline, insert(&self.db, batch, retry)).await.map_err(|_| late())?;
+        let r = match r {
             Err(DbError::Query(msg)) if msg.contains("no partition") => {
                 partitions::ensure(&self.db, SystemTime::now(), 2).await?;
-                tokio::time::timeout(deadline, insert(&self.db, batch)).await.map_err(|_| late())?.map(drop)
+                tokio::time::timeout(deadline, insert(&self.db, batch, retry)).await.map_err(|_| late())?.map(drop)
             }
             r => r.map(drop),
+        };
+        if r.is_ok() {
+            *self.retrying.lock().unwrap_or_else(PoisonError::into_inner) = false;
         }
+        r
     }
 
     /// Ends the chain with its `end` row and writes what is queued, until `deadline`; what is still queued then
@@ -241,12 +250,12 @@ impl AuditSink for Writer {
         row.principal = Some(r.principal);
         row.client_id = r.client_id;
         row.tool = Some(r.tool);
-        row.outcome = Some(r.outcome.to_owned());
+        row.outcome = Some(std::borrow::Cow::Borrowed(r.outcome));
         row.duration_us = Some(i64::try_from(r.duration.as_micros()).unwrap_or(i64::MAX));
         row.trace_id = Some(r.trace_id);
         row.args_sha256 = Some(r.args_sha256);
         row.result_bytes = r.result_bytes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        row.generation = Some(r.generation.to_owned());
+        row.generation = Some(std::borrow::Cow::Borrowed(r.generation));
         let row = q.chain.link(row);
         q.rows.push_back(row);
         let depth = q.rows.len();
@@ -258,23 +267,31 @@ impl AuditSink for Writer {
     }
 }
 
-const INSERT: &str = "INSERT INTO audit_events (chain_id, seq, at, kind, replica, principal, client_id, tool, outcome, \
+macro_rules! insert_sql {
+    () => {
+        "INSERT INTO audit_events (chain_id, seq, at, kind, replica, principal, client_id, tool, outcome, \
     duration_us, trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash) \
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], \
     $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[], \
-    $15::bigint[], $16::bytea[], $17::bytea[]) ON CONFLICT DO NOTHING";
+    $15::bigint[], $16::bytea[], $17::bytea[])"
+    };
+}
+const INSERT: &str = insert_sql!();
+const INSERT_AGAIN: &str = concat!(insert_sql!(), " ON CONFLICT DO NOTHING");
 
 /// One multi-row insert of `rows` (borrowed: nothing is copied but into the message).
-pub(crate) async fn insert(db: &Database, rows: &[Row]) -> Result<u64, DbError> {
+/// A retry (`again`) skips the rows an earlier attempt did write.
+pub(crate) async fn insert(db: &Database, rows: &[Row], again: bool) -> Result<u64, DbError> {
     let c = db.get().await?;
-    let stmt = c.prepare_cached(INSERT).await.map_err(|e| DbError::of(&e))?;
+    let sql = if again { INSERT_AGAIN } else { INSERT };
+    let stmt = c.prepare_cached(sql).await.map_err(|e| DbError::of(&e))?;
     let text = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
     let int = |f: fn(&Row) -> Option<i64>| rows.iter().map(f).collect::<Vec<_>>();
-    let chain = text(|r| Some(&r.chain_id));
+    let chain = text(|r| Some(&*r.chain_id));
     let seq = int(|r| Some(r.seq));
     let at: Vec<SystemTime> = rows.iter().map(|r| r.at).collect();
     let kind = text(|r| Some(r.kind));
-    let replica = text(|r| Some(&r.replica));
+    let replica = text(|r| Some(&*r.replica));
     let principal = text(|r| r.principal.as_deref());
     let client = text(|r| r.client_id.as_deref());
     let tool = text(|r| r.tool.as_deref());
