@@ -7,7 +7,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{JwtFleet, McpClient, ModernClient, PostgresServer, RoundRobinProxy, scrape, server_bin};
+use mcpfleet_fleetkit::{JwtFleet, McpClient, ModernClient, PostgresServer, RoundRobinProxy, server_bin};
 use serde_json::{Value, json};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -57,6 +57,10 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     assert_eq!(err.trim().lines().filter(|l| l.starts_with("mcpfleet:")).count(), 1, "{err}");
     assert!(err.contains("schema is at version 0") && err.contains("run `mcpfleet migrate`"), "{err}");
 
+    // Demo data needs the schema too.
+    let o = mcpfleet(&["demo-data", "--database-url", &url]);
+    assert_eq!(o.status.code(), Some(78), "{:?}", text(&o));
+
     // Two migrations racing: each one is applied once; the loser waits, then finds nothing to do.
     let spawn = || {
         Command::new(server_bin())
@@ -84,19 +88,32 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     // --migrate-on-start migrates an empty database and serves.
     pg.create_database("auto");
     let auto = pg.url_for("auto");
-    let mut child = Command::new(server_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--fixtures", "reference"])
-        .args(["--database-url", &auto, "--migrate-on-start"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    assert!(line.starts_with("listening on "), "{line}");
+    let mut child = serve(&["--fixtures", "reference", "--database-url", &auto, "--migrate-on-start"]);
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(pg.psql("auto", "SELECT count(*) FROM mcpfleet_migrations").trim(), "2");
+
+    // Retention: a replica with --audit-retention-months drops a month that is too old, after its checkpoint...
+    old_month(&pg, "fresh", 2020, 1);
+    let mut child = serve(&["--database-url", &url, "--audit-retention-months", "12"]);
+    let gone =
+        |m: &str| pg.psql("fresh", &format!("SELECT to_regclass('audit_events_y2020m{m}') IS NULL")).trim() == "t";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !gone("01") {
+        assert!(Instant::now() < deadline, "the replica did not apply retention");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // ... and so does `audit prune`, once.
+    old_month(&pg, "fresh", 2020, 2);
+    let o = mcpfleet(&["audit", "prune", "--database-url", &url, "--keep-months", "12"]);
+    assert_eq!(text(&o).0.trim(), "dropped the audit partition of 2020-02 (checkpoints kept)", "{:?}", text(&o));
+    assert!(gone("02"));
+    let o = mcpfleet(&["audit", "prune", "--database-url", &url, "--keep-months", "12"]);
+    assert_eq!(text(&o).0.trim(), "nothing to drop: no audit partition is older than 12 months");
+    let cps = pg.psql("fresh", "SELECT chain_id, seq, partition FROM audit_checkpoints ORDER BY partition");
+    assert_eq!(cps.trim(), "old-2020-01|7|audit_events_y2020m01\nold-2020-02|7|audit_events_y2020m02");
 
     // Unreachable: 69, and the password is nowhere.
     let closed = format!("postgres://app:hunter2-secret@127.0.0.1:{}/x", free_port());
@@ -112,6 +129,39 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     // The password is not in --help either (only the variable's name).
     let (help, _) = text(&mcpfleet(&["serve", "--help"]));
     assert!(help.contains("--database-url") && help.contains("MCPFLEET_DATABASE_URL"), "{help}");
+}
+
+/// Starts `mcpfleet serve ARGS` (on free ports) and waits until it listens.
+fn serve(args: &[&str]) -> std::process::Child {
+    let mut child = Command::new(server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    child
+}
+
+/// The audit partition of an old month, holding the rows 1 to 7 of a chain `old-YYYY-MM`.
+fn old_month(pg: &PostgresServer, db: &str, year: u32, month: u32) {
+    let (name, from, to) = (
+        format!("audit_events_y{year:04}m{month:02}"),
+        format!("{year:04}-{month:02}-01 00:00:00+00"),
+        format!("{year:04}-{:02}-01 00:00:00+00", month + 1),
+    );
+    pg.psql(db, &format!("CREATE TABLE {name} PARTITION OF audit_events FOR VALUES FROM ('{from}') TO ('{to}')"));
+    pg.psql(
+        db,
+        &format!(
+            "INSERT INTO audit_events (chain_id, seq, at, kind, replica, prev_hash, hash) \
+             SELECT 'old-{year:04}-{month:02}', n, '{from}'::timestamptz + n * interval '1 s', 'call', 'old', \
+                    decode(repeat('00', 32), 'hex'), decode(repeat('11', 32), 'hex') FROM generate_series(1, 7) n"
+        ),
+    );
 }
 
 fn free_port() -> u16 {
@@ -298,10 +348,20 @@ async fn the_reference_tools_share_one_database_across_replicas() {
     let rows: u64 = pg.psql(db, "SELECT count(*) FROM audit_events WHERE kind = 'call'").trim().parse().unwrap();
     assert_eq!(rows, calls);
     let url = pg.url_for(db);
-    let o = mcpfleet(&["audit", "verify", "--database-url", &url]);
+    let textfile = tempfile::NamedTempFile::new().unwrap();
+    let tf = textfile.path().to_str().unwrap();
+    let o = mcpfleet(&["audit", "verify", "--database-url", &url, "--textfile", tf]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("verified 3 chains") && out.contains("3 ended, 0 open, 0 tampered"), "{out}");
+    let prom = std::fs::read_to_string(textfile.path()).unwrap();
+    for line in [
+        "mcp_audit_verify_chains{result=\"ended\"} 3",
+        "mcp_audit_verify_chains{result=\"tampered\"} 0",
+        &format!("mcp_audit_verify_rows {}", calls + 3),
+    ] {
+        assert!(prom.lines().any(|l| l == line), "{line:?} in {prom}");
+    }
 
     // Export: Alice's calls, by issuer and subject.
     let o = mcpfleet(&["audit", "export", "--database-url", &url, "--since", "1h", "--iss", &issuer, "--sub", "alice"]);
@@ -328,11 +388,6 @@ async fn the_reference_tools_share_one_database_across_replicas() {
     assert!(out.contains(&format!("TAMPERED {}: row 2 was altered", chains[0])), "{out}");
     assert!(out.contains(&format!("TAMPERED {}: row 1 is missing", chains[1])), "{out}");
     assert!(out.contains(&format!("ok       {}", chains[2])), "{out}");
-}
-
-/// Sums a metric over the replicas of `fleet`.
-async fn metric(fleet: &JwtFleet, name: &str) -> f64 {
-    fleet.metric(name).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -385,15 +440,24 @@ async fn a_database_outage_is_an_answer_in_time_and_loses_no_audit_row_uncounted
             }
         }
     }
-    assert!(metric(&other, "mcp_audit_dropped_total").await > 0.0, "the queue of 100 overflowed");
+    // A keyed call that met the outage did not happen: its key is released, and its retry runs later.
+    let keyed = json!({ "name": "search_docs", "arguments": { "query": "refund" },
+                        "_meta": { "io.mcpfleet/idempotencyKey": "outage-1" } });
+    let v = r.request(&reference.url(0), next(), "tools/call", keyed.clone()).await;
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    made += 1;
+    assert!(other.metric("mcp_audit_dropped_total").await > 0.0, "the queue of 100 overflowed");
 
     pg.start_again();
     // Once the queue is written, the next record goes in after a row saying how many were dropped.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&other, "mcp_audit_queue_depth").await > 0.0 {
+    while other.metric("mcp_audit_queue_depth").await > 0.0 {
         assert!(Instant::now() < deadline, "the audit queue did not drain");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let v = r.request(&reference.url(1), next(), "tools/call", keyed).await;
+    assert!(v["result"].is_object() && v["result"]["isError"] != true, "the retry ran: {v}");
+    made += 1;
     for _ in 0..5 {
         let (_, err) = call_tool(&o, &other.url(0), next(), "test_simple_text", json!({})).await;
         assert!(!err);
@@ -406,8 +470,7 @@ async fn a_database_outage_is_an_answer_in_time_and_loses_no_audit_row_uncounted
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let rows: f64 = pg.psql("app", "SELECT count(*) FROM audit_events WHERE kind = 'call'").trim().parse().unwrap();
-        let dropped =
-            metric(&reference, "mcp_audit_dropped_total").await + metric(&other, "mcp_audit_dropped_total").await;
+        let dropped = reference.metric("mcp_audit_dropped_total").await + other.metric("mcp_audit_dropped_total").await;
         if rows + dropped == made as f64 {
             let gap: f64 = pg
                 .psql("app", "SELECT coalesce(sum(dropped), 0) FROM audit_events WHERE kind = 'dropped'")
@@ -425,5 +488,4 @@ async fn a_database_outage_is_an_answer_in_time_and_loses_no_audit_row_uncounted
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("verified 3 chains") && out.contains("0 ended, 3 open, 0 tampered"), "{out}");
-    let _ = scrape;
 }

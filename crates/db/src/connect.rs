@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// libpq's `sslmode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     Disable,
     Prefer,
     Require,
@@ -197,21 +197,17 @@ fn client_config(ssl: SslMode, root: Option<&str>) -> Result<rustls::ClientConfi
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| DbError::Tls(e.to_string()))?;
-    let config = match ssl {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(Unverified(provider))).with_no_client_auth()
-        }
+    let verifier: Arc<dyn ServerCertVerifier> = match ssl {
+        SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(Relaxed { provider, chain: None }),
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let roots = Arc::new(roots(root)?);
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
-                .build()
-                .map_err(|e| DbError::Tls(e.to_string()))?;
-            let verifier: Arc<dyn ServerCertVerifier> =
-                if ssl == SslMode::VerifyCa { Arc::new(ChainOnly(webpki)) } else { webpki };
-            builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth()
+            let chain =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root)?), provider.clone())
+                    .build()
+                    .map_err(|e| DbError::Tls(e.to_string()))?;
+            if ssl == SslMode::VerifyCa { Arc::new(Relaxed { provider, chain: Some(chain) }) } else { chain }
         }
     };
-    Ok(config)
+    Ok(builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth())
 }
 
 fn roots(file: Option<&str>) -> Result<rustls::RootCertStore, DbError> {
@@ -235,51 +231,16 @@ fn roots(file: Option<&str>) -> Result<rustls::RootCertStore, DbError> {
     Ok(store)
 }
 
-/// `sslmode=require` and `prefer`, as libpq: encrypted, but the certificate is not checked (the handshake's
-/// signatures are). Use `verify-full` against a managed database.
+/// The verifier of every mode but `verify-full` (which is rustls' own): `require` and `prefer` check no certificate,
+/// as in libpq (`chain: None`); `verify-ca` checks the chain against the roots but not the host name. The
+/// handshake's signatures are always checked, with the process's provider.
 #[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Relaxed {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
 }
 
-/// `sslmode=verify-ca`: the chain must lead to a root; the host name is not checked.
-#[derive(Debug)]
-struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -288,7 +249,8 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -302,7 +264,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -311,11 +273,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -25,13 +25,14 @@ impl DbError {
     /// Classifies a driver error: I/O and closed connections are [`DbError::Unavailable`], the rest is a query
     /// error with the server's message (never the statement's parameters).
     pub(crate) fn of(e: &tokio_postgres::Error) -> Self {
-        match e.as_db_error() {
-            Some(db) => Self::Query(format!("{} ({})", db.message(), db.code().code())),
-            None => Self::Unavailable(e.to_string()),
-        }
+        let text = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => e.to_string(),
+        };
+        if unavailable(e) { Self::Unavailable(text) } else { Self::Query(text) }
     }
 
-    /// Classifies a pool error.
+    /// Classifies a pool error: failing to connect is always [`DbError::Unavailable`].
     pub(crate) fn of_pool(e: &deadpool_postgres::PoolError) -> Self {
         match e {
             // Connecting failed: refused, timed out, or turned away by the server (pg_hba, a bad password).
@@ -42,4 +43,22 @@ impl DbError {
             other => Self::Unavailable(other.to_string()),
         }
     }
+}
+
+/// Whether a driver error means that the database cannot serve now (try again later) rather than a bug or a broken
+/// schema: no SQLSTATE (I/O, connecting), a closed connection, or the server saying so: class 08 (connection
+/// exception), 53 (out of resources), 57P01–57P03 (shutting down, starting), 57014 (a statement timeout or cancel),
+/// 25006 (a read-only server during a failover). The one classification of the workspace: the repositories use it
+/// too.
+#[must_use]
+pub fn unavailable(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    let Some(code) = e.code() else { return true };
+    let c = code.code();
+    e.is_closed()
+        || c.starts_with("08")
+        || c.starts_with("53")
+        || c.starts_with("57P")
+        || *code == SqlState::QUERY_CANCELED
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
 }

@@ -5,7 +5,8 @@
 //!
 //! Redis stays the fast, disposable layer; nothing here is on a call's path except a record pushed to the audit
 //! queue, which never waits. This crate depends on the core vocabulary only: it must not depend on the state,
-//! transport, auth, limits or tools crates, and none of them may depend on it (the server wires it in).
+//! transport, auth, limits or tools crates, and none of them may depend on it (the server wires it in; the
+//! reference catalog uses its error classification, [`unavailable`]).
 
 pub mod audit;
 mod connect;
@@ -13,6 +14,6 @@ mod error;
 pub mod migrate;
 mod month;
 
-pub use connect::{Database, DbSettings, SslMode};
-pub use error::DbError;
+pub use connect::{Database, DbSettings};
+pub use error::{DbError, unavailable};
 pub use month::{Month, rfc3339};

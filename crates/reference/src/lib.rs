@@ -11,7 +11,8 @@
 //! [`ToolError::Internal`], whose text the transport logs and never shows.
 //!
 //! The tools are written on the framework of `mcpfleet-tools` only. This crate may depend on `tokio-postgres` and
-//! `deadpool-postgres` (the repository brings its own database client); it must not depend on the fixtures, the
+//! `deadpool-postgres` (the repository brings its own database client) and on `mcpfleet-db` for the one
+//! classification of database errors; it must not depend on the fixtures, the
 //! state crate, the transport, auth, limits, axum or Redis, and the framework must never depend on it.
 //!
 //! | tool | scope | what it accepts | annotations |

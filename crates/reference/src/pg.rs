@@ -85,24 +85,14 @@ pub(crate) fn pool_error(e: PoolError) -> RepoError {
     }
 }
 
-/// A statement's error. Unavailable: the connection is closed or broken (no SQLSTATE: I/O, connect), or the
-/// server says it cannot serve now (class 08 connection exception, 57P01..57P03 shutting down or starting, 53xxx
-/// out of resources, 57014 a statement timeout or cancel, 25006 a read-only server in a failover). Anything else
-/// with a SQLSTATE is a bug or a broken schema: internal.
+/// A statement's error: [`RepoError::Unavailable`] when the database cannot serve now ([`mcpfleet_db::unavailable`]),
+/// else [`RepoError::Internal`] (a bug or a broken schema).
 pub(crate) fn db_error(e: tokio_postgres::Error) -> RepoError {
-    let Some(code) = e.code() else { return RepoError::Unavailable(e.to_string()) };
-    let c = code.code();
-    let unavailable = e.is_closed()
-        || c.starts_with("08")
-        || c.starts_with("53")
-        || c.starts_with("57P")
-        || *code == SqlState::QUERY_CANCELED
-        || *code == SqlState::READ_ONLY_SQL_TRANSACTION;
     let text = match e.as_db_error() {
-        Some(db) => format!("{c}: {}", db.message()),
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
         None => e.to_string(),
     };
-    if unavailable { RepoError::Unavailable(text) } else { RepoError::Internal(text) }
+    if mcpfleet_db::unavailable(&e) { RepoError::Unavailable(text) } else { RepoError::Internal(text) }
 }
 
 /// Whether `e` is the check violation named `constraint`.

@@ -386,7 +386,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    let checked = match database::open(&cfg).and_then(|db| Ok((CheckedCatalog::new(&cfg, db.as_ref())?, db))) {
+    // The catalog is checked before logging starts, so that a refusal is one line; the reference tools need the pool.
+    let (checked, db) = match database::open(&cfg).and_then(|db| Ok((CheckedCatalog::new(&cfg, db.as_ref())?, db))) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mcpfleet: {e}");
@@ -414,7 +415,6 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                 return e.exit_code();
             }
         };
-        let (checked, db) = checked;
         let Built { state, registry, dev, audit } = match build_state_with(&cfg, checked, db).await {
             Ok(s) => s,
             Err(e) => {

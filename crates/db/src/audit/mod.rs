@@ -19,7 +19,7 @@ mod metrics;
 pub mod partitions;
 mod verify;
 
-pub use chain::{GENESIS, Row};
+pub use chain::Row;
 pub use export::{ExportFilter, export};
 pub use metrics::{DbMetrics, watch_pool};
 pub use verify::{ChainReport, Finding, Report, verify};

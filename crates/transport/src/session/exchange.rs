@@ -530,7 +530,7 @@ pub(crate) struct SessionWatch {
 /// event in the session's log; a cancellation (on any replica), a deleted session or a lost lease stops the call.
 #[async_trait]
 impl CallSink for Exchange {
-    const GENERATION: &'static str = "2025";
+    const GENERATION: &'static str = super::GENERATION;
     type Error = (i64, String);
     type Watch = SessionWatch;
 

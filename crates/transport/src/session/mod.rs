@@ -72,9 +72,12 @@ struct SessionFront<'h> {
     h: &'h mut McpHeaders,
 }
 
+/// This generation's name in the audit trail, for its front end and its sink.
+pub(crate) const GENERATION: &str = "2025";
+
 #[async_trait]
 impl Front for SessionFront<'_> {
-    const GENERATION: &'static str = "2025";
+    const GENERATION: &'static str = GENERATION;
     type Ticket = SessionKey;
 
     fn bad_target(&self, e: (i64, String)) -> Early {

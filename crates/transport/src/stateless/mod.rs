@@ -300,9 +300,12 @@ struct StatelessFront<'h> {
     answers: JsonObject,
 }
 
+/// This generation's name in the audit trail, for its front end and its sink.
+pub(crate) const GENERATION: &str = "2026";
+
 #[async_trait]
 impl Front for StatelessFront<'_> {
-    const GENERATION: &'static str = "2026";
+    const GENERATION: &'static str = GENERATION;
     type Ticket = ();
 
     fn bad_target(&self, e: (i64, String)) -> Early {
@@ -929,7 +932,7 @@ impl Call {
 /// client that closes its response stops the call, unless the call has an idempotency key.
 #[async_trait]
 impl CallSink for Call {
-    const GENERATION: &'static str = "2026";
+    const GENERATION: &'static str = GENERATION;
     type Error = Done;
     type Watch = ();
 
