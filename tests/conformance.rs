@@ -107,6 +107,18 @@ async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
         "json-schema-2020-12: 8 passed, 0 failed",
         "http-header-validation: 14 passed, 0 failed",
         "http-custom-header-server-validation: 10 passed, 0 failed",
+        // The tasks extension (io.modelcontextprotocol/tasks): run but not scored by the alpha, so each scenario's
+        // own line is the proof. Every request lands on the next replica: a task created on one is polled,
+        // updated and cancelled on the others, and runs on whichever replica took it from the queue.
+        "tasks-lifecycle: 9 passed, 0 failed",
+        "tasks-capability-negotiation: 5 passed, 0 failed",
+        "tasks-wire-fields: 4 passed, 0 failed",
+        "tasks-request-state-removal: 3 passed, 0 failed",
+        "tasks-mrtr-input: 4 passed, 0 failed",
+        "tasks-request-headers: 5 passed, 0 failed",
+        "tasks-dispatch-and-envelope: 9 passed, 0 failed",
+        "tasks-required-task-error: 3 passed, 0 failed",
+        "tasks-mrtr-composition: 2 passed, 0 failed",
     ] {
         assert!(summary.contains(scenario), "{scenario}:\n{summary}");
     }

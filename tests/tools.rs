@@ -472,7 +472,7 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
 mod custom {
     //! Tools written for the tests below, with the public `Tool` trait.
     use async_trait::async_trait;
-    use mcpfleet_tools::{Annotations, Quota, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
+    use mcpfleet_tools::{Annotations, Quota, TaskSupport, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
     use serde::Deserialize;
     use serde_json::json;
     use std::time::Duration;
@@ -494,6 +494,7 @@ mod custom {
             scopes: &[],
             quota,
             timeout,
+            task: TaskSupport::default(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod code;
 mod json;
 mod principal;
 mod quota;
+pub mod time;
 mod user;
 mod version;
 

@@ -16,4 +16,5 @@ mod month;
 
 pub use connect::{Database, DbSettings};
 pub use error::{DbError, unavailable};
-pub use month::{Month, rfc3339};
+pub use mcpfleet_core::time::rfc3339;
+pub use month::Month;

@@ -1,5 +1,6 @@
 //! Calendar months in UTC, for the audit table's monthly partitions (no calendar crate: civil-from-days).
 
+use mcpfleet_core::time::civil_from_days;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A month of the UTC calendar.
@@ -83,32 +84,7 @@ impl std::str::FromStr for Month {
     }
 }
 
-/// `t` as an RFC 3339 UTC time with seconds: `2026-12-01T10:00:00Z`.
-#[must_use]
-pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let secs = i64::try_from(secs).unwrap_or(i64::MAX);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", s / 3600, s % 3600 / 60, s % 60)
-}
-
-/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 → (year, month, day).
-fn civil_from_days(z: i64) -> (i32, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    (i32::try_from(y).unwrap_or(i32::MAX), u32::try_from(m).unwrap_or(1), u32::try_from(d).unwrap_or(1))
-}
-
-/// The inverse of [`civil_from_days`].
+/// The inverse of [`mcpfleet_core::time::civil_from_days`].
 fn days_from_civil(y: i32, m: u32, d: u32) -> i64 {
     let y = i64::from(if m <= 2 { y - 1 } else { y });
     let era = y.div_euclid(400);
@@ -122,6 +98,7 @@ fn days_from_civil(y: i32, m: u32, d: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mcpfleet_core::time::rfc3339;
 
     #[test]
     fn months_from_instants_and_back() {

@@ -60,6 +60,8 @@ pub struct LimitsConfig {
     pub max_streams: u64,
     /// Tool calls in flight per principal; 0 means no cap.
     pub max_inflight: u64,
+    /// Open tasks (tasks extension) per principal; 0 means no cap.
+    pub max_tasks: u64,
     pub fail_mode: FailMode,
     /// How many replicas share the limits: the fail-open bucket is capacity ÷ replicas.
     pub replicas: u32,
@@ -78,6 +80,7 @@ impl Default for LimitsConfig {
             max_sessions: 64,
             max_streams: 16,
             max_inflight: 16,
+            max_tasks: 32,
             fail_mode: FailMode::Closed,
             replicas: 1,
             slot_ttl: Duration::from_secs(6),

@@ -44,6 +44,8 @@ pub enum Cap {
     Sessions,
     Streams,
     Inflight,
+    /// Open (not yet ended) tasks of the tasks extension.
+    Tasks,
 }
 
 impl fmt::Display for Cap {
@@ -52,6 +54,7 @@ impl fmt::Display for Cap {
             Self::Sessions => "open sessions",
             Self::Streams => "open SSE streams",
             Self::Inflight => "tool calls in flight",
+            Self::Tasks => "open tasks",
         })
     }
 }
@@ -64,6 +67,7 @@ impl Cap {
             Self::Sessions => "--max-sessions-per-user",
             Self::Streams => "--max-streams-per-user",
             Self::Inflight => "--max-inflight-per-user",
+            Self::Tasks => "--max-tasks-per-user",
         }
     }
 
@@ -72,6 +76,7 @@ impl Cap {
             Self::Sessions => Kind::Sessions,
             Self::Streams => Kind::Streams,
             Self::Inflight => Kind::Inflight,
+            Self::Tasks => Kind::Tasks,
         }
     }
 }
@@ -245,6 +250,20 @@ impl Limiter {
             Some(q) => *q,
             None => declared,
         }
+    }
+
+    /// The cap on a principal's open tasks (0: none). The store counts them where it creates a task, in the same
+    /// step; a refusal comes back through [`Limiter::tasks_refused`].
+    #[must_use]
+    pub fn max_tasks(&self) -> u64 {
+        self.cfg.max_tasks
+    }
+
+    /// Records that the store refused a task at the cap, and says why.
+    #[must_use]
+    pub fn tasks_refused(&self) -> LimitError {
+        self.metrics.decision(Kind::Tasks, "denied");
+        LimitError::CapReached { cap: Cap::Tasks, limit: self.cfg.max_tasks }
     }
 
     /// The `RateLimit-Policy` header value, when a bucket is configured.

@@ -11,6 +11,7 @@ pub enum Kind {
     Sessions,
     Streams,
     Inflight,
+    Tasks,
 }
 
 impl Kind {
@@ -22,6 +23,7 @@ impl Kind {
             Self::Sessions => "sessions",
             Self::Streams => "streams",
             Self::Inflight => "inflight",
+            Self::Tasks => "tasks",
         }
     }
 }

@@ -37,7 +37,7 @@ pub use repo::{
 
 use async_trait::async_trait;
 use mcpfleet_tools::envelope::Item;
-use mcpfleet_tools::{Annotations, Quota, Registry, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
+use mcpfleet_tools::{Annotations, Quota, Registry, TaskSupport, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -166,6 +166,7 @@ impl Tool for SearchDocs {
             scopes: READ,
             quota: None,
             timeout: Some(Duration::from_secs(10)),
+            task: TaskSupport::default(),
         }
     }
 
@@ -214,6 +215,7 @@ impl Tool for GetCustomerSummary {
             scopes: READ,
             quota: None,
             timeout: Some(Duration::from_secs(10)),
+            task: TaskSupport::default(),
         }
     }
 
@@ -256,6 +258,7 @@ impl Tool for CreateRefundDraft {
             scopes: WRITE,
             quota: None,
             timeout: Some(Duration::from_secs(10)),
+            task: TaskSupport::default(),
         }
     }
 
@@ -307,6 +310,7 @@ impl Tool for ConfirmRefundDraft {
             scopes: WRITE,
             quota: None,
             timeout: Some(Duration::from_secs(10)),
+            task: TaskSupport::default(),
         }
     }
 
@@ -369,6 +373,7 @@ impl Tool for ExportReport {
             scopes: READ,
             quota: Some(EXPORT_QUOTA),
             timeout: Some(Duration::from_secs(30)),
+            task: TaskSupport::default(),
         }
     }
 
@@ -437,6 +442,7 @@ impl Tool for GetTicket {
             scopes: READ,
             quota: None,
             timeout: Some(Duration::from_secs(10)),
+            task: TaskSupport::default(),
         }
     }
 

@@ -192,6 +192,7 @@ pub async fn build_state_with(
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).map_err(metrics_error)?;
     let store_metrics = StoreMetrics::register(&registry).map_err(metrics_error)?;
     let transport_metrics = TransportMetrics::register(&registry).map_err(metrics_error)?;
+    let task_metrics = mcpfleet_transport::TaskMetrics::register(&registry).map_err(metrics_error)?;
     let auth_metrics = AuthMetrics::register(&registry).map_err(metrics_error)?;
     let limit_metrics = LimitMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
@@ -255,6 +256,7 @@ pub async fn build_state_with(
         limits,
         validator,
         audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
+        tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
     };
     Ok(Built { state, registry, dev, audit })
 }
@@ -464,8 +466,11 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         });
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
+        let tasks = state.tasks.clone();
         tokio::spawn(async move {
             d.cancelled().await;
+            // Take no more queued work; hand the re-runnable runs back to the queue at once.
+            tasks.stop();
             tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");
             tokio::time::sleep(delay).await;
             tracing::info!("drain delay over: no longer accepting connections");

@@ -3,7 +3,7 @@
 //! replicas (responses to server→client requests, cancellations, notifications and the termination broadcast),
 //! the atomic counters that limits are made of (token buckets, fixed windows, leased slots), under the same
 //! per-user hash tag so that one call admits a request, and what the stateless generation keeps between requests:
-//! idempotency records and each principal's notice channel.
+//! idempotency records, each principal's notice channel, and durable tasks with their work queue.
 //!
 //! Two implementations sit behind the [`Store`] trait: [`RedisStore`], the production one that lets any replica
 //! answer any request, and [`MemoryStore`], the embedded default for a single process. One contract suite
@@ -15,9 +15,11 @@
 mod error;
 mod limits;
 mod memory;
+mod memory_tasks;
 mod metrics;
 mod redis;
 mod stateless;
+mod tasks;
 mod types;
 
 pub use error::StateError;
@@ -29,6 +31,10 @@ pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
 pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
+pub use tasks::{
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, RunCheck, TaskEnd, TaskId, TaskKey, TaskStatus,
+    TaskStore, TaskView, TaskWork, UpdateOutcome,
+};
 pub use types::{
     AppendOptions, Delivery, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo,
     SessionKey, StreamState, UserKey,
@@ -252,5 +258,5 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore {}
-impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore> Store for T {}
+pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore {}
+impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore> Store for T {}

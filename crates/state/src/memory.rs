@@ -2,6 +2,7 @@
 //! It is single-replica only: two processes never see each other's sessions.
 
 use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
+use crate::memory_tasks::Tasks;
 use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};
 use crate::types::UserKey;
 use crate::types::{
@@ -20,6 +21,8 @@ use tokio::sync::broadcast;
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
+    /// Task records and the work queue, behind a lock of their own (see `crate::memory_tasks`).
+    tasks: Arc<Mutex<Tasks>>,
     max_events: Option<usize>,
 }
 
@@ -110,7 +113,7 @@ impl MemoryStore {
     /// A store that keeps at most `max_events` events per session, like Redis' `MAXLEN`.
     #[must_use]
     pub fn with_max_events(max_events: usize) -> Self {
-        Self { inner: Arc::default(), max_events: Some(max_events) }
+        Self { max_events: Some(max_events), ..Self::default() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -120,6 +123,11 @@ impl MemoryStore {
             g.sweep();
         }
         g
+    }
+
+    /// The task records and the work queue.
+    pub(crate) fn tasks(&self) -> MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

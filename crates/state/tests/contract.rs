@@ -10,10 +10,11 @@
 #![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
 
 use mcpfleet_state::{
-    Admission, Admitted, AppendOptions, BucketSpec, Claim, ClaimSpec, Event, EventId, IdempotencyKey, LeaseToken,
-    MemoryStore, NewSession, OpenStream, RedisConfig, RedisStore, Refusal, Ring, STANDALONE_STREAM, SessionId,
-    SessionInfo, SessionKey, SessionOp, SlotSet, SlotSpec, StateError, Store, StreamState, Subscription, UserKey,
-    WindowSpec,
+    Admission, Admitted, AfterTake, AppendOptions, Asked, BucketSpec, CancelOutcome, Claim, ClaimSpec, Event, EventId,
+    IdempotencyKey, LeaseToken, MemoryStore, NewSession, NewTask, OpenStream, QueueStats, RedisConfig, RedisStore,
+    Refusal, Ring, RunCheck, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet, SlotSpec,
+    StateError, Store, StreamState, Subscription, TaskEnd, TaskId, TaskKey, TaskStatus, TaskView, UpdateOutcome,
+    UserKey, WindowSpec,
 };
 use mcpfleet_testkit::RedisServer;
 use std::sync::Arc;
@@ -155,6 +156,15 @@ contract!(
     limits_slots_and_windows,
     notices_reach_the_principal_on_every_replica,
     idempotency_runs_once_and_keeps_the_result,
+    tasks_create_get_and_cap,
+    tasks_expire_with_their_ttl,
+    tasks_update_answers_and_resume,
+    tasks_cancel,
+    tasks_terminal_states_never_change,
+    tasks_generations_fence_old_runs,
+    tasks_queue_hands_out_and_settles,
+    tasks_queue_hands_over_stale_entries,
+    tasks_leases_renew_and_sweep,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1086,4 +1096,494 @@ async fn idempotency_runs_once_and_keeps_the_result(kind: Kind) {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(a.claim(&short, &spec("t9")).await.expect("claim expired"), Claim::Run);
     assert_all_keys_expire(&h);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tasks
+
+fn task_key(name: &str) -> TaskKey {
+    TaskKey { user: user(name), id: TaskId::random() }
+}
+
+/// A queued task of `key`'s, with no cap.
+fn new_task(key: &TaskKey) -> NewTask<'_> {
+    NewTask {
+        key,
+        tool: "tool.x",
+        args: r#"{"n":1}"#,
+        capabilities: r#"{"elicitation":{}}"#,
+        principal: r#"{"sub":"x"}"#,
+        answers: "{}",
+        trace_id: "trace-1",
+        ttl: LONG,
+        poll_interval: Duration::from_millis(500),
+        rerunnable: true,
+        running_on: None,
+        max_open: 0,
+    }
+}
+
+/// The same task, already running on replica `r1`.
+fn running_task(key: &TaskKey) -> NewTask<'_> {
+    NewTask { running_on: Some("r1"), ..new_task(key) }
+}
+
+async fn create_task(s: &dyn Store, task: &NewTask<'_>) -> u64 {
+    s.create_task(task).await.expect("create task").expect("under the cap")
+}
+
+async fn task(s: &dyn Store, key: &TaskKey) -> TaskView {
+    s.get_task(key).await.expect("get task").expect("task exists")
+}
+
+async fn status(s: &dyn Store, key: &TaskKey) -> TaskStatus {
+    task(s, key).await.status
+}
+
+fn now_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+    u64::try_from(now.as_millis()).expect("ms fit u64")
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).expect("valid JSON")
+}
+
+const REQ_A: &str = r#"{"method":"elicitation/create","params":{"message":"a?"}}"#;
+const REQ_B: &str = r#"{"method":"elicitation/create","params":{"message":"b?"}}"#;
+const RESULT: &str = r#"{"content":[{"type":"text","text":"done"}],"isError":false}"#;
+const ERROR: &str = r#"{"code":-32603,"message":"tool failed"}"#;
+
+async fn tasks_create_get_and_cap(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+
+    // A queued task: every field as created, generation 1.
+    let key = task_key("alice");
+    let before = now_ms();
+    let created = create_task(s, &new_task(&key)).await;
+    assert!(created >= before.saturating_sub(1000) && created <= now_ms() + 1000, "{created} vs {before}");
+    let want = TaskView {
+        status: TaskStatus::Queued,
+        created_ms: created,
+        updated_ms: created,
+        ttl_ms: 60_000,
+        poll_ms: 500,
+        message: None,
+        outcome: None,
+        input_requests: vec![],
+        generation: 1,
+        rerunnable: true,
+        tool: "tool.x".to_owned(),
+    };
+    assert_eq!(task(s, &key).await, want);
+    // An id names one task: creating it again is refused and changes nothing.
+    let again = s.create_task(&running_task(&key)).await;
+    assert!(matches!(again, Err(StateError::Conflict)), "second create: {again:?}");
+    assert_eq!(task(s, &key).await, want);
+    // A call that became a task is running from the start.
+    let running = task_key("alice");
+    let other = NewTask { rerunnable: false, tool: "tool.y", ..running_task(&running) };
+    create_task(s, &other).await;
+    let v = task(s, &running).await;
+    assert_eq!((v.status, v.generation, v.rerunnable, v.tool.as_str()), (TaskStatus::Working, 1, false, "tool.y"));
+
+    // Unknown ids and another principal's key name nothing, and change nothing.
+    let unknown = task_key("alice");
+    assert_eq!(s.get_task(&unknown).await.expect("get unknown"), None);
+    let bobs = TaskKey { user: user("bob"), id: key.id.clone() };
+    assert_eq!(s.get_task(&bobs).await.expect("get as bob"), None);
+    assert_eq!(s.update_task(&bobs, &[("a".to_owned(), "1".to_owned())]).await.expect("update as bob"), None);
+    assert_eq!(s.cancel_task(&bobs).await.expect("cancel as bob"), None);
+    assert_eq!(s.start_task(&bobs, 1, "r2").await.expect("start as bob"), None);
+    assert_eq!(s.check_task(&bobs, 1).await.expect("check as bob"), RunCheck::Gone);
+    assert_eq!(s.ask_task(&bobs, 1, "a", REQ_A).await.expect("ask as bob"), Asked::Stop);
+    assert_eq!(s.finish_task(&bobs, 1, &TaskEnd::Cancelled).await.expect("finish as bob"), None);
+    assert_eq!(s.requeue_task(&bobs, 1).await.expect("requeue as bob"), None);
+    assert_eq!(task(s, &key).await, want, "alice's task is untouched");
+
+    // The cap counts the principal's open tasks only.
+    let carol: Vec<TaskKey> = (0..4).map(|_| task_key("carol")).collect();
+    let capped = |k| NewTask { max_open: 2, ..new_task(k) };
+    create_task(s, &capped(&carol[0])).await;
+    create_task(s, &NewTask { max_open: 2, ..running_task(&carol[1]) }).await;
+    assert_eq!(s.create_task(&capped(&carol[2])).await.expect("create over the cap"), None);
+    assert_eq!(s.get_task(&carol[2]).await.expect("get refused"), None, "a refused task is not stored");
+    let dave = task_key("dave");
+    create_task(s, &NewTask { max_open: 1, ..new_task(&dave) }).await;
+    // A cancelled task frees its place...
+    assert_eq!(s.cancel_task(&carol[0]).await.expect("cancel"), Some(CancelOutcome::Cancelled));
+    create_task(s, &capped(&carol[2])).await;
+    assert_eq!(s.create_task(&capped(&carol[3])).await.expect("create over the cap"), None);
+    // ...and so does a finished one.
+    s.finish_task(&carol[1], 1, &TaskEnd::Completed(RESULT.to_owned())).await.expect("finish").expect("finished");
+    create_task(s, &capped(&carol[3])).await;
+    assert_eq!(s.create_task(&capped(&task_key("carol"))).await.expect("create over the cap"), None);
+    // No cap: anything goes.
+    create_task(s, &new_task(&task_key("carol"))).await;
+}
+
+async fn tasks_expire_with_their_ttl(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let ttl = Duration::from_millis(200);
+    let key = task_key("alice");
+    create_task(s, &NewTask { ttl, max_open: 1, ..running_task(&key) }).await;
+    assert_eq!(task(s, &key).await.ttl_ms, 200);
+    let next = task_key("alice");
+    assert_eq!(s.create_task(&NewTask { max_open: 1, ..new_task(&next) }).await.expect("create"), None);
+
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+    assert_eq!(s.get_task(&key).await.expect("get expired"), None);
+    assert_eq!(s.update_task(&key, &[("a".to_owned(), "1".to_owned())]).await.expect("update expired"), None);
+    assert_eq!(s.cancel_task(&key).await.expect("cancel expired"), None);
+    assert_eq!(s.check_task(&key, 1).await.expect("check expired"), RunCheck::Gone);
+    assert_eq!(s.ask_task(&key, 1, "a", REQ_A).await.expect("ask expired"), Asked::Stop);
+    assert_eq!(s.finish_task(&key, 1, &TaskEnd::Cancelled).await.expect("finish expired"), None);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue expired"), None);
+    assert_eq!(s.start_task(&key, 1, "r2").await.expect("start expired"), None);
+    // An expired task no longer counts against the cap.
+    create_task(s, &NewTask { max_open: 1, ..new_task(&next) }).await;
+}
+
+async fn tasks_update_answers_and_resume(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = task_key("alice");
+    let t = NewTask { answers: r#"{"pre":{"action":"accept"}}"#, ..running_task(&key) };
+    let created = create_task(s, &t).await;
+
+    // An answer gathered before the task existed is there at once, and asking for it changes nothing.
+    let pre = s.ask_task(&key, 1, "pre", REQ_A).await.expect("ask pre");
+    let Asked::Answer(pre) = pre else { panic!("expected the stored answer, got {pre:?}") };
+    assert_eq!(json(&pre), json(r#"{"action":"accept"}"#));
+    let v = task(s, &key).await;
+    assert_eq!((v.status, v.input_requests.len()), (TaskStatus::Working, 0));
+
+    // Unanswered requests are outstanding, in key order, and the task is input_required.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(s.ask_task(&key, 1, "b", REQ_B).await.expect("ask b"), Asked::Pending);
+    assert_eq!(s.ask_task(&key, 1, "a", REQ_A).await.expect("ask a"), Asked::Pending);
+    assert_eq!(s.ask_task(&key, 1, "a", REQ_A).await.expect("ask a again"), Asked::Pending);
+    let v = task(s, &key).await;
+    assert_eq!(v.status, TaskStatus::InputRequired);
+    assert_eq!(v.input_requests, vec![("a".to_owned(), REQ_A.to_owned()), ("b".to_owned(), REQ_B.to_owned())]);
+    assert!(v.updated_ms > created, "an input request is an update: {} vs {created}", v.updated_ms);
+
+    // Only outstanding keys are taken.
+    let answer = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    let none = s.update_task(&key, &[answer("zzz", "1"), answer("pre", "2")]).await.expect("update unknown");
+    assert_eq!(none, Some(UpdateOutcome { accepted: 0, resumed: false }));
+    assert_eq!(task(s, &key).await, v, "ignored answers change nothing");
+    let one = s.update_task(&key, &[answer("a", r#"{"action":"decline"}"#), answer("c", "3")]).await.expect("update a");
+    assert_eq!(one, Some(UpdateOutcome { accepted: 1, resumed: false }));
+    let v = task(s, &key).await;
+    assert_eq!(v.status, TaskStatus::InputRequired, "b is still outstanding");
+    assert_eq!(v.input_requests, vec![("b".to_owned(), REQ_B.to_owned())]);
+    // An answered key is no longer outstanding: a second answer is ignored and the first one stays.
+    let again = s.update_task(&key, &[answer("a", r#"{"action":"accept"}"#)]).await.expect("update a again");
+    assert_eq!(again, Some(UpdateOutcome { accepted: 0, resumed: false }));
+    let a = s.ask_task(&key, 1, "a", REQ_A).await.expect("ask answered a");
+    assert!(matches!(&a, Asked::Answer(x) if json(x) == json(r#"{"action":"decline"}"#)), "{a:?}");
+
+    // The last answer resumes the task.
+    let last = s.update_task(&key, &[answer("b", "42")]).await.expect("update b");
+    assert_eq!(last, Some(UpdateOutcome { accepted: 1, resumed: true }));
+    let v = task(s, &key).await;
+    assert_eq!((v.status, v.input_requests.len()), (TaskStatus::Working, 0));
+    assert_eq!(s.ask_task(&key, 1, "b", REQ_B).await.expect("ask answered b"), Asked::Answer("42".to_owned()));
+    assert_eq!(s.check_task(&key, 1).await.expect("check"), RunCheck::Run);
+
+    // A new run starts with every answer so far.
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Some(2));
+    let work = s.start_task(&key, 2, "r2").await.expect("start").expect("queued at 2");
+    assert_eq!(
+        (work.tool.as_str(), work.args.as_str(), work.capabilities.as_str(), work.trace_id.as_str(), work.rerunnable),
+        ("tool.x", r#"{"n":1}"#, r#"{"elicitation":{}}"#, "trace-1", true)
+    );
+    assert_eq!(work.principal, r#"{"sub":"x"}"#);
+    assert_eq!(json(&work.answers), json(r#"{"pre":{"action":"accept"},"a":{"action":"decline"},"b":42}"#));
+    // Without answers, a run gets an empty object.
+    let bare = task_key("alice");
+    create_task(s, &new_task(&bare)).await;
+    let work = s.start_task(&bare, 1, "r1").await.expect("start").expect("queued");
+    assert_eq!(json(&work.answers), json("{}"));
+}
+
+async fn tasks_cancel(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+
+    // A queued task is cancelled at once: it will never start.
+    let queued = task_key("alice");
+    let created = create_task(s, &new_task(&queued)).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(s.cancel_task(&queued).await.expect("cancel queued"), Some(CancelOutcome::Cancelled));
+    let v = task(s, &queued).await;
+    assert_eq!(v.status, TaskStatus::Cancelled);
+    assert!(v.updated_ms > created, "{} vs {created}", v.updated_ms);
+    assert_eq!(s.cancel_task(&queued).await.expect("cancel again"), Some(CancelOutcome::AlreadyEnded));
+    assert_eq!(s.start_task(&queued, 1, "r1").await.expect("start cancelled"), None);
+    assert_eq!(s.check_task(&queued, 1).await.expect("check cancelled"), RunCheck::Gone);
+
+    // A running task's runner is asked to stop; the task runs until it does.
+    let running = task_key("alice");
+    create_task(s, &running_task(&running)).await;
+    assert_eq!(s.check_task(&running, 1).await.expect("check"), RunCheck::Run);
+    assert_eq!(s.cancel_task(&running).await.expect("cancel running"), Some(CancelOutcome::Requested));
+    assert_eq!(status(s, &running).await, TaskStatus::Working);
+    assert_eq!(s.check_task(&running, 1).await.expect("check"), RunCheck::CancelRequested);
+    assert_eq!(s.ask_task(&running, 1, "a", REQ_A).await.expect("ask"), Asked::Stop);
+    assert_eq!(task(s, &running).await.input_requests, vec![], "a stopped run asks nothing");
+    assert_eq!(s.cancel_task(&running).await.expect("cancel again"), Some(CancelOutcome::Requested));
+    let v = s.finish_task(&running, 1, &TaskEnd::Cancelled).await.expect("finish").expect("finished");
+    assert_eq!((v.status, v.outcome, v.message), (TaskStatus::Cancelled, None, None));
+    assert_eq!(s.cancel_task(&running).await.expect("cancel ended"), Some(CancelOutcome::AlreadyEnded));
+
+    // So is a task waiting for input; its outstanding request stays until the run ends.
+    let waiting = task_key("alice");
+    create_task(s, &running_task(&waiting)).await;
+    assert_eq!(s.ask_task(&waiting, 1, "a", REQ_A).await.expect("ask"), Asked::Pending);
+    assert_eq!(s.cancel_task(&waiting).await.expect("cancel"), Some(CancelOutcome::Requested));
+    assert_eq!(status(s, &waiting).await, TaskStatus::InputRequired);
+    assert_eq!(s.ask_task(&waiting, 1, "b", REQ_B).await.expect("ask"), Asked::Stop);
+    assert_eq!(s.check_task(&waiting, 1).await.expect("check"), RunCheck::CancelRequested);
+}
+
+async fn tasks_terminal_states_never_change(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let answer = [("a".to_owned(), "1".to_owned())];
+
+    // Completed, with an outstanding request that the end clears.
+    let done = task_key("alice");
+    create_task(s, &running_task(&done)).await;
+    assert_eq!(s.ask_task(&done, 1, "a", REQ_A).await.expect("ask"), Asked::Pending);
+    let v = s.finish_task(&done, 1, &TaskEnd::Completed(RESULT.to_owned())).await.expect("finish").expect("ended");
+    assert_eq!(
+        (v.status, v.outcome.as_deref(), v.message.as_deref(), v.input_requests.len()),
+        (TaskStatus::Completed, Some(RESULT), None, 0)
+    );
+    assert_eq!(task(s, &done).await, v, "get shows the final view");
+    let failed = TaskEnd::Failed { error: ERROR.to_owned(), message: "late".to_owned() };
+    assert_eq!(s.finish_task(&done, 1, &failed).await.expect("finish twice"), None);
+    assert_eq!(s.finish_task(&done, 1, &TaskEnd::Cancelled).await.expect("finish twice"), None);
+    assert_eq!(s.cancel_task(&done).await.expect("cancel"), Some(CancelOutcome::AlreadyEnded));
+    let none = s.update_task(&done, &answer).await.expect("update");
+    assert_eq!(none, Some(UpdateOutcome { accepted: 0, resumed: false }));
+    assert_eq!(s.requeue_task(&done, 1).await.expect("requeue"), None);
+    assert_eq!(s.start_task(&done, 1, "r2").await.expect("start"), None);
+    assert_eq!(s.ask_task(&done, 1, "a", REQ_A).await.expect("ask"), Asked::Stop);
+    assert_eq!(s.check_task(&done, 1).await.expect("check"), RunCheck::Gone);
+    assert_eq!(task(s, &done).await, v, "nothing changed a completed task");
+
+    // Failed: the error object and the message.
+    let bad = task_key("alice");
+    create_task(s, &running_task(&bad)).await;
+    let v = s.finish_task(&bad, 1, &failed).await.expect("fail").expect("ended");
+    assert_eq!((v.status, v.outcome.as_deref(), v.message.as_deref()), (TaskStatus::Failed, Some(ERROR), Some("late")));
+    assert_eq!(s.finish_task(&bad, 1, &TaskEnd::Completed(RESULT.to_owned())).await.expect("finish"), None);
+    assert_eq!(s.requeue_task(&bad, 1).await.expect("requeue"), None);
+    assert_eq!(task(s, &bad).await, v, "nothing changed a failed task");
+
+    // Cancelled while queued: a worker that took it anyway cannot finish it.
+    let gone = task_key("alice");
+    create_task(s, &new_task(&gone)).await;
+    assert_eq!(s.cancel_task(&gone).await.expect("cancel"), Some(CancelOutcome::Cancelled));
+    let v = task(s, &gone).await;
+    assert_eq!(s.finish_task(&gone, 1, &TaskEnd::Completed(RESULT.to_owned())).await.expect("finish"), None);
+    assert_eq!(
+        s.update_task(&gone, &answer).await.expect("update"),
+        Some(UpdateOutcome { accepted: 0, resumed: false })
+    );
+    assert_eq!(s.requeue_task(&gone, 1).await.expect("requeue"), None);
+    assert_eq!(task(s, &gone).await, v, "nothing changed a cancelled task");
+}
+
+async fn tasks_generations_fence_old_runs(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = task_key("alice");
+    create_task(s, &running_task(&key)).await;
+    // Run 1 gets an answer and asks again; then its replica dies and the task is requeued.
+    assert_eq!(s.ask_task(&key, 1, "a", REQ_A).await.expect("ask a"), Asked::Pending);
+    let taken = s.update_task(&key, &[("a".to_owned(), "1".to_owned())]).await.expect("update");
+    assert_eq!(taken, Some(UpdateOutcome { accepted: 1, resumed: true }));
+    assert_eq!(s.ask_task(&key, 1, "b", REQ_B).await.expect("ask b"), Asked::Pending);
+    assert_eq!(s.requeue_task(&key, 2).await.expect("requeue a future run"), None);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Some(2));
+    let v = task(s, &key).await;
+    assert_eq!((v.status, v.generation, v.input_requests), (TaskStatus::Queued, 2, vec![]));
+
+    // Run 1 can no longer write anything.
+    let end = TaskEnd::Completed(RESULT.to_owned());
+    assert_eq!(s.finish_task(&key, 1, &end).await.expect("old finish"), None);
+    assert_eq!(s.ask_task(&key, 1, "c", REQ_A).await.expect("old ask"), Asked::Stop);
+    assert_eq!(s.check_task(&key, 1).await.expect("old check"), RunCheck::Gone);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("old requeue"), None);
+    assert_eq!(s.start_task(&key, 1, "r1").await.expect("old start"), None);
+    assert_eq!(task(s, &key).await.generation, 2);
+
+    // Run 2 starts afresh: the answers kept, the unanswered request asked again.
+    assert_eq!(s.check_task(&key, 2).await.expect("check"), RunCheck::Run);
+    let work = s.start_task(&key, 2, "r2").await.expect("start").expect("queued at 2");
+    assert_eq!(json(&work.answers), json(r#"{"a":1}"#));
+    assert_eq!(s.start_task(&key, 2, "r3").await.expect("start twice"), None, "a run starts once");
+    assert_eq!(status(s, &key).await, TaskStatus::Working);
+    assert_eq!(s.ask_task(&key, 2, "a", REQ_A).await.expect("ask a"), Asked::Answer("1".to_owned()));
+    assert_eq!(s.ask_task(&key, 2, "b", REQ_B).await.expect("ask b"), Asked::Pending);
+    assert_eq!(s.finish_task(&key, 1, &end).await.expect("old finish"), None);
+    let v = s.finish_task(&key, 2, &end).await.expect("finish").expect("ended");
+    assert_eq!((v.status, v.generation), (TaskStatus::Completed, 2));
+
+    // A run its client asked to stop is not run again: requeueing it cancels it.
+    let asked = task_key("alice");
+    create_task(s, &running_task(&asked)).await;
+    assert_eq!(s.cancel_task(&asked).await.expect("cancel"), Some(CancelOutcome::Requested));
+    assert_eq!(s.requeue_task(&asked, 1).await.expect("requeue a run asked to stop"), None);
+    let v = task(s, &asked).await;
+    assert_eq!((v.status, v.generation), (TaskStatus::Cancelled, 1));
+    assert_eq!(s.check_task(&asked, 1).await.expect("check"), RunCheck::Gone);
+}
+
+async fn tasks_queue_hands_out_and_settles(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let shard = 3;
+    let keys: Vec<TaskKey> = (0..3).map(|_| task_key("alice")).collect();
+    for k in &keys {
+        create_task(s, &new_task(k)).await;
+        s.enqueue(shard, k, 1, LONG).await.expect("enqueue");
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (3, 0, 3), "{st:?}");
+    assert!(st.oldest.is_some_and(|d| d >= Duration::from_millis(20) && d < LONG), "{st:?}");
+    assert_eq!(s.dequeue(shard + 1, "c1", 10, LONG).await.expect("dequeue other shard"), vec![], "shards are apart");
+
+    // Entries come out in order, each once.
+    let first = s.dequeue(shard, "c1", 2, LONG).await.expect("dequeue");
+    assert_eq!(first.iter().map(|q| (&q.key, q.generation)).collect::<Vec<_>>(), [(&keys[0], 1), (&keys[1], 1)]);
+    assert_ne!(first[0].entry, first[1].entry);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (1, 2, 3), "{st:?}");
+    let rest = s.dequeue(shard, "c2", 5, LONG).await.expect("dequeue");
+    assert_eq!(rest.iter().map(|q| (&q.key, q.generation)).collect::<Vec<_>>(), [(&keys[2], 1)]);
+    assert!(!first.iter().any(|q| q.entry == rest[0].entry), "entry ids are unique");
+    assert_eq!(s.dequeue(shard, "c3", 5, LONG).await.expect("dequeue empty"), vec![]);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.oldest, st.leased), (0, 3, None, 3), "{st:?}");
+
+    // Settling: the started task keeps a lease, the ended one drops it, the one with a newer run leaves it alone.
+    s.start_task(&keys[0], 1, "c1").await.expect("start").expect("queued");
+    s.settle(shard, &first[0], AfterTake::Lease(LONG)).await.expect("settle with a lease");
+    assert_eq!(s.cancel_task(&keys[1]).await.expect("cancel"), Some(CancelOutcome::Cancelled));
+    assert_eq!(s.start_task(&keys[1], 1, "c1").await.expect("start cancelled"), None);
+    s.settle(shard, &first[1], AfterTake::Release).await.expect("settle, release");
+    s.settle(shard, &rest[0], AfterTake::Keep).await.expect("settle, keep");
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (0, 0, 2), "{st:?}");
+    let lost = s
+        .renew_task_leases(shard, &[(keys[0].clone(), 1), (keys[1].clone(), 1), (keys[2].clone(), 1)], LONG)
+        .await
+        .expect("renew");
+    assert_eq!(lost, [(keys[1].clone(), 1)], "only the released lease is gone");
+    assert_eq!(s.dequeue(shard, "c1", 5, Duration::ZERO).await.expect("dequeue settled"), vec![]);
+    // A shard nothing was ever queued in is an empty queue.
+    assert_eq!(s.queue_stats(shard + 2).await.expect("stats of an unused shard"), QueueStats::default());
+}
+
+async fn tasks_queue_hands_over_stale_entries(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let shard = 5;
+    let stale = Duration::from_millis(100);
+    let (a, b) = (task_key("alice"), task_key("bob"));
+    for k in [&a, &b] {
+        create_task(s, &new_task(k)).await;
+        s.enqueue(shard, k, 1, LONG).await.expect("enqueue");
+    }
+    // c1 takes a and dies; c2 takes b. Nothing is stale yet.
+    let took_a = s.dequeue(shard, "c1", 1, stale).await.expect("dequeue");
+    assert_eq!(took_a.iter().map(|q| &q.key).collect::<Vec<_>>(), [&a]);
+    let took_b = s.dequeue(shard, "c2", 2, stale).await.expect("dequeue");
+    assert_eq!(took_b.iter().map(|q| &q.key).collect::<Vec<_>>(), [&b], "a fresh taken entry stays with its taker");
+
+    // Once stale, entries go to whoever asks, oldest first, with the same id.
+    tokio::time::sleep(stale + Duration::from_millis(50)).await;
+    let again_a = s.dequeue(shard, "c2", 1, stale).await.expect("dequeue stale");
+    assert_eq!(again_a, took_a);
+    let again_b = s.dequeue(shard, "c3", 5, stale).await.expect("dequeue stale");
+    assert_eq!(again_b, took_b, "a was just taken again: only b is stale");
+    assert_eq!(s.dequeue(shard, "c4", 5, stale).await.expect("dequeue"), vec![]);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (0, 2, 2), "{st:?}");
+
+    // A settled entry is never handed over again.
+    s.start_task(&a, 1, "c2").await.expect("start").expect("queued");
+    s.settle(shard, &again_a[0], AfterTake::Lease(LONG)).await.expect("settle");
+    tokio::time::sleep(stale + Duration::from_millis(50)).await;
+    assert_eq!(s.dequeue(shard, "c5", 5, stale).await.expect("dequeue stale"), took_b);
+    s.settle(shard, &took_b[0], AfterTake::Keep).await.expect("settle");
+    assert_eq!(s.dequeue(shard, "c6", 5, Duration::ZERO).await.expect("dequeue"), vec![]);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (0, 0, 2), "{st:?}");
+}
+
+async fn tasks_leases_renew_and_sweep(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let shard = 7;
+    let short = Duration::from_millis(80);
+    let grace = Duration::from_millis(300);
+    // r runs (taken, started, settled with a lease); t was taken by a worker that died before settling; q waits.
+    let (r, t, q) = (task_key("alice"), task_key("alice"), task_key("bob"));
+    for k in [&r, &t, &q] {
+        create_task(s, &new_task(k)).await;
+    }
+    s.enqueue(shard, &r, 1, short).await.expect("enqueue r");
+    s.enqueue(shard, &t, 1, short).await.expect("enqueue t");
+    let taken = s.dequeue(shard, "c1", 2, LONG).await.expect("dequeue");
+    assert_eq!(taken.iter().map(|e| &e.key).collect::<Vec<_>>(), [&r, &t]);
+    s.start_task(&r, 1, "c1").await.expect("start").expect("queued");
+    s.settle(shard, &taken[0], AfterTake::Lease(short)).await.expect("settle");
+    s.enqueue(shard, &q, 1, short).await.expect("enqueue q");
+    // w is a call that became a task: leased before its record exists, running where it was created.
+    let w = task_key("bob");
+    s.lease_task(shard, &w, 1, short).await.expect("lease w");
+    create_task(s, &running_task(&w)).await;
+    assert_eq!(s.expired_task_leases(shard, grace, 10).await.expect("sweep"), vec![], "nothing expired yet");
+
+    // Renewing keeps a lease; a run that holds none has lost it.
+    let never = task_key("alice");
+    let lost = s.renew_task_leases(shard, &[(r.clone(), 1), (never.clone(), 1)], short).await.expect("renew");
+    assert_eq!(lost, [(never.clone(), 1)]);
+    assert_eq!(s.renew_task_leases(shard, &[], short).await.expect("renew nothing"), vec![]);
+
+    // All four run out. Only the running r and w are the sweeper's: q's entry waits its turn, t's will be handed
+    // over. A sweep takes at most `limit`.
+    tokio::time::sleep(short + Duration::from_millis(70)).await;
+    let first = s.expired_task_leases(shard, grace, 1).await.expect("sweep one");
+    let second = s.expired_task_leases(shard, grace, 10).await.expect("sweep the rest");
+    let (rr, ww) = ((r.clone(), 1), (w.clone(), 1));
+    assert!(
+        (first == [rr.clone()] && second == [ww.clone()]) || (first == [ww.clone()] && second == [rr.clone()]),
+        "first {first:?}, then {second:?}"
+    );
+    // The sweeper holds them for the grace time: another sweep does not see them.
+    assert_eq!(s.expired_task_leases(shard, grace, 10).await.expect("sweep again"), vec![]);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (1, 1, 4), "{st:?}");
+
+    // The sweeper reclaims r: a new run in line, the old lease gone. The old runner learns it lost its run.
+    assert_eq!(s.requeue_task(&r, 1).await.expect("requeue"), Some(2));
+    s.enqueue(shard, &r, 2, LONG).await.expect("enqueue r again");
+    s.release_task_lease(shard, &r, 1).await.expect("release");
+    let lost = s.renew_task_leases(shard, &[(r.clone(), 1)], short).await.expect("renew lost");
+    assert_eq!(lost, [(r.clone(), 1)]);
+    assert_eq!(s.check_task(&r, 1).await.expect("check old run"), RunCheck::Gone);
+    let st = s.queue_stats(shard).await.expect("stats");
+    assert_eq!((st.waiting, st.taken, st.leased), (2, 1, 4), "{st:?}");
+    // Releasing a lease that is not there is not an error.
+    s.release_task_lease(shard, &never, 1).await.expect("release nothing");
 }

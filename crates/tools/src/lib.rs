@@ -61,6 +61,31 @@ pub enum ToolError {
     Dependency { name: &'static str, detail: String },
 }
 
+/// When a call of a tool becomes a durable task (the 2026-07-28 `io.modelcontextprotocol/tasks` extension). The
+/// server decides, per tool; a client only says whether it can take a task (the extension in the request's
+/// capabilities).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskMode {
+    /// Always answered inline.
+    #[default]
+    Never,
+    /// A call still running after this long becomes a task, if the request declared the extension; else it stays
+    /// inline. Input it asks for before then is gathered with multi round-trip requests, synchronously.
+    After(Duration),
+    /// A 2026-07-28 call is queued as a task at once; a request without the extension is refused (missing client
+    /// capability). A 2025-generation session runs it inline.
+    Always,
+}
+
+/// A tool's task policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskSupport {
+    pub mode: TaskMode,
+    /// Safe to run again from the start when the replica running it dies (at-least-once). A task whose tool is
+    /// not ends `failed` instead, saying the work may be half done.
+    pub rerunnable: bool,
+}
+
 /// MCP log levels, lowest first.
 pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
@@ -134,6 +159,11 @@ pub trait Catalog: Send + Sync + std::fmt::Debug {
     /// (`--tool-timeout`).
     fn tool_timeout(&self, _tool: &str) -> Option<Duration> {
         None
+    }
+
+    /// Whether and when a call of `tool` becomes a task (see [`TaskMode`]).
+    fn tool_task(&self, _tool: &str) -> TaskSupport {
+        TaskSupport::default()
     }
 
     /// Runs one tool.

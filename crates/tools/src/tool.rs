@@ -1,12 +1,12 @@
 //! The `Tool` trait and the `Registry` that serves tools as a [`Catalog`]. A tool is a name, a closed input
 //! schema, a typed argument struct (`#[serde(deny_unknown_fields)]`), annotations, scopes, an optional quota and
-//! timeout, and an async handler. The registry refuses to register a tool whose name is not
+//! timeout, a task policy, and an async handler. The registry refuses to register a tool whose name is not
 //! `[A-Za-z0-9_.-]{1,128}` or is taken, lists tools in name order, validates `structuredContent` against a declared
 //! output schema before it is sent (a mismatch is a server bug: logged, and an `isError` result), and hands the
-//! transport everything it enforces (scopes, quota, timeout). The transport validates the arguments against the
-//! published input schema before [`Catalog::call_tool`] runs.
+//! transport everything it enforces (scopes, quota, timeout, task policy). The transport validates the arguments
+//! against the published input schema before [`Catalog::call_tool`] runs.
 
-use crate::{Catalog, JsonObject, Quota, ToolContext, ToolError};
+use crate::{Catalog, JsonObject, Quota, TaskSupport, ToolContext, ToolError};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -35,6 +35,8 @@ pub struct ToolInfo {
     pub scopes: &'static [&'static str],
     pub quota: Option<Quota>,
     pub timeout: Option<Duration>,
+    /// Whether and when a call becomes a task ([`crate::TaskMode`]); `TaskSupport::default()` answers inline.
+    pub task: TaskSupport,
 }
 
 /// What a handler returns: content blocks, and structured content when it declares an output schema.
@@ -199,6 +201,10 @@ impl Catalog for Registry {
         self.tools.get(tool).and_then(|e| e.info.timeout)
     }
 
+    fn tool_task(&self, tool: &str) -> TaskSupport {
+        self.tools.get(tool).map(|e| e.info.task).unwrap_or_default()
+    }
+
     async fn call_tool(&self, name: &str, args: JsonObject, cx: &dyn ToolContext) -> Result<Value, ToolError> {
         let Some(entry) = self.tools.get(name) else {
             return Err(ToolError::UnknownTool(name.chars().take(128).collect()));
@@ -231,7 +237,7 @@ impl Catalog for Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Principal, Scopes};
+    use crate::{Principal, Scopes, TaskMode};
     use serde::Deserialize;
     use tokio_util::sync::CancellationToken;
 
@@ -292,6 +298,7 @@ mod tests {
                 scopes: &["tools:read"],
                 quota: None,
                 timeout: Some(Duration::from_secs(2)),
+                task: TaskSupport { mode: TaskMode::After(Duration::from_secs(1)), rerunnable: true },
             }
         }
         async fn call(&self, a: EchoArgs, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
@@ -321,6 +328,9 @@ mod tests {
         assert_eq!(listed[0]["outputSchema"]["required"], json!(["n"]));
         assert_eq!(r.tool_scopes("echo"), vec!["tools:read".to_owned()]);
         assert_eq!(r.tool_timeout("echo"), Some(Duration::from_secs(2)));
+        let task = TaskSupport { mode: TaskMode::After(Duration::from_secs(1)), rerunnable: true };
+        assert_eq!(r.tool_task("echo"), task);
+        assert_eq!(r.tool_task("nope"), TaskSupport::default(), "an unknown tool is never a task");
         let args = |n: i64| json!({ "n": n }).as_object().cloned().expect("object");
         let ok = r.call_tool("echo", args(3), &cx()).await.expect("ok");
         assert_eq!(ok["structuredContent"], json!({ "n": 3 }));

@@ -176,11 +176,13 @@ fn limit_message(e: &LimitError) -> (String, Value) {
                 Cap::Sessions => "end one with DELETE, or let it expire",
                 Cap::Streams => "close one of your open streams (a GET stream, or a subscriptions/listen) first",
                 Cap::Inflight => "wait for one of your running calls to finish",
+                Cap::Tasks => "wait for one of your tasks to end, or cancel one with tasks/cancel",
             };
             let kind = match cap {
                 Cap::Sessions => "sessions",
                 Cap::Streams => "streams",
                 Cap::Inflight => "inflight",
+                Cap::Tasks => "tasks",
             };
             (format!("too many {cap} for this principal (cap {limit}): {what}"), json!({ "limit": kind, "cap": limit }))
         }
@@ -207,7 +209,7 @@ impl TransportError {
                 | LimitError::QuotaExhausted { retry_after, .. }
                 | LimitError::Unavailable { retry_after, .. },
             ) => Some(*retry_after),
-            Self::Limit(LimitError::CapReached { cap: Cap::Streams | Cap::Inflight, .. }) => Some(1),
+            Self::Limit(LimitError::CapReached { cap: Cap::Streams | Cap::Inflight | Cap::Tasks, .. }) => Some(1),
             _ => None,
         }
     }
@@ -263,8 +265,19 @@ impl TransportError {
 }
 
 /// `error.data` of a -32021: `{"requiredCapabilities": {"sampling": {}}}`.
+/// `requiredCapabilities`: a capability by name, an extension (its id has a `/`) under `extensions`.
 fn capabilities_data(caps: &[String]) -> Value {
-    let required: serde_json::Map<String, Value> = caps.iter().map(|c| (c.clone(), json!({}))).collect();
+    let mut required = serde_json::Map::new();
+    for c in caps {
+        if c.contains('/') {
+            let ext = required.entry("extensions").or_insert_with(|| json!({}));
+            if let Value::Object(e) = ext {
+                e.insert(c.clone(), json!({}));
+            }
+        } else {
+            required.insert(c.clone(), json!({}));
+        }
+    }
     json!({ "requiredCapabilities": required })
 }
 

@@ -29,6 +29,7 @@ mod session;
 mod shell;
 mod sse;
 mod stateless;
+mod tasks;
 mod trace;
 mod well_known;
 
@@ -41,6 +42,7 @@ pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
 pub use origin::HostPattern;
 pub use stateless::mrtr::RequestStateKeys;
+pub use tasks::{EXTENSION as TASKS_EXTENSION, TaskConfig, TaskMetrics, Tasks};
 
 use axum::Router;
 use axum::routing::get;
@@ -106,6 +108,8 @@ pub struct TransportConfig {
     pub cache_ttl: Duration,
     /// How long the result of a call with an idempotency key is kept for repeats.
     pub idempotency_ttl: Duration,
+    /// Tasks (the 2026-07-28 tasks extension): workers, queue shards, lease, TTL and poll interval.
+    pub tasks: TaskConfig,
 }
 
 impl Default for TransportConfig {
@@ -135,6 +139,7 @@ impl Default for TransportConfig {
             request_state: RequestStateKeys::random(Duration::from_secs(600)),
             cache_ttl: Duration::from_secs(300),
             idempotency_ttl: Duration::from_secs(24 * 3600),
+            tasks: TaskConfig::default(),
         }
     }
 }
@@ -158,6 +163,8 @@ pub struct AppState {
     pub validator: Arc<mcpfleet_tools::validate::Validator>,
     /// The audit trail, when there is a database: every call's outcome is handed to it (it never blocks).
     pub audit: Option<Arc<dyn mcpfleet_core::AuditSink>>,
+    /// The task runs this replica holds, and its workers (see `tasks`).
+    pub tasks: Arc<Tasks>,
 }
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
@@ -214,7 +221,9 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt as _;
     let cfg = state.config.clone();
-    let app = router(AppState { shutdown: shutdown.clone(), ..state });
+    let state = AppState { shutdown: shutdown.clone(), ..state };
+    tasks::start(&state);
+    let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {

@@ -12,7 +12,7 @@ pub const REQUEST_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// JSON-RPC methods that get their own label value; anything else is `other`.
-const KNOWN_METHODS: [&str; 20] = [
+const KNOWN_METHODS: [&str; 23] = [
     "initialize",
     "ping",
     "tools/list",
@@ -33,6 +33,9 @@ const KNOWN_METHODS: [&str; 20] = [
     "response",
     "server/discover",
     "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// The bounded label value for a JSON-RPC method.
@@ -82,7 +85,7 @@ impl TransportMetrics {
             tool_calls: IntCounterVec::new(
                 Opts::new(
                     "mcp_tool_calls_total",
-                    "tools/call requests by tool and outcome: ok, is_error, protocol_error, refused, refused_by_limit, invalid_arguments, cancelled, session_gone, panicked, timeout, input_required, replayed.",
+                    "tools/call requests by tool and outcome: ok, is_error, protocol_error, refused, refused_by_limit, invalid_arguments, cancelled, session_gone, panicked, timeout, input_required, replayed, handed_over.",
                 ),
                 &["tool", "outcome"],
             )?,

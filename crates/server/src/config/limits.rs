@@ -1,5 +1,5 @@
 //! The fleet-wide limits of each principal: the token bucket, the per-tool quotas, the caps on sessions, streams and
-//! calls in flight, and what the rate limit does when Redis cannot answer.
+//! calls in flight and open tasks, and what the rate limit does when Redis cannot answer.
 
 use super::config_error;
 use crate::ServerError;
@@ -36,6 +36,10 @@ pub(super) struct LimitsArgs {
     /// Tool calls in flight per principal across the fleet; 0 means no cap.
     #[arg(long, env = "MCPFLEET_MAX_INFLIGHT_PER_USER", default_value_t = 16)]
     max_inflight_per_user: u64,
+    /// Open tasks (the 2026-07-28 tasks extension) per principal across the fleet; 0 means no cap. A task is open
+    /// from its creation until it completes, fails or is cancelled.
+    #[arg(long, env = "MCPFLEET_MAX_TASKS_PER_USER", default_value_t = 32)]
+    max_tasks_per_user: u64,
     /// When Redis cannot answer: closed refuses with 503 (default); open decides the rate limit on a local
     /// bucket of burst ÷ --replicas per replica (session checks, caps and quotas still fail closed), and counts
     /// every such decision in mcp_limit_fail_open_total.
@@ -70,6 +74,7 @@ impl LimitsArgs {
             max_sessions: self.max_sessions_per_user,
             max_streams: self.max_streams_per_user,
             max_inflight: self.max_inflight_per_user,
+            max_tasks: self.max_tasks_per_user,
             fail_mode: match self.rate_fail_mode {
                 RateFailMode::Closed => FailMode::Closed,
                 RateFailMode::Open => FailMode::Open,

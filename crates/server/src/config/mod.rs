@@ -14,6 +14,7 @@ mod database;
 mod limits;
 mod secret;
 mod store;
+mod tasks;
 mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
@@ -126,6 +127,8 @@ struct ServeArgs {
     limits: limits::LimitsArgs,
     #[command(flatten)]
     transport: transport::TransportArgs,
+    #[command(flatten)]
+    tasks: tasks::TaskArgs,
     #[command(flatten)]
     database: database::ServeDbArgs,
 }
@@ -266,7 +269,8 @@ impl ServeArgs {
         let identity = self.auth.into_config(self.listen, self.dev, &mut warnings)?;
         let store = self.store.into_config()?;
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
-        let transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
+        let mut transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
+        transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {

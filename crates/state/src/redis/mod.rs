@@ -22,6 +22,7 @@
 //! subscriptions use a dedicated RESP3 connection owned by one task.
 
 mod subscriber;
+mod tasks;
 
 use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
 use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};

@@ -64,6 +64,13 @@ pub(crate) trait CallSink: Send + Sync + Sized + 'static {
     async fn watch(&self, w: &mut Self::Watch) -> Interrupt;
     /// The tool was stopped by [`Interrupt::Stop`]: tell whoever is left.
     async fn stopped(&self, end: CallEnd);
+    /// A call still running after this long becomes a durable task (tasks extension), if the sink can make one.
+    fn task_after(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Makes the still-running call a task: its handle answers the request, and the call's end goes into the
+    /// task from now on.
+    async fn become_task(&self) {}
 }
 
 /// Whose call a sink carries, and where it is traced.
@@ -114,6 +121,10 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
     });
     let sse_after = tokio::time::sleep(cfg.sse_after);
     tokio::pin!(sse_after);
+    let task_after = sink.task_after();
+    let to_task = tokio::time::sleep(task_after.unwrap_or(timeout));
+    tokio::pin!(to_task);
+    let mut converted = task_after.is_none();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let (mut upgraded, mut detached) = (false, false);
@@ -171,6 +182,12 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
             () = &mut sse_after, if !upgraded => {
                 upgraded = true;
                 sink.go_streaming().await;
+            }
+            () = &mut to_task, if !converted => {
+                converted = true;
+                if !task.is_finished() {
+                    sink.become_task().await;
+                }
             }
         }
     }
@@ -310,6 +327,9 @@ pub(crate) enum CallEnd {
     InputRequired,
     /// An earlier call with the same idempotency key had run: its result was returned, the tool did not run.
     Replayed,
+    /// A task's run stopped here because the task moved on: handed back to the queue on shutdown, or taken over
+    /// after this replica lost its lease.
+    HandedOver,
 }
 
 impl CallEnd {
@@ -327,6 +347,7 @@ impl CallEnd {
             Self::TimedOut => "timeout",
             Self::InputRequired => "input_required",
             Self::Replayed => "replayed",
+            Self::HandedOver => "handed_over",
         }
     }
 

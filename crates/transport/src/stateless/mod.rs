@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use axum::response::{IntoResponse, Response};
 use mcpfleet_limits as limits;
 use mcpfleet_state::{Ring, SlotSet};
-use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
+use mcpfleet_tools::{JsonObject, LOG_LEVELS, TaskMode, ToolContext, ToolError};
 use mrtr::{RequestState, StateRefusal};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -125,8 +125,8 @@ fn decode_header(v: &str) -> Option<String> {
     }
 }
 
-/// `Mcp-Method` and (for `tools/call`, `resources/read` and `prompts/get`) `Mcp-Name` must be present and match
-/// the body.
+/// `Mcp-Method` and (for `tools/call`, `resources/read`, `prompts/get` and the tasks extension's `tasks/get`,
+/// `tasks/update` and `tasks/cancel`, where it is the task id) `Mcp-Name` must be present and match the body.
 pub(crate) fn check_headers(h: &McpHeaders, method: &str, params: &JsonObject) -> Result<()> {
     let bad = |m: String| Err(TransportError::HeaderMismatch(m));
     match &h.mcp_method {
@@ -144,6 +144,7 @@ pub(crate) fn check_headers(h: &McpHeaders, method: &str, params: &JsonObject) -
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return Ok(()),
     };
     let header = match &h.mcp_name {
@@ -279,12 +280,18 @@ fn discover(app: &AppState) -> Value {
     complete(app, r, true)
 }
 
-/// The catalog's capabilities as 2026-07-28 states them: no `logging` (levels are per request) and no
-/// `resources.subscribe` (resource updates come through `subscriptions/listen`).
+/// The catalog's capabilities as 2026-07-28 states them: no `logging` (levels are per request), no
+/// `resources.subscribe` (resource updates come through `subscriptions/listen`), and the tasks extension.
 fn capabilities(app: &AppState) -> Value {
     let mut caps = app.catalog.capabilities();
     if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
         r.remove("subscribe");
+    }
+    if let Value::Object(c) = &mut caps {
+        let ext = c.entry("extensions").or_insert_with(|| json!({}));
+        if let Value::Object(e) = ext {
+            e.insert(crate::tasks::EXTENSION.into(), json!({}));
+        }
     }
     caps
 }
@@ -294,6 +301,8 @@ fn capabilities(app: &AppState) -> Value {
 /// the modern code allocation and the result's `_meta`.
 struct StatelessFront<'h> {
     h: &'h McpHeaders,
+    /// The request declares the tasks extension.
+    tasks: bool,
     /// The digest of the tool and its arguments, for the request state.
     digest: String,
     /// The answers the request carries for its input requests.
@@ -317,6 +326,10 @@ impl Front for StatelessFront<'_> {
     }
 
     fn check(&self, post: &Post<'_>, name: &str, args: &JsonObject) -> Result<()> {
+        // A tool that only runs as a task needs a client that can take one.
+        if post.app.catalog.tool_task(name).mode == TaskMode::Always && !self.tasks {
+            return Err(TransportError::MissingCapability(vec![crate::tasks::EXTENSION.to_owned()]));
+        }
         check_param_headers(self.h, post.app, name, args)
     }
 
@@ -389,7 +402,16 @@ impl Post<'_> {
         match method {
             "tools/call" => self.modern_call(h, id, params, m, duplicate).await,
             "prompts/get" => self.modern_prompt(id, params, m).await,
-            "subscriptions/listen" => self.listen(id, params).await,
+            "subscriptions/listen" => self.listen(id, params, &m.capabilities).await,
+            "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                Ok(match self.task_method(method, params, &m.capabilities).await? {
+                    Ok(v) => ok(id, complete(app, v, false)),
+                    Err(e) => {
+                        self.span.error = Some(e.0.to_string());
+                        rpc_error(id, e, None)
+                    }
+                })
+            }
             "server/discover" => {
                 admit(app, self.info, &self.asker.request()).await?;
                 Ok(ok(id, discover(app)))
@@ -426,7 +448,8 @@ impl Post<'_> {
     ) -> Result<Response> {
         let app = self.app;
         let caller = self.asker.caller;
-        let mut front = StatelessFront { h, digest: String::new(), answers: JsonObject::new() };
+        let tasks = crate::tasks::declared(&m.capabilities);
+        let mut front = StatelessFront { h, tasks, digest: String::new(), answers: JsonObject::new() };
         let Cleared { name, args, idem, granted, .. } = match self.preflight(&mut front, params, duplicate).await {
             Ok(c) => c,
             Err(Early::Answer(r)) => {
@@ -436,6 +459,27 @@ impl Post<'_> {
             Err(Early::Refuse(e)) => return Err(e),
         };
         let StatelessFront { digest, answers, .. } = front;
+        let policy = app.catalog.tool_task(&name);
+        if policy.mode == TaskMode::Always {
+            // Queued at once (the front refused a request without the extension). The in-flight slot is not held:
+            // the task runs on a worker, bounded by --task-workers and the principal's task cap.
+            drop(granted.slot);
+            let created =
+                crate::tasks::create_queued(app, caller, &name, &args, &m.capabilities, &answers, self.trace_id).await;
+            return match created {
+                Ok(v) => Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response()),
+                Err(e) => {
+                    if granted.quota.is_some() {
+                        app.limits.refund(&caller.user, &name).await;
+                    }
+                    Err(e)
+                }
+            };
+        }
+        let task_after = match policy.mode {
+            TaskMode::After(d) if tasks => Some(d),
+            _ => None,
+        };
         let slot = granted.slot.map(|l| app.limits.hold(l));
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let (tx, rx) = oneshot::channel();
@@ -450,7 +494,16 @@ impl Post<'_> {
             closed: CancellationToken::new(),
             keyed: idem.is_some(),
             out: Mutex::new(Out::Pending(Some(tx))),
+            to_task: task_after.map(|after| ToTask {
+                after,
+                tool: name.clone(),
+                args: Value::Object(args.clone()).to_string(),
+                answers: Value::Object(answers.clone()).to_string(),
+                rerunnable: policy.rerunnable,
+            }),
             inputs: Inputs::new(answers, m, "tools/call", digest),
+            task: std::sync::OnceLock::new(),
+            task_ready: tokio::sync::Notify::new(),
         });
         // Closing the response (the connection, or the SSE stream) cancels the call (see `drive`).
         let cancel_on_drop = call.closed.clone().drop_guard();
@@ -543,9 +596,12 @@ impl Post<'_> {
 
     /// `subscriptions/listen`: a long-lived SSE stream of the notifications the client opted into, from the
     /// principal's notice channel (fed by every replica), each tagged with the subscription's id.
-    async fn listen(&mut self, id: &Value, params: &JsonObject) -> Result<Response> {
+    async fn listen(&mut self, id: &Value, params: &JsonObject, client: &Value) -> Result<Response> {
         let app = self.app;
         let filter = Filter::parse(params, &capabilities(app))?;
+        if !filter.tasks.is_empty() && !crate::tasks::declared(client) {
+            return Err(TransportError::MissingCapability(vec![crate::tasks::EXTENSION.to_owned()]));
+        }
         let req = limits::Request { slot: Some(SlotSet::Streams), ..self.asker.request() };
         let granted = admit(app, self.info, &req).await?;
         let slot = granted.slot.map(|l| app.limits.hold(l));
@@ -592,6 +648,9 @@ struct Filter {
     prompts: bool,
     resources: bool,
     uris: Vec<String>,
+    /// Task ids whose `notifications/tasks` the stream carries (tasks extension). Any well-formed id is taken:
+    /// another principal's task never notifies this principal's channel, so the acknowledgment tells nothing.
+    tasks: Vec<String>,
 }
 
 impl Filter {
@@ -623,12 +682,25 @@ impl Filter {
                 return Err(bad("params.notifications.resourceSubscriptions must be an array of at most 256 URIs"));
             }
         };
+        let tasks = match n.get("taskIds") {
+            None => Vec::new(),
+            Some(Value::Array(a)) if a.len() <= MAX_SUBSCRIPTIONS => a
+                .iter()
+                .map(|t| t.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("params.notifications.taskIds must hold strings"))?
+                .into_iter()
+                .filter(|t| mcpfleet_state::TaskId::parse(t).is_some())
+                .collect(),
+            Some(_) => return Err(bad("params.notifications.taskIds must be an array of at most 256 task ids")),
+        };
         let subscribe = caps.get("resources").is_some();
         Ok(Self {
             tools: flag("toolsListChanged", "tools")?,
             prompts: flag("promptsListChanged", "prompts")?,
             resources: flag("resourcesListChanged", "resources")?,
             uris: if subscribe { uris } else { Vec::new() },
+            tasks,
         })
     }
 
@@ -646,6 +718,9 @@ impl Filter {
         if !self.uris.is_empty() {
             a.insert("resourceSubscriptions".into(), json!(self.uris));
         }
+        if !self.tasks.is_empty() {
+            a.insert("taskIds".into(), json!(self.tasks));
+        }
         Value::Object(a)
     }
 
@@ -659,6 +734,10 @@ impl Filter {
             "notifications/resources/updated" => {
                 let uri = n.get("params").and_then(|p| p.get("uri")).and_then(Value::as_str)?;
                 self.uris.iter().any(|u| u == uri)
+            }
+            "notifications/tasks" => {
+                let task = n.get("params").and_then(|p| p.get("taskId")).and_then(Value::as_str)?;
+                self.tasks.iter().any(|t| t == task)
             }
             _ => false,
         };
@@ -695,6 +774,31 @@ struct Round {
     used: Vec<String>,
     /// How many input requests of each kind the tool made so far: the keys are `<kind>-<n>`, stable across rounds.
     counts: std::collections::HashMap<&'static str, u32>,
+    /// The call is becoming a task (tasks extension): no more rounds; input is asked through the task.
+    task: bool,
+}
+
+/// Where an input request goes.
+enum Asking {
+    /// Answered from the request (or refused) here.
+    Done(std::result::Result<Value, ToolError>),
+    /// Through the task the call became; the request's params, handed back.
+    Task(Value),
+}
+
+/// A client's answer to an input request as the tool gets it: a JSON-RPC error object becomes
+/// [`ToolError::ClientError`]; anything but an object is refused.
+pub(crate) fn answer_value(key: &str, answer: &Value) -> std::result::Result<Value, ToolError> {
+    match answer {
+        Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
+            Err(ToolError::ClientError {
+                code: o.get("code").and_then(Value::as_i64).unwrap_or(-32603),
+                message: o.get("message").and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
+            })
+        }
+        Value::Object(_) => Ok(answer.clone()),
+        _ => Err(ToolError::InvalidParams(format!("inputResponses[\"{}\"] must be an object", mcp::truncate(key, 64)))),
+    }
 }
 
 /// One modern `tools/call` in flight. It answers with plain JSON unless it sends a notification (progress, a log
@@ -716,6 +820,22 @@ struct Call {
     keyed: bool,
     out: Mutex<Out>,
     inputs: Inputs,
+    /// What the call needs to become a task (a tool with a delay, a client with the extension).
+    to_task: Option<ToTask>,
+    /// The task the call became (`Some(None)`: it tried and stays inline).
+    task: std::sync::OnceLock<Option<crate::tasks::TaskLink>>,
+    /// Rung when `task` is set.
+    task_ready: tokio::sync::Notify,
+}
+
+/// A call that becomes a task if still running after `after`: what its record keeps (to run it again elsewhere
+/// if this replica dies and its tool allows it).
+struct ToTask {
+    after: Duration,
+    tool: String,
+    args: String,
+    answers: String,
+    rerunnable: bool,
 }
 
 /// The input requests (MRTR) of one request: the answers it carries, and what this round asks for.
@@ -740,37 +860,23 @@ impl Inputs {
 
     /// The answer under `key`, if the request carries it; else the request joins this round's `inputRequests`
     /// and the handler is told to stop (it runs again, from the start, on the retry).
-    fn ask(&self, key: &str, method: &str, params: Value) -> std::result::Result<Value, ToolError> {
-        let Some(kind) = input_kind(method) else { return Err(ToolError::ClientUnsupported("requests")) };
+    fn ask(&self, key: &str, method: &str, params: Value) -> Asking {
+        let Some(kind) = input_kind(method) else { return Asking::Done(Err(ToolError::ClientUnsupported("requests"))) };
         if let Some(answer) = self.answers.get(key) {
             self.round().used.push(key.to_owned());
-            return match answer {
-                Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
-                    Err(ToolError::ClientError {
-                        code: o.get("code").and_then(Value::as_i64).unwrap_or(-32603),
-                        message: o
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("error")
-                            .chars()
-                            .take(200)
-                            .collect(),
-                    })
-                }
-                Value::Object(_) => Ok(answer.clone()),
-                _ => Err(ToolError::InvalidParams(format!(
-                    "inputResponses[\"{}\"] must be an object",
-                    mcp::truncate(key, 64)
-                ))),
-            };
+            return Asking::Done(answer_value(key, answer));
         }
         let mut round = self.round();
+        if round.task {
+            // The call is becoming (or became) a task: input goes through it.
+            return Asking::Task(params);
+        }
         if self.meta.capabilities.get(kind).is_none() {
             round.missing.push(kind.to_owned());
-            return Err(ToolError::ClientUnsupported(kind));
+            return Asking::Done(Err(ToolError::ClientUnsupported(kind)));
         }
         round.asked.push((key.to_owned(), json!({ "method": method, "params": params })));
-        Err(ToolError::Cancelled)
+        Asking::Done(Err(ToolError::Cancelled))
     }
 
     /// A key for an input request the handler did not name: `<kind>-<n>`, stable across rounds.
@@ -834,11 +940,15 @@ impl ToolContext for PromptContext {
     }
 
     async fn request(&self, method: &str, params: Value, _timeout: Duration) -> std::result::Result<Value, ToolError> {
-        self.inputs.ask(&self.inputs.auto_key(method), method, params)
+        self.ask(&self.inputs.auto_key(method), method, params, _timeout).await
     }
 
     async fn ask(&self, key: &str, method: &str, params: Value, _: Duration) -> std::result::Result<Value, ToolError> {
-        self.inputs.ask(key, method, params)
+        match self.inputs.ask(key, method, params) {
+            Asking::Done(r) => r,
+            // A prompt never becomes a task.
+            Asking::Task(_) => Err(ToolError::Cancelled),
+        }
     }
 
     async fn notify_session(&self, _: &str, _: Value) -> std::result::Result<(), ToolError> {
@@ -934,7 +1044,7 @@ impl Call {
 impl CallSink for Call {
     const GENERATION: &'static str = GENERATION;
     type Error = Done;
-    type Watch = ();
+    type Watch = crate::tasks::LinkWatch;
 
     fn identity(&self) -> Identity<'_> {
         Identity { app: &self.app, principal: &self.principal, trace_id: &self.trace_id, span: &self.span }
@@ -963,6 +1073,9 @@ impl CallSink for Call {
     }
 
     async fn deliver(&self, finished: Finished) {
+        if let Some(Some(link)) = self.task.get() {
+            return link.end(finished).await;
+        }
         match finished {
             Finished::Answer(r) => {
                 let r = r.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::modern(c), m));
@@ -978,17 +1091,102 @@ impl CallSink for Call {
         let _ = self.streaming(&mut out);
     }
 
-    fn watcher(&self) {}
+    fn watcher(&self) -> crate::tasks::LinkWatch {
+        crate::tasks::LinkWatch::default()
+    }
 
-    async fn watch(&self, (): &mut ()) -> Interrupt {
+    async fn watch(&self, w: &mut crate::tasks::LinkWatch) -> Interrupt {
+        if let Some(Some(link)) = self.task.get() {
+            // A task: the client left with its handle; what stops it now is tasks/cancel or a hand-off.
+            return Interrupt::Stop(link.watch(w).await);
+        }
         self.closed.cancelled().await;
+        if let Some(Some(link)) = self.task.get() {
+            return Interrupt::Stop(link.watch(w).await);
+        }
         // The client closed the stream: send nothing more.
         *self.out.lock().await = Out::Done;
         if self.keyed { Interrupt::Detach } else { Interrupt::Stop(CallEnd::Cancelled) }
     }
 
-    async fn stopped(&self, _end: CallEnd) {
+    async fn stopped(&self, end: CallEnd) {
         self.cancel.cancel();
+        if let Some(Some(link)) = self.task.get() {
+            link.stopped(end).await;
+        }
+    }
+
+    fn task_after(&self) -> Option<Duration> {
+        self.to_task.as_ref().map(|t| t.after)
+    }
+
+    async fn become_task(&self) {
+        let Some(spec) = &self.to_task else { return };
+        {
+            // Not while a round asks for input: the call is answering with an InputRequiredResult.
+            let mut round = self.inputs.round();
+            if !round.asked.is_empty() || !round.missing.is_empty() {
+                return;
+            }
+            round.task = true;
+        }
+        let link = self.convert(spec).await;
+        if link.is_none() {
+            self.inputs.round().task = false;
+        }
+        let _ = self.task.set(link);
+        self.task_ready.notify_waiters();
+    }
+}
+
+impl Call {
+    /// Makes this running call a task: its lease, then its record (running here, at the principal's cap), then its
+    /// handle answers the request. `None` (it stays inline) at the cap or when the store fails.
+    async fn convert(&self, spec: &ToTask) -> Option<crate::tasks::TaskLink> {
+        let app = &self.app;
+        let tasks = &app.tasks;
+        let cfg = tasks.config();
+        let key = mcpfleet_state::TaskKey { user: self.principal.user.clone(), id: mcpfleet_state::TaskId::random() };
+        let shard = tasks.shard_of(&key.id);
+        if let Err(e) = app.store.lease_task(shard, &key, 1, cfg.lease).await {
+            tracing::warn!(error = %e, "call not made a task (store unavailable); it stays inline");
+            return None;
+        }
+        let (caps, principal) =
+            (self.inputs.meta.capabilities.to_string(), crate::tasks::principal_json(&self.principal));
+        let new = mcpfleet_state::NewTask {
+            key: &key,
+            tool: &spec.tool,
+            args: &spec.args,
+            capabilities: &caps,
+            principal: &principal,
+            answers: &spec.answers,
+            trace_id: &self.trace_id,
+            ttl: cfg.ttl,
+            poll_interval: cfg.poll_interval,
+            rerunnable: spec.rerunnable,
+            running_on: Some(tasks.replica()),
+            max_open: app.limits.max_tasks(),
+        };
+        let created = match app.store.create_task(&new).await {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                let _ = app.store.release_task_lease(shard, &key, 1).await;
+                let _ = app.limits.tasks_refused();
+                tracing::info!(tool.name = %spec.tool, "principal at its task cap: the call stays inline");
+                return None;
+            }
+            Err(e) => {
+                let _ = app.store.release_task_lease(shard, &key, 1).await;
+                tracing::warn!(error = %e, "call not made a task (store unavailable); it stays inline");
+                return None;
+            }
+        };
+        let link = crate::tasks::TaskLink::hold(app, key.clone(), 1, spec.rerunnable, false);
+        tasks.metrics().created.with_label_values(&["converted"]).inc();
+        let handle = complete(app, crate::tasks::created_result(app, &key.id, created, true), false);
+        self.send_final(crate::jsonrpc::result(&self.request_id, handle)).await;
+        Some(link)
     }
 }
 
@@ -1023,7 +1221,7 @@ fn input_capability(cap: &str) -> bool {
 }
 
 /// The capability an input request of `method` needs.
-fn input_kind(method: &str) -> Option<&'static str> {
+pub(crate) fn input_kind(method: &str) -> Option<&'static str> {
     INPUT_KINDS.iter().find(|(m, _)| *m == method).map(|(_, c)| *c)
 }
 
@@ -1048,13 +1246,32 @@ impl ToolContext for Call {
         }
     }
 
-    /// MRTR: see [`Inputs::ask`].
-    async fn request(&self, method: &str, params: Value, _timeout: Duration) -> std::result::Result<Value, ToolError> {
-        self.inputs.ask(&self.inputs.auto_key(method), method, params)
+    /// MRTR (see [`Inputs::ask`]), or through the task the call became.
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> std::result::Result<Value, ToolError> {
+        self.ask(&self.inputs.auto_key(method), method, params, timeout).await
     }
 
     async fn ask(&self, key: &str, method: &str, params: Value, _: Duration) -> std::result::Result<Value, ToolError> {
-        self.inputs.ask(key, method, params)
+        let mut params = params;
+        loop {
+            match self.inputs.ask(key, method, params) {
+                Asking::Done(r) => return r,
+                Asking::Task(p) => {
+                    let ready = self.task_ready.notified();
+                    tokio::pin!(ready);
+                    ready.as_mut().enable();
+                    match self.task.get() {
+                        Some(Some(link)) => return link.ask(key, method, p, &self.inputs.meta.capabilities).await,
+                        // The call could not become a task: it stays inline, with rounds.
+                        Some(None) => params = p,
+                        None => {
+                            ready.await;
+                            params = p;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     async fn notify_session(&self, method: &str, params: Value) -> std::result::Result<(), ToolError> {

@@ -1,0 +1,455 @@
+//! Durable tasks in Redis (see `crate::tasks` for the contract).
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `<p>{u:<user>}:tk:<id>` | hash | the record a poll reads: `st`, `g` (generation), `ct`/`ut` (ms), `ttl`, `poll`, `tool`, `tr` (trace id), `rr` (re-runnable), `own` (replica), `cx` (cancel asked), `msg`, `out` (result or error), `ni` (outstanding inputs), `i:<key>` (each outstanding input request) |
+//! | `<p>{u:<user>}:tw:<id>` | hash | what a worker needs: `args`, `caps`, `a:<key>` (answers); dropped when the task ends |
+//! | `<p>{u:<user>}:to` | zset | the principal's open tasks, scored by expiry (the `--max-tasks-per-user` cap counts it) |
+//! | `<p>{tq:<n>}:q` | stream | shard n of the work queue, consumer group `w`; entries `u`, `t`, `g` |
+//! | `<p>{tq:<n>}:l` | zset | the leases of shard n: `<user>/<id>/<generation>`, scored by expiry (ms) |
+//! | `<p>{tq:<n>}:e` | hash | lease member → its waiting entry id |
+//!
+//! A record and its work hash expire with the task's TTL. The queue keys are few and permanent.
+
+use super::{RedisStore, array, int, string};
+use crate::tasks::{
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, RunCheck, TaskEnd, TaskId, TaskKey, TaskStatus,
+    TaskStore, TaskView, TaskWork, UpdateOutcome,
+};
+use crate::types::UserKey;
+use crate::{Result, StateError};
+use async_trait::async_trait;
+use redis::{Script, Value};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+struct Scripts {
+    create: Script,
+    update: Script,
+    cancel: Script,
+    start: Script,
+    ask: Script,
+    finish: Script,
+    requeue: Script,
+    enqueue: Script,
+    dequeue: Script,
+    settle: Script,
+    renew: Script,
+    expired: Script,
+    stats: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    create: Script::new(include_str!("tasks/create.lua")),
+    update: Script::new(include_str!("tasks/update.lua")),
+    cancel: Script::new(include_str!("tasks/cancel.lua")),
+    start: Script::new(include_str!("tasks/start.lua")),
+    ask: Script::new(include_str!("tasks/ask.lua")),
+    finish: Script::new(include_str!("tasks/finish.lua")),
+    requeue: Script::new(include_str!("tasks/requeue.lua")),
+    enqueue: Script::new(include_str!("tasks/enqueue.lua")),
+    dequeue: Script::new(include_str!("tasks/dequeue.lua")),
+    settle: Script::new(include_str!("tasks/settle.lua")),
+    renew: Script::new(include_str!("tasks/renew.lua")),
+    expired: Script::new(include_str!("tasks/expired.lua")),
+    stats: Script::new(include_str!("tasks/stats.lua")),
+});
+
+struct TaskKeys {
+    record: String,
+    work: String,
+    open: String,
+}
+
+struct ShardKeys {
+    stream: String,
+    leases: String,
+    entries: String,
+}
+
+/// A lease's member: `<user>/<task id>/<generation>` (neither part can hold a `/`).
+fn member(key: &TaskKey, generation: u64) -> String {
+    format!("{}/{}/{generation}", key.user.as_str(), key.id.as_str())
+}
+
+fn parse_member(m: &str) -> Option<(TaskKey, u64)> {
+    let mut it = m.splitn(3, '/');
+    let user = UserKey::new(it.next()?)?;
+    let id = TaskId::parse(it.next()?)?;
+    let generation = it.next()?.parse().ok()?;
+    Some((TaskKey { user, id }, generation))
+}
+
+fn ms(d: Duration) -> u64 {
+    super::ms(d)
+}
+
+impl RedisStore {
+    fn task_keys(&self, key: &TaskKey) -> TaskKeys {
+        let base = self.user_base(&key.user);
+        TaskKeys {
+            record: format!("{base}:tk:{}", key.id.as_str()),
+            work: format!("{base}:tw:{}", key.id.as_str()),
+            open: format!("{base}:to"),
+        }
+    }
+
+    fn shard_keys(&self, shard: u16) -> ShardKeys {
+        let base = format!("{}{{tq:{shard}}}", self.inner.cfg.prefix);
+        ShardKeys { stream: format!("{base}:q"), leases: format!("{base}:l"), entries: format!("{base}:e") }
+    }
+}
+
+/// A record's `HGETALL`, as a view.
+fn view(flat: &[Value]) -> Result<Option<TaskView>> {
+    if flat.is_empty() {
+        return Ok(None);
+    }
+    let mut v = TaskView {
+        status: TaskStatus::Queued,
+        created_ms: 0,
+        updated_ms: 0,
+        ttl_ms: 0,
+        poll_ms: 0,
+        message: None,
+        outcome: None,
+        input_requests: Vec::new(),
+        generation: 0,
+        rerunnable: false,
+        tool: String::new(),
+    };
+    let mut status = None;
+    let num = |s: &str| s.parse::<u64>().map_err(|_| StateError::Protocol("bad task field"));
+    for pair in flat.chunks(2) {
+        let [f, val] = pair else { return Err(StateError::Protocol("bad task record")) };
+        let (f, val) = (string(f)?, string(val)?);
+        match f.as_str() {
+            "st" => status = TaskStatus::parse(&val),
+            "ct" => v.created_ms = num(&val)?,
+            "ut" => v.updated_ms = num(&val)?,
+            "ttl" => v.ttl_ms = num(&val)?,
+            "poll" => v.poll_ms = num(&val)?,
+            "g" => v.generation = num(&val)?,
+            "rr" => v.rerunnable = val == "1",
+            "tool" => v.tool = val,
+            "msg" => v.message = Some(val),
+            "out" => v.outcome = Some(val),
+            other => {
+                if let Some(k) = other.strip_prefix("i:") {
+                    v.input_requests.push((k.to_owned(), val));
+                }
+            }
+        }
+    }
+    v.status = status.ok_or(StateError::Protocol("bad task status"))?;
+    v.input_requests.sort();
+    Ok(Some(v))
+}
+
+/// Answer pairs, as a JSON object of raw JSON values.
+fn answers_object(pairs: &[Value]) -> Result<String> {
+    let mut out = String::from("{");
+    for (i, pair) in pairs.chunks(2).enumerate() {
+        let [k, v] = pair else { return Err(StateError::Protocol("bad answers")) };
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&json_string(&string(k)?));
+        out.push(':');
+        out.push_str(&string(v)?);
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    async fn create_task(&self, t: &NewTask<'_>) -> Result<Option<u64>> {
+        let k = self.task_keys(t.key);
+        let mut inv = SCRIPTS.create.key(&k.record);
+        inv.key(&k.work).key(&k.open);
+        inv.arg(t.max_open)
+            .arg(ms(t.ttl))
+            .arg(ms(t.poll_interval))
+            .arg(t.tool)
+            .arg(t.args)
+            .arg(t.capabilities)
+            .arg(t.principal)
+            .arg(t.trace_id)
+            .arg(if t.rerunnable { "1" } else { "0" })
+            .arg(t.running_on.unwrap_or(""))
+            .arg(t.key.id.as_str());
+        // Answers gathered before the task existed, as key/value pairs (values are kept as the client sent them).
+        if let Ok(serde_json::Value::Object(answers)) = serde_json::from_str::<serde_json::Value>(t.answers) {
+            for (key, value) in &answers {
+                inv.arg(key).arg(value.to_string());
+            }
+        }
+        match int(&self.run("task_create", inv).await?)? {
+            0 => Ok(None),
+            -1 => Err(StateError::Conflict),
+            created => Ok(Some(u64::try_from(created).map_err(|_| StateError::Protocol("bad creation time"))?)),
+        }
+    }
+
+    async fn get_task(&self, key: &TaskKey) -> Result<Option<TaskView>> {
+        let k = self.task_keys(key);
+        let v: Value = self.query("task_get", redis::cmd("HGETALL").arg(&k.record)).await?;
+        view(&array(v).or_else(|_| Ok::<_, StateError>(Vec::new()))?)
+    }
+
+    async fn update_task(&self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.update.key(&k.record);
+        inv.key(&k.work);
+        for (key, value) in answers {
+            inv.arg(key).arg(value);
+        }
+        let r = array(self.run("task_update", inv).await?)?;
+        match r.as_slice() {
+            [c] if int(c)? == -1 => Ok(None),
+            [n, resumed] => {
+                Ok(Some(UpdateOutcome { accepted: usize::try_from(int(n)?).unwrap_or(0), resumed: int(resumed)? == 1 }))
+            }
+            _ => Err(StateError::Protocol("bad task update reply")),
+        }
+    }
+
+    async fn cancel_task(&self, key: &TaskKey) -> Result<Option<CancelOutcome>> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.cancel.key(&k.record);
+        inv.key(&k.work).key(&k.open).arg(key.id.as_str());
+        Ok(match int(&self.run("task_cancel", inv).await?)? {
+            0 => Some(CancelOutcome::AlreadyEnded),
+            1 => Some(CancelOutcome::Cancelled),
+            2 => Some(CancelOutcome::Requested),
+            _ => None,
+        })
+    }
+
+    async fn start_task(&self, key: &TaskKey, generation: u64, replica: &str) -> Result<Option<TaskWork>> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.start.key(&k.record);
+        inv.key(&k.work).arg(generation).arg(replica);
+        let r = array(self.run("task_start", inv).await?)?;
+        match r.as_slice() {
+            [c, tool, trace, rr, args, caps, principal, answers @ ..] if int(c)? == 1 => Ok(Some(TaskWork {
+                tool: string(tool)?,
+                trace_id: string(trace)?,
+                rerunnable: string(rr)? == "1",
+                args: string(args)?,
+                capabilities: string(caps)?,
+                principal: string(principal)?,
+                answers: answers_object(answers)?,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    async fn ask_task(&self, key: &TaskKey, generation: u64, input: &str, request: &str) -> Result<Asked> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.ask.key(&k.record);
+        inv.key(&k.work).arg(generation).arg(input).arg(request);
+        let r = array(self.run("task_ask", inv).await?)?;
+        match r.as_slice() {
+            [c, answer] if int(c)? == 1 => Ok(Asked::Answer(string(answer)?)),
+            [c] if int(c)? == 2 => Ok(Asked::Pending),
+            _ => Ok(Asked::Stop),
+        }
+    }
+
+    async fn check_task(&self, key: &TaskKey, generation: u64) -> Result<RunCheck> {
+        let k = self.task_keys(key);
+        let v: Vec<Option<String>> =
+            self.query("task_check", redis::cmd("HMGET").arg(&k.record).arg("st").arg("g").arg("cx")).await?;
+        let status = v.first().cloned().flatten().and_then(|s| TaskStatus::parse(&s));
+        let same = v.get(1).cloned().flatten().and_then(|g| g.parse::<u64>().ok()) == Some(generation);
+        Ok(match status {
+            Some(s) if !s.is_terminal() && same => {
+                if v.get(2).cloned().flatten().as_deref() == Some("1") {
+                    RunCheck::CancelRequested
+                } else {
+                    RunCheck::Run
+                }
+            }
+            _ => RunCheck::Gone,
+        })
+    }
+
+    async fn finish_task(&self, key: &TaskKey, generation: u64, end: &TaskEnd) -> Result<Option<TaskView>> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.finish.key(&k.record);
+        inv.key(&k.work).key(&k.open).arg(generation);
+        match end {
+            TaskEnd::Completed(result) => inv.arg("completed").arg(result).arg(""),
+            TaskEnd::Failed { error, message } => inv.arg("failed").arg(error).arg(message),
+            TaskEnd::Cancelled => inv.arg("cancelled").arg("").arg(""),
+        };
+        inv.arg(key.id.as_str());
+        let r = array(self.run("task_finish", inv).await?)?;
+        match r.split_first() {
+            Some((c, rest)) if int(c)? == 1 => view(rest),
+            _ => Ok(None),
+        }
+    }
+
+    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Option<u64>> {
+        let k = self.task_keys(key);
+        let mut inv = SCRIPTS.requeue.key(&k.record);
+        inv.key(&k.work).key(&k.open).arg(generation).arg(key.id.as_str());
+        let r = array(self.run("task_requeue", inv).await?)?;
+        match r.as_slice() {
+            [c, g] if int(c)? == 1 => Ok(Some(u64::try_from(int(g)?).unwrap_or(0))),
+            _ => Ok(None),
+        }
+    }
+
+    async fn lease_task(&self, shard: u16, key: &TaskKey, generation: u64, ttl: Duration) -> Result<()> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.renew.key(&s.leases);
+        inv.arg(ms(ttl)).arg("add").arg(member(key, generation));
+        self.run("task_lease", inv).await?;
+        Ok(())
+    }
+
+    async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.enqueue.key(&s.stream);
+        inv.key(&s.leases).key(&s.entries);
+        inv.arg(member(key, generation)).arg(ms(check)).arg(key.user.as_str()).arg(key.id.as_str()).arg(generation);
+        self.run("task_enqueue", inv).await?;
+        Ok(())
+    }
+
+    async fn dequeue(&self, shard: u16, consumer: &str, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.dequeue.key(&s.stream);
+        inv.arg(consumer).arg(count.max(1)).arg(ms(stale_after));
+        let r = array(self.run("task_dequeue", inv).await?)?;
+        let mut out = Vec::new();
+        for e in r.chunks(4) {
+            let [entry, user, id, generation] = e else { return Err(StateError::Protocol("bad dequeue reply")) };
+            let entry = string(entry)?;
+            match (UserKey::new(&string(user)?), TaskId::parse(&string(id)?), string(generation)?.parse::<u64>()) {
+                (Some(user), Some(id), Ok(generation)) => {
+                    out.push(Queued { entry, key: TaskKey { user, id }, generation });
+                }
+                // Not an entry of ours: drop it, so that no worker takes it again.
+                _ => {
+                    let mut inv = SCRIPTS.settle.key(&s.stream);
+                    inv.key(&s.leases).key(&s.entries).arg(&entry).arg("").arg("keep").arg(0);
+                    self.run("task_settle", inv).await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn settle(&self, shard: u16, entry: &Queued, then: AfterTake) -> Result<()> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.settle.key(&s.stream);
+        inv.key(&s.leases).key(&s.entries).arg(&entry.entry).arg(member(&entry.key, entry.generation));
+        match then {
+            AfterTake::Lease(ttl) => inv.arg("lease").arg(ms(ttl)),
+            AfterTake::Release => inv.arg("release").arg(0),
+            AfterTake::Keep => inv.arg("keep").arg(0),
+        };
+        self.run("task_settle", inv).await?;
+        Ok(())
+    }
+
+    async fn renew_task_leases(
+        &self,
+        shard: u16,
+        runs: &[(TaskKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<(TaskKey, u64)>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.renew.key(&s.leases);
+        inv.arg(ms(ttl)).arg("renew");
+        for (key, generation) in runs {
+            inv.arg(member(key, *generation));
+        }
+        let lost = array(self.run("task_renew", inv).await?)?;
+        Ok(lost.iter().filter_map(|m| string(m).ok().and_then(|m| parse_member(&m))).collect())
+    }
+
+    async fn release_task_lease(&self, shard: u16, key: &TaskKey, generation: u64) -> Result<()> {
+        let s = self.shard_keys(shard);
+        let _: i64 = self.query("task_release", redis::cmd("ZREM").arg(&s.leases).arg(member(key, generation))).await?;
+        Ok(())
+    }
+
+    async fn expired_task_leases(&self, shard: u16, grace: Duration, limit: usize) -> Result<Vec<(TaskKey, u64)>> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.expired.key(&s.stream);
+        inv.key(&s.leases).key(&s.entries).arg(ms(grace)).arg(limit.max(1));
+        let due = array(self.run("task_expired", inv).await?)?;
+        let mut out = Vec::new();
+        for m in &due {
+            let m = string(m)?;
+            match parse_member(&m) {
+                Some(run) => out.push(run),
+                None => {
+                    let _: i64 = self.query("task_release", redis::cmd("ZREM").arg(&s.leases).arg(&m)).await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.stats.key(&s.stream);
+        inv.key(&s.leases);
+        let r = array(self.run("task_stats", inv).await?)?;
+        let [len, pending, leased, oldest] = r.as_slice() else { return Err(StateError::Protocol("bad stats reply")) };
+        let count = |v: &Value| int(v).map(|n| u64::try_from(n).unwrap_or(0));
+        let (len, taken, leased) = (count(len)?, count(pending)?, count(leased)?);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let oldest = string(oldest)?
+            .split_once('-')
+            .and_then(|(ms, _)| ms.parse::<u64>().ok())
+            .map(|at| now.saturating_sub(Duration::from_millis(at)));
+        Ok(QueueStats { waiting: len.saturating_sub(taken), taken, oldest, leased })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_members_round_trip() {
+        let key = TaskKey { user: UserKey::anonymous(), id: TaskId::random() };
+        assert_eq!(parse_member(&member(&key, 7)), Some((key, 7)));
+        assert_eq!(parse_member("a/b/c"), None);
+    }
+
+    #[test]
+    fn answers_become_one_json_object() {
+        let pairs = [Value::BulkString(b"k\"1".to_vec()), Value::BulkString(br#"{"action":"accept"}"#.to_vec())];
+        let obj = answers_object(&pairs).unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_str(&obj).unwrap_or_default();
+        assert_eq!(parsed["k\"1"]["action"], "accept");
+    }
+}
