@@ -9,8 +9,9 @@
 # Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
 # two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token); then the
 # 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
-# then PostgreSQL (its own server, migrated, demo data at scale 1): the hot path with the audit trail on and off,
-# and the reference tools (full-text search_docs, get_ticket) through 3 replicas.
+# then the tasks extension through 3 replicas with JWTs: tasks/get polls of a live task beside plain 2026 tools/call
+# on the same fleet; then PostgreSQL (its own server, migrated, demo data at scale 1): the hot path with the audit
+# trail on and off, and the reference tools (full-text search_docs, get_ticket) through 3 replicas.
 # Columns: see docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +70,8 @@ run() {
   local label="$1" replicas="$2" header="$3"; shift 3
   # ONLY='regex' runs the setups whose label matches it.
   if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
+  # The table's header goes with the first setup that runs (ONLY may skip the one that asks for it).
+  if [[ -z "${HEADER_DONE:-}" ]]; then header=--header; HEADER_DONE=1; fi
   local bench_args=() server_args=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do bench_args+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
@@ -142,6 +145,15 @@ run "3 replicas, Redis, round-robin, 2026-07-28" 3 "" --redis-url "$REDIS_URL" -
   --redis-url "$REDIS_URL"
 run "1 replica, Redis, 2026-07-28, idempotency keys" 1 "" --redis-url "$REDIS_URL" --generation 2026 \
   --idempotency-keys -- --redis-url "$REDIS_URL"
+# The tasks extension: each loop first queues one slow_job of 600 s (always a task; the conformance fixtures), then
+# polls it with tasks/get round-robin, so each poll lands on any replica; the tasks are cancelled at the end. Beside
+# it, plain 2026 tools/call through the same fleet. One principal holds every task: the task cap is the sessions.
+TASK_FLEET=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures conformance
+  --max-tasks-per-user "$SESSIONS")
+run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tools/call" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" \
+  --generation 2026 -- "${TASK_FLEET[@]}"
+run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tasks/get poll" 3 "" --redis-url "$REDIS_URL" \
+  --token "$TOKEN" --generation 2026 --op tasks-get --tool slow_job --args '{"seconds":600}' -- "${TASK_FLEET[@]}"
 run "1 replica, Redis, JWT, audit trail off" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL" --audit-trail off
 run "1 replica, Redis, JWT, audit trail on" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \

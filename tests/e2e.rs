@@ -22,5 +22,7 @@ mod modern;
 mod operability;
 #[path = "rmcp_client.rs"]
 mod rmcp_client;
+#[path = "tasks.rs"]
+mod tasks;
 #[path = "tools.rs"]
 mod tools;

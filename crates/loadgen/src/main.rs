@@ -2,10 +2,12 @@
 //!
 //! It opens `--sessions` sessions (each with `initialize` and `notifications/initialized`; with `--generation
 //! 2026` each "session" is only a client loop, and every request carries its `_meta` and standard headers), then
-//! every session sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in turn (as a
-//! round-robin balancer would). It reads JSON and SSE answers, and reports throughput, latency quantiles, errors by
-//! kind and 429s. Given the servers' pids it reports server CPU per call (from `/proc/<pid>/stat`); given the Redis
-//! URL, Redis commands per call (from `INFO commandstats`).
+//! every session sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in
+//! turn (as a round-robin balancer would). With `--op tasks-get` (2026 only) each session first queues one task (a
+//! `tools/call` of a tool the server always runs as a task, the tasks extension declared), then polls it with
+//! `tasks/get` instead, and cancels it at the end. It reads JSON and SSE answers, and reports throughput, latency
+//! quantiles, errors by kind and 429s. Given the servers' pids it reports server CPU per call (from
+//! `/proc/<pid>/stat`); given the Redis URL, Redis commands per call (from `INFO commandstats`).
 //!
 //! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
 
@@ -15,8 +17,27 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The tasks extension's identifier, declared in `_meta` by `--op tasks-get`.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// How long the tasks of `--op tasks-get` may take to be cancelled at the end, all together.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every session sends in its loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Op {
+    /// `tools/call` of `--tool` with `--args`.
+    ToolsCall,
+    /// `tasks/get` of a task the session queued first: a `tools/call` of `--tool` with `--args`, which must be a
+    /// tool the server always runs as a task (e.g. the conformance fixture `slow_job` with `{"seconds":600}`).
+    /// The tasks are cancelled at the end. `--generation 2026` only.
+    TasksGet,
+}
+
 #[derive(Debug, Parser)]
-#[command(name = "mcpfleet-bench", about = "Closed-loop tools/call load against one or more MCP endpoints")]
+#[command(
+    name = "mcpfleet-bench",
+    about = "Closed-loop tools/call (or tasks/get) load against one or more MCP endpoints"
+)]
 struct Args {
     /// An MCP endpoint (http://host:port/mcp); repeat to spread requests round-robin.
     #[arg(long = "url", required = true)]
@@ -61,6 +82,9 @@ struct Args {
     /// Give every call a fresh idempotency key (`io.mcpfleet/idempotencyKey`), to measure what the record costs.
     #[arg(long)]
     idempotency_keys: bool,
+    /// What every session sends in its loop.
+    #[arg(long, value_enum, default_value_t = Op::ToolsCall)]
+    op: Op,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +97,10 @@ enum BenchError {
     Redis(#[from] redis::RedisError),
     #[error("bad --args: {0}")]
     Args(#[from] serde_json::Error),
+    #[error("{0}")]
+    Usage(&'static str),
+    #[error("no task created: {0}")]
+    NoTask(String),
 }
 
 /// How one call ended.
@@ -83,6 +111,8 @@ enum Kind {
     RpcError(i64),
     Http(u16),
     Transport,
+    /// A `tasks/get` that found its task ended (the poll no longer measures a live task).
+    TaskEnded(String),
 }
 
 impl std::fmt::Display for Kind {
@@ -93,6 +123,7 @@ impl std::fmt::Display for Kind {
             Self::RpcError(c) => write!(f, "rpc {c}"),
             Self::Http(s) => write!(f, "http {s}"),
             Self::Transport => write!(f, "transport"),
+            Self::TaskEnded(status) => write!(f, "task {status}"),
         }
     }
 }
@@ -118,7 +149,9 @@ impl Session {
             .body(body.to_string());
         if self.modern {
             rb = rb.header("mcp-method", body["method"].as_str().unwrap_or_default());
-            if let Some(name) = body["params"]["name"].as_str() {
+            // The tool's name, or the task id of the tasks extension's methods.
+            let params = &body["params"];
+            if let Some(name) = params["name"].as_str().or_else(|| params["taskId"].as_str()) {
                 rb = rb.header("mcp-name", name);
             }
         }
@@ -155,18 +188,32 @@ impl Session {
         Ok(s)
     }
 
-    /// One call; its outcome and whether it was a 429.
+    /// One call; its outcome.
     async fn call(&self, url: &str, body: &Value) -> Kind {
-        let Ok(resp) = self.post(url, body).send().await else { return Kind::Transport };
+        match self.exchange(url, body).await {
+            Err(k) => k,
+            Ok(m) if m.get("error").is_some() => Kind::RpcError(m["error"]["code"].as_i64().unwrap_or(0)),
+            Ok(m) if m["result"]["isError"] == true => Kind::IsError,
+            Ok(m) if body["method"] == "tasks/get" => match m["result"]["status"].as_str() {
+                Some(s @ ("completed" | "failed" | "cancelled")) => Kind::TaskEnded(s.to_owned()),
+                _ => Kind::Ok,
+            },
+            Ok(_) => Kind::Ok,
+        }
+    }
+
+    /// One request; the answer (a JSON-RPC response), or how it failed before one.
+    async fn exchange(&self, url: &str, body: &Value) -> Result<Value, Kind> {
+        let Ok(resp) = self.post(url, body).send().await else { return Err(Kind::Transport) };
         let status = resp.status().as_u16();
         let sse = resp
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| c.starts_with("text/event-stream"));
-        let Ok(bytes) = resp.bytes().await else { return Kind::Transport };
+        let Ok(bytes) = resp.bytes().await else { return Err(Kind::Transport) };
         if status != 200 {
-            return Kind::Http(status);
+            return Err(Kind::Http(status));
         }
         let message = if sse {
             // The answer is the last `data:` line that carries a result or an error.
@@ -179,12 +226,47 @@ impl Session {
         } else {
             serde_json::from_slice::<Value>(&bytes).ok()
         };
-        match message {
-            None => Kind::Transport,
-            Some(m) if m.get("error").is_some() => Kind::RpcError(m["error"]["code"].as_i64().unwrap_or(0)),
-            Some(m) if m["result"]["isError"] == true => Kind::IsError,
-            Some(_) => Kind::Ok,
+        message.ok_or(Kind::Transport)
+    }
+
+    /// Queues a task (`call` is a `tools/call` of a tool the server always runs as a task); its id.
+    async fn create_task(&self, url: &str, call: &Value) -> Result<String, BenchError> {
+        let m = self.exchange(url, call).await.map_err(|k| BenchError::NoTask(k.to_string()))?;
+        if m["result"]["resultType"] == "task"
+            && let Some(id) = m["result"]["taskId"].as_str()
+        {
+            return Ok(id.to_owned());
         }
+        let got: String = m.to_string().chars().take(200).collect();
+        Err(BenchError::NoTask(format!("the answer was {got}")))
+    }
+}
+
+/// The `_meta` every 2026-07-28 request carries; with `tasks`, the tasks extension declared.
+fn modern_meta(tasks: bool) -> Value {
+    let capabilities = if tasks { json!({ "extensions": { TASKS_EXTENSION: {} } }) } else { json!({}) };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": { "name": "mcpfleet-bench", "version": "1" },
+    })
+}
+
+/// A `tasks/get` or `tasks/cancel` of task `id`.
+fn task_request(method: &str, id: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": { "taskId": id, "_meta": modern_meta(true) } })
+}
+
+/// Cancels the tasks (`ids[n]` belongs to `sessions[n]`), within [`CANCEL_TIMEOUT`]; how many were not.
+async fn cancel_tasks(sessions: &[Arc<Session>], ids: &[Option<String>]) -> usize {
+    let cancels = sessions.iter().zip(ids).enumerate().filter_map(|(n, (s, id))| {
+        let body = task_request("tasks/cancel", id.as_deref()?);
+        Some(async move { s.call(&s.urls[n % s.urls.len()], &body).await == Kind::Ok })
+    });
+    let wanted = ids.iter().flatten().count();
+    match tokio::time::timeout(CANCEL_TIMEOUT, futures::future::join_all(cancels)).await {
+        Ok(done) => done.into_iter().filter(|ok| !ok).count(),
+        Err(_) => wanted,
     }
 }
 
@@ -246,29 +328,66 @@ async fn run(a: Args) -> Result<(), BenchError> {
     // Built together with the server, reqwest gets `rustls-no-provider` by feature unification: name ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args: Value = serde_json::from_str(&a.args)?;
+    let modern = a.generation == "2026";
+    let polls = a.op == Op::TasksGet;
+    if polls && !modern {
+        return Err(BenchError::Usage("--op tasks-get needs --generation 2026"));
+    }
+    if polls && a.idempotency_keys {
+        return Err(BenchError::Usage("--idempotency-keys applies to --op tools-call only"));
+    }
     let http = reqwest::Client::builder().pool_max_idle_per_host(a.sessions.max(1)).build()?;
     let urls = Arc::new(a.urls.clone());
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
-        let modern = a.generation == "2026";
         sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, modern).await?));
     }
-    let mut body =
+    let mut call =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
-    if a.generation == "2026" {
-        body["params"]["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": { "name": "mcpfleet-bench", "version": "1" },
-        });
+    if modern {
+        call["params"]["_meta"] = modern_meta(polls);
     }
-    let body = Arc::new(body);
+    // What each session sends in its loop: the call, or `tasks/get` of the task it queued (before the warm-up).
+    let (bodies, task_ids) = if polls {
+        let created = futures::future::join_all(
+            sessions.iter().enumerate().map(|(n, s)| s.create_task(&s.urls[n % s.urls.len()], &call)),
+        )
+        .await;
+        let ids: Vec<Option<String>> = created.iter().map(|r| r.as_ref().ok().cloned()).collect();
+        if let Some(Err(e)) = created.into_iter().find(Result::is_err) {
+            let _ = cancel_tasks(&sessions, &ids).await;
+            return Err(e);
+        }
+        let bodies = ids.iter().flatten().map(|id| Arc::new(task_request("tasks/get", id))).collect();
+        (bodies, ids)
+    } else {
+        // One body, shared by every session.
+        let call = Arc::new(call);
+        (vec![call; sessions.len()], Vec::new())
+    };
+    let measured = measure(&a, &http, &sessions, bodies).await;
+    // Whatever the measure did: the tasks are not left to run (a replica that stops would hand them back to the
+    // queue, for the next fleet on this Redis to run).
+    let not_cancelled = cancel_tasks(&sessions, &task_ids).await;
+    if not_cancelled > 0 {
+        eprintln!("mcpfleet-bench: {not_cancelled} of {} tasks not cancelled", task_ids.len());
+    }
+    measured
+}
+
+/// Runs every session's loop (`bodies[n]` is what session n sends), then prints the report row.
+async fn measure(
+    a: &Args,
+    http: &reqwest::Client,
+    sessions: &[Arc<Session>],
+    bodies: Vec<Arc<Value>>,
+) -> Result<(), BenchError> {
     let keyed = a.idempotency_keys;
     let warmup_end = Instant::now() + Duration::from_secs(a.warmup_secs);
     let end = warmup_end + Duration::from_secs(a.secs);
     let mut tasks = Vec::new();
-    for (n, s) in sessions.iter().enumerate() {
-        let (s, body) = (s.clone(), body.clone());
+    for (n, (s, body)) in sessions.iter().zip(bodies).enumerate() {
+        let s = s.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
@@ -302,7 +421,7 @@ async fn run(a: Args) -> Result<(), BenchError> {
         Some(u) => Some(redis_calls(u).await?),
         None => None,
     };
-    let trips0 = round_trips(&http, &a.metrics).await?;
+    let trips0 = round_trips(http, &a.metrics).await?;
     let started = Instant::now();
     let mut lat = Vec::new();
     let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
@@ -319,7 +438,7 @@ async fn run(a: Args) -> Result<(), BenchError> {
         Some(u) => Some(redis_calls(u).await?),
         None => None,
     };
-    let trips1 = round_trips(&http, &a.metrics).await?;
+    let trips1 = round_trips(http, &a.metrics).await?;
     lat.sort_unstable();
     let total = lat.len() as f64;
     let ok = kinds.get(&Kind::Ok).copied().unwrap_or(0) as f64;

@@ -353,6 +353,7 @@ impl ModernClient {
         let name = match method {
             "tools/call" | "prompts/get" => body["params"]["name"].as_str(),
             "resources/read" => body["params"]["uri"].as_str(),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => body["params"]["taskId"].as_str(),
             _ => None,
         };
         if let Some(n) = name.filter(|_| !overridden("mcp-name")) {
