@@ -97,6 +97,20 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
     for u in &urls {
         assert_eq!(get(&alice, u, &id).await.1["result"]["status"], "completed");
     }
+    // A poll is one Redis round trip: the admission script and the record's read, pipelined.
+    let b = s.fleet.replicas[1].admin();
+    let trips = |kind: &'static str| {
+        let b = b.clone();
+        async move {
+            let m = mcpfleet_fleetkit::scrape(&b).await;
+            m.get(&format!("mcp_redis_command_duration_seconds_count{{kind=\"{kind}\"}}")).copied().unwrap_or(0.0)
+        }
+    };
+    let (admits, reads) = (trips("admit").await, trips("task_get").await);
+    for _ in 0..20 {
+        assert_eq!(get(&alice, &urls[1], &id).await.0, 200);
+    }
+    assert_eq!((trips("admit").await - admits, trips("task_get").await - reads), (20.0, 0.0));
 
     // Another principal learns nothing: the same answer as an id that never existed, for every method.
     let bob = tasks_client(&s, "bob");

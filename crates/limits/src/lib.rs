@@ -21,7 +21,7 @@ pub use metrics::{Kind, LimitMetrics};
 
 use mcpfleet_state::{
     Admission, Admitted, BucketReading, BucketSpec, LimitStore, Refusal, SessionInfo, SessionOp, SlotSet, SlotSpec,
-    StateError, TokenBucket, UserKey, WindowSpec,
+    StateError, TaskKey, TaskView, TokenBucket, UserKey, WindowSpec,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -166,13 +166,15 @@ pub struct Request<'a> {
     /// bucket instead, which has the same burst and rate and is counted apart, so that these messages cannot
     /// flood the store either.
     pub control: bool,
+    /// A task to read in the same store call (a `tasks/get` poll costs one round trip in all).
+    pub task: Option<&'a TaskKey>,
 }
 
 impl<'a> Request<'a> {
     /// A request of `user` that needs only the bucket.
     #[must_use]
     pub fn new(user: &'a UserKey, peer: Option<IpAddr>) -> Self {
-        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false }
+        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false, task: None }
     }
 
     /// The same request as a control message (see [`Request::control`]).
@@ -191,6 +193,9 @@ pub struct Granted {
     /// The leased slot: hold it (see [`Limiter::hold`]) for as long as the stream or call lives.
     pub slot: Option<SlotLease>,
     pub quota: Option<QuotaStatus>,
+    /// The task [`Request::task`] named, read in the same store call (`Some(None)`: no such task); `None` when it
+    /// was not read (the store was not called: a cached refusal, or the fail-open bucket).
+    pub task: Option<Option<TaskView>>,
 }
 
 /// A slot taken by admission.
@@ -332,6 +337,7 @@ impl Limiter {
             slot: slot.as_ref(),
             window: window.as_ref(),
             release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
+            read_task: req.task,
         };
         match self.store.admit(&a).await {
             Ok(mut r) => {
@@ -452,7 +458,7 @@ impl Limiter {
             }
             _ => None,
         };
-        Ok(Granted { rate, session: r.session, slot, quota })
+        Ok(Granted { rate, session: r.session, slot, quota, task: r.task })
     }
 
     /// The store could not decide. Closed: 503. Open: the bucket is decided on this replica's share of it, and
@@ -612,6 +618,7 @@ mod tests {
                 session: None,
                 slots_used: None,
                 window: None,
+                task: None,
             })
         }
         async fn renew_slot(&self, _: &UserKey, _: SlotSet, _: &str, _: Duration) -> mcpfleet_state::Result<bool> {

@@ -77,13 +77,16 @@ pub struct Admission<'a> {
     /// Slots of the user's to free first (the ends of earlier calls, riding on this round trip). When `slot` is
     /// given, they must be of the same set.
     pub release: Option<(SlotSet, &'a [String])>,
+    /// A task of the user's to read in the same round trip (a `tasks/get` poll: one round trip in all). It is read
+    /// whatever the decision; the caller uses it only if admitted.
+    pub read_task: Option<&'a crate::TaskKey>,
 }
 
 impl<'a> Admission<'a> {
     /// An admission of `user` that checks nothing yet.
     #[must_use]
     pub fn new(user: &'a UserKey) -> Self {
-        Self { user, session: SessionOp::None, bucket: None, slot: None, window: None, release: None }
+        Self { user, session: SessionOp::None, bucket: None, slot: None, window: None, release: None, read_task: None }
     }
 }
 
@@ -134,6 +137,8 @@ pub struct Admitted {
     /// Live slots in the set after the decision.
     pub slots_used: Option<u64>,
     pub window: Option<WindowReading>,
+    /// The task asked for by [`Admission::read_task`] (`Some(None)`: no such task).
+    pub task: Option<Option<crate::TaskView>>,
 }
 
 /// Token-bucket maths, shared by the in-memory store and the limits crate's local bucket (the Redis script does

@@ -359,12 +359,13 @@ impl EventStore for MemoryStore {
     }
 }
 
-#[async_trait]
-impl LimitStore for MemoryStore {
-    async fn admit(&self, a: &Admission<'_>) -> Result<Admitted> {
+impl MemoryStore {
+    /// The counters of an admission (everything but the task read), under the lock.
+    fn count(&self, a: &Admission<'_>) -> Result<Admitted> {
         let mut g = self.lock();
         let now = Instant::now();
-        let mut out = Admitted { refused: None, bucket: None, session: None, slots_used: None, window: None };
+        let mut out =
+            Admitted { refused: None, bucket: None, session: None, slots_used: None, window: None, task: None };
         if let Some((set, tokens)) = a.release {
             let slots = g.live_slots(a.user, set, now);
             for t in tokens {
@@ -451,6 +452,17 @@ impl LimitStore for MemoryStore {
             }
             e.0 += 1;
             out.window = Some(WindowReading { used: e.0, reset: e.1 - now });
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl LimitStore for MemoryStore {
+    async fn admit(&self, a: &Admission<'_>) -> Result<Admitted> {
+        let mut out = self.count(a)?;
+        if let Some(key) = a.read_task {
+            out.task = Some(crate::TaskStore::get_task(self, key).await?);
         }
         Ok(out)
     }

@@ -165,6 +165,7 @@ contract!(
     tasks_queue_hands_out_and_settles,
     tasks_queue_hands_over_stale_entries,
     tasks_leases_renew_and_sweep,
+    tasks_read_beside_an_admission,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1586,4 +1587,27 @@ async fn tasks_leases_renew_and_sweep(kind: Kind) {
     assert_eq!((st.waiting, st.taken, st.leased), (2, 1, 4), "{st:?}");
     // Releasing a lease that is not there is not an error.
     s.release_task_lease(shard, &never, 1).await.expect("release nothing");
+}
+
+async fn tasks_read_beside_an_admission(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = task_key("alice");
+    create_task(s, &new_task(&key)).await;
+    let spec = BucketSpec { name: "tb".to_owned(), capacity: 1.0, per_second: 0.001 };
+    // Admitted, with the task read in the same call.
+    let a = Admission { bucket: Some(&spec), read_task: Some(&key), ..admission(&key.user) };
+    let r = admit(s, &a).await;
+    assert_eq!(r.refused, None);
+    let v = r.task.expect("read").expect("the task");
+    assert_eq!((v.status, v.tool.as_str()), (TaskStatus::Queued, "tool.x"));
+    // Refused by the bucket: the read comes along anyway (the caller drops it).
+    let r = admit(s, &a).await;
+    assert_eq!(r.refused, Some(Refusal::Bucket));
+    // Another principal's admission reads nothing of alice's: its key names another record.
+    let bobs = TaskKey { user: user("bob"), id: key.id.clone() };
+    let r = admit(s, &Admission { read_task: Some(&bobs), ..admission(&bobs.user) }).await;
+    assert_eq!(r.task, Some(None));
+    // No read asked, none made.
+    assert_eq!(admit(s, &admission(&key.user)).await.task, None);
 }

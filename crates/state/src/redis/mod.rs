@@ -226,6 +226,26 @@ impl RedisStore {
         .await
     }
 
+    /// An admission and the `HGETALL` of a record, pipelined: one round trip. A script cache emptied by a restart
+    /// (`NOSCRIPT`) is refilled and the pipeline sent again, once.
+    async fn run_with_read(&self, inv: &redis::ScriptInvocation<'_>, record: &str) -> Result<(Value, Value)> {
+        let mut conn = self.inner.conn.clone();
+        let t = self.timeout();
+        self.measured("admit", async {
+            let mut pipe = redis::pipe();
+            pipe.invoke_script(inv).cmd("HGETALL").arg(record);
+            let first = with_deadline(t, pipe.query_async::<(Value, Value)>(&mut conn)).await?;
+            match first {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    with_deadline(t, inv.load_async(&mut conn)).await??;
+                    Ok(with_deadline(t, pipe.query_async::<(Value, Value)>(&mut conn)).await??)
+                }
+                r => Ok(r?),
+            }
+        })
+        .await
+    }
+
     async fn query<T: redis::FromRedisValue>(&self, kind: &'static str, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.inner.conn.clone();
         let t = self.timeout();
@@ -616,7 +636,14 @@ impl LimitStore for RedisStore {
         for token in a.release.map_or(&[][..], |(_, t)| t) {
             inv.arg(token);
         }
-        let (code, rest) = status(self.run("admit", inv).await?)?;
+        let (reply, task) = match a.read_task {
+            None => (self.run("admit", inv).await?, None),
+            Some(key) => {
+                let (reply, record) = self.run_with_read(&inv, &self.task_record_key(key)).await?;
+                (reply, Some(tasks::view_of(record)?))
+            }
+        };
+        let (code, rest) = status(reply)?;
         let [tokens, wait, pv, caps, lvl, slots, wused, wreset] = rest.as_slice() else {
             return Err(StateError::Protocol("bad admit reply"));
         };
@@ -653,7 +680,7 @@ impl LimitStore for RedisStore {
             None => None,
         };
         let slots_used = if matches!(code, 4) { None } else { opt_u64(slots)? };
-        Ok(Admitted { refused, bucket, session, slots_used, window })
+        Ok(Admitted { refused, bucket, session, slots_used, window, task })
     }
 
     async fn renew_slot(&self, user: &UserKey, set: SlotSet, token: &str, ttl: Duration) -> Result<bool> {

@@ -100,6 +100,23 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// The key of a task's record (read beside an admission).
+    pub(super) fn task_record_key(&self, key: &TaskKey) -> String {
+        self.task_keys(key).record
+    }
+}
+
+/// A record's `HGETALL` reply (a map in RESP3, a flat array in RESP2), as a view.
+pub(super) fn view_of(v: Value) -> Result<Option<TaskView>> {
+    match v {
+        Value::Map(m) => view(&m.into_iter().flat_map(|(k, v)| [k, v]).collect::<Vec<_>>()),
+        Value::Array(a) => view(&a),
+        Value::Nil => Ok(None),
+        _ => Err(StateError::Protocol("bad task record")),
+    }
+}
+
 /// A record's `HGETALL`, as a view.
 fn view(flat: &[Value]) -> Result<Option<TaskView>> {
     if flat.is_empty() {
@@ -210,8 +227,7 @@ impl TaskStore for RedisStore {
 
     async fn get_task(&self, key: &TaskKey) -> Result<Option<TaskView>> {
         let k = self.task_keys(key);
-        let v: Value = self.query("task_get", redis::cmd("HGETALL").arg(&k.record)).await?;
-        view(&array(v).or_else(|_| Ok::<_, StateError>(Vec::new()))?)
+        view_of(self.query("task_get", redis::cmd("HGETALL").arg(&k.record)).await?)
     }
 
     async fn update_task(&self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {

@@ -429,18 +429,26 @@ impl Post<'_> {
         } else {
             Vec::new()
         };
-        admit(app, self.info, &self.asker.request()).await?;
+        // A poll reads its task in the admission's round trip.
+        let read = if method == "tasks/get" { key.as_ref() } else { None };
+        let granted = admit(app, self.info, &mcpfleet_limits::Request { task: read, ..self.asker.request() }).await?;
         let Some(key) = key else { return Ok(Err(not_found())) };
         let ack = json!({ "resultType": "complete" });
         match method {
-            "tasks/get" => Ok(match app.store.get_task(&key).await? {
-                Some(v) => {
-                    let mut t = wire(&key.id, &v, true);
-                    t["resultType"] = json!("complete");
-                    Ok(t)
-                }
-                None => Err(not_found()),
-            }),
+            "tasks/get" => {
+                let view = match granted.task {
+                    Some(v) => v,
+                    None => app.store.get_task(&key).await?,
+                };
+                Ok(match view {
+                    Some(v) => {
+                        let mut t = wire(&key.id, &v, true);
+                        t["resultType"] = json!("complete");
+                        Ok(t)
+                    }
+                    None => Err(not_found()),
+                })
+            }
             "tasks/update" => match app.store.update_task(&key, &answers).await? {
                 None => Ok(Err(not_found())),
                 Some(u) => {
