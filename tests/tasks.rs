@@ -80,7 +80,7 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
     let id = created["taskId"].as_str().unwrap().to_owned();
     assert!(id.len() >= 22, "at least 128 random bits: {id}");
     assert!(
-        created["ttlMs"].as_u64().is_some_and(|t| t >= 3_600_000) && created["pollIntervalMs"].as_u64() == Some(1000)
+        created["ttlMs"].as_u64().is_some_and(|t| t >= 3_600_000) && created["pollIntervalMs"].as_u64() == Some(2000)
     );
     assert!(created["createdAt"].as_str().is_some_and(|c| c.ends_with('Z') && c.len() == 24), "{created}");
     // Durable before the handle left A: B knows it at once.
@@ -154,6 +154,13 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
         legacy.request(&urls[1], 6, "tools/call", json!({ "name": "slow_job", "arguments": { "seconds": 1 } })).await;
     assert_eq!(r["result"]["content"][0]["text"], "slow_job: done after 1 s", "{r}");
 
+    // Under an idempotency key, a repeat (on another replica) gets the same task, not a second one.
+    let keyed = json!({ "_meta": { "io.mcpfleet/idempotencyKey": "export-42" } });
+    let first = alice.call(&urls[0], 7, "slow_job", json!({ "seconds": 1 }), keyed.clone()).await;
+    let again = alice.call(&urls[2], 8, "slow_job", json!({ "seconds": 1 }), keyed).await;
+    assert_eq!(first["result"]["resultType"], "task", "{first}");
+    assert_eq!(first["result"]["taskId"], again["result"]["taskId"], "{again}");
+
     // A call that may become a task does, after its delay, and keeps running where it started.
     let started = Instant::now();
     let id = create(&alice, &urls[0], "slow_compute", json!({ "seconds": 2, "label": "converted" })).await;
@@ -213,10 +220,20 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     assert_eq!(n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], json!(40));
     // Asking for task notifications needs the extension too.
     let plain = s.modern("alice").with_capabilities(json!({}));
-    let resp = plain
-        .send(&urls[0], &plain.body(42, "subscriptions/listen", json!({ "notifications": { "taskIds": [id] } })), &[])
-        .await;
-    assert_eq!(resp.status(), 400);
+    for ids in [json!([id]), json!(["not-a-task-id"])] {
+        let listen = plain.body(42, "subscriptions/listen", json!({ "notifications": { "taskIds": ids } }));
+        let resp = plain.send(&urls[0], &listen, &[]).await;
+        assert_eq!(resp.status(), 400);
+        let r: Value = resp.json().await.unwrap();
+        assert_eq!(r["error"]["code"], -32021, "{r}");
+    }
+
+    // Cancelled while it waits for input: it ends cancelled, not with the tool's complaint.
+    let waiting = create(&alice, &urls[1], "confirm_delete", json!({ "filename": "keep.txt" })).await;
+    until(&alice, &urls[..1], &waiting, 10, status_is("input_required")).await;
+    alice.request(&urls[2], 45, "tasks/cancel", json!({ "taskId": waiting })).await;
+    let t = until(&alice, &urls, &waiting, 5, terminal).await;
+    assert_eq!(t["status"], "cancelled", "{t}");
 
     // Cancelled on B while it runs: the tool stops, and the task ends cancelled.
     let id = create(&alice, &urls[0], "slow_job", json!({ "seconds": 60 })).await;
@@ -239,14 +256,15 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replicas_tasks_run_again_or_fail_with_an_explanation() {
-    let mut s = JwtFleet::start(3, &["--task-lease", "1s"]).await;
+    let mut s = JwtFleet::start(3, &["--task-lease", "1s", "--redis-timeout", "300ms"]).await;
     let urls: Vec<String> = (0..3).map(|i| s.url(i)).collect();
     let alice = tasks_client(&s, "alice");
     let rerun = create(&alice, &urls[0], "slow_job", json!({ "seconds": 3 })).await;
     let fragile = create(&alice, &urls[0], "fragile_job", json!({ "seconds": 3 })).await;
     // A call that became a task where it ran (on A), re-runnable.
     let converted = create(&alice, &urls[0], "slow_compute", json!({ "seconds": 3, "label": "moved" })).await;
-    eventually(10, "all three run", || async { running(&s).await.iter().sum::<f64>() >= 3.0 }).await;
+    let abandoned = create(&alice, &urls[0], "fragile_job", json!({ "seconds": 3 })).await;
+    eventually(10, "all four run", || async { running(&s).await.iter().sum::<f64>() >= 4.0 }).await;
     // SIGKILL every replica that runs one of them.
     let held = running(&s).await;
     let dead: Vec<usize> = (0..3).filter(|i| held[*i] > 0.0).collect();
@@ -257,18 +275,22 @@ async fn a_dead_replicas_tasks_run_again_or_fail_with_an_explanation() {
     for i in &dead {
         s.fleet.replicas[*i].kill();
     }
-    // Within the lease, the sweep and a second run: the re-runnable ones complete elsewhere, the other fails and
-    // says why. Never silent.
-    for id in [&rerun, &converted] {
-        let t = until(&alice, &alive, id, 15, terminal).await;
-        assert_eq!(t["status"], "completed", "{t}");
-    }
+    // Its client gives up on one while its replica is dead: the sweeper ends it cancelled, not failed.
+    alice.request(&alive[0], 9, "tasks/cancel", json!({ "taskId": abandoned })).await;
+    // Never silent: the one that may not run twice fails and says why, within the lease and a sweep.
     let t = until(&alice, &alive, &fragile, 15, terminal).await;
     assert_eq!(t["status"], "failed", "{t}");
+    assert!(killed.elapsed() < Duration::from_secs(4), "failed within the lease and a sweep: {:?}", killed.elapsed());
     let message = t["error"]["message"].as_str().unwrap();
     assert!(message.contains("may be half done") && message.contains("fragile_job"), "{message}");
     assert_eq!(t["statusMessage"].as_str(), Some(message));
     assert!(t.get("result").is_none());
+    assert_eq!(until(&alice, &alive, &abandoned, 5, terminal).await["status"], "cancelled");
+    // Within the lease, the sweep and a second run: the re-runnable ones complete elsewhere.
+    for id in [&rerun, &converted] {
+        let t = until(&alice, &alive, id, 15, terminal).await;
+        assert_eq!(t["status"], "completed", "{t}");
+    }
     assert!(
         killed.elapsed() < Duration::from_secs(12),
         "reclaimed within lease + sweep + a run: {:?}",
@@ -326,6 +348,8 @@ async fn the_task_cap_and_the_quota_hold_across_replicas() {
     let r: Value = resp.json().await.unwrap();
     assert_eq!(r["error"]["data"]["limit"], "tasks", "{r}");
     assert_eq!(r["error"]["data"]["cap"], 2);
+    let refused = "mcp_tool_calls_total{outcome=\"refused_by_limit\",tool=\"slow_job\"}";
+    assert_eq!(s.metric(refused).await, 1.0, "counted and audited like any refused call");
     // Bob has his own cap.
     let bob = tasks_client(&s, "bob");
     create(&bob, &urls[2], "slow_job", json!({ "seconds": 1 })).await;

@@ -62,7 +62,7 @@ impl LimitMetrics {
             decisions: IntCounterVec::new(
                 Opts::new(
                     "mcp_limit_decisions_total",
-                    "Limit decisions by kind (rate, quota, sessions, streams, inflight) and outcome: allowed, denied \
+                    "Limit decisions by kind (rate, quota, sessions, streams, inflight, tasks) and outcome: allowed, denied \
                      (by the shared state), denied_cached (refused locally until a known time, no store call), \
                      unavailable (the store could not decide: 503).",
                 ),

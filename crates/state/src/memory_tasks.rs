@@ -149,6 +149,7 @@ impl Task {
             generation: self.generation,
             rerunnable: self.rerunnable,
             tool: self.tool.clone(),
+            cancel_requested: self.cancel_requested,
         }
     }
 
@@ -495,6 +496,11 @@ impl TaskStore for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn tidy_consumers(&self, _shard: u16, _leaving: Option<&str>, _idle: Duration) -> Result<u64> {
+        // One process: no consumers to keep apart.
+        Ok(0)
     }
 
     async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {

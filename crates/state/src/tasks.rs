@@ -163,6 +163,8 @@ pub struct TaskView {
     pub generation: u64,
     pub rerunnable: bool,
     pub tool: String,
+    /// The client asked to cancel it (a running task: its runner is told).
+    pub cancel_requested: bool,
 }
 
 /// What a worker needs to run a task it took.
@@ -385,6 +387,13 @@ pub trait TaskStore: Send + Sync + fmt::Debug {
         grace: Duration,
         limit: usize,
     ) -> crate::Result<Vec<(TaskKey, u64)>>;
+
+    /// Removes the queue's consumers that hold no entry: `leaving` (this replica, shutting down) and any idle
+    /// longer than `idle` (replicas long gone). Returns how many.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn tidy_consumers(&self, shard: u16, leaving: Option<&str>, idle: Duration) -> crate::Result<u64>;
 
     /// The shard's queue, for the metrics.
     ///

@@ -166,6 +166,7 @@ contract!(
     tasks_queue_hands_over_stale_entries,
     tasks_leases_renew_and_sweep,
     tasks_read_beside_an_admission,
+    tasks_queue_consumers_are_tidied,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1176,6 +1177,7 @@ async fn tasks_create_get_and_cap(kind: Kind) {
         generation: 1,
         rerunnable: true,
         tool: "tool.x".to_owned(),
+        cancel_requested: false,
     };
     assert_eq!(task(s, &key).await, want);
     // An id names one task: creating it again is refused and changes nothing.
@@ -1333,6 +1335,7 @@ async fn tasks_cancel(kind: Kind) {
     assert_eq!(s.check_task(&running, 1).await.expect("check"), RunCheck::Run);
     assert_eq!(s.cancel_task(&running).await.expect("cancel running"), Some(CancelOutcome::Requested));
     assert_eq!(status(s, &running).await, TaskStatus::Working);
+    assert!(task(s, &running).await.cancel_requested, "the view says it was asked");
     assert_eq!(s.check_task(&running, 1).await.expect("check"), RunCheck::CancelRequested);
     assert_eq!(s.ask_task(&running, 1, "a", REQ_A).await.expect("ask"), Asked::Stop);
     assert_eq!(task(s, &running).await.input_requests, vec![], "a stopped run asks nothing");
@@ -1610,4 +1613,29 @@ async fn tasks_read_beside_an_admission(kind: Kind) {
     assert_eq!(r.task, Some(None));
     // No read asked, none made.
     assert_eq!(admit(s, &admission(&key.user)).await.task, None);
+}
+
+async fn tasks_queue_consumers_are_tidied(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let shard = 9;
+    let (a, b) = (task_key("alice"), task_key("alice"));
+    for k in [&a, &b] {
+        create_task(s, &new_task(k)).await;
+        s.enqueue(shard, k, 1, LONG).await.expect("enqueue");
+    }
+    let first = s.dequeue(shard, "c1", 1, LONG).await.expect("dequeue c1");
+    let second = s.dequeue(shard, "c2", 1, LONG).await.expect("dequeue c2");
+    assert_eq!((first.len(), second.len()), (1, 1));
+    s.settle(shard, &second[0], AfterTake::Release).await.expect("settle");
+    // c1 holds an entry: it stays, even leaving (its entry would be lost). c2 holds none: it goes.
+    let redis = h.redis().is_some();
+    assert_eq!(s.tidy_consumers(shard, Some("c1"), LONG).await.expect("tidy c1"), 0);
+    assert_eq!(s.tidy_consumers(shard, Some("c2"), LONG).await.expect("tidy c2"), u64::from(redis));
+    // Idle ones go too, once idle long enough (and holding nothing).
+    s.settle(shard, &first[0], AfterTake::Release).await.expect("settle");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(s.tidy_consumers(shard, None, Duration::from_millis(10)).await.expect("tidy idle"), u64::from(redis));
+    // A shard nothing was queued in has nothing to tidy.
+    assert_eq!(s.tidy_consumers(shard + 1, Some("c1"), LONG).await.expect("tidy empty"), 0);
 }

@@ -270,7 +270,7 @@ impl ServeArgs {
         let store = self.store.into_config()?;
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
         let mut transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
-        transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout)?;
+        transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {

@@ -36,18 +36,34 @@ pub(super) struct TaskArgs {
     /// How long a task and its result are kept from its creation (its ttlMs), like 1h; 10s to 7d.
     #[arg(long, env = "MCPFLEET_TASK_TTL", default_value = "1h", value_parser = duration("10s", "7d"))]
     task_ttl: Duration,
-    /// The pollIntervalMs suggested to clients, like 1s (100ms to 10m). Keep it slower than the rate limit's refill
-    /// for one principal: a client polling faster is slowed by its bucket.
-    #[arg(long, env = "MCPFLEET_TASK_POLL_INTERVAL", default_value = "1s", value_parser = duration("100ms", "10m"))]
+    /// The pollIntervalMs suggested to clients, like 2s (100ms to 10m). Each poll takes a token from the
+    /// principal's bucket: a client polling n tasks spends n ÷ interval tokens a second, and one polling faster
+    /// than this is slowed by its bucket. The default lets a principal poll 32 tasks (--max-tasks-per-user) under
+    /// the default refill of 20 a second.
+    #[arg(long, env = "MCPFLEET_TASK_POLL_INTERVAL", default_value = "2s", value_parser = duration("100ms", "10m"))]
     task_poll_interval: Duration,
 }
 
 impl TaskArgs {
-    /// The tasks' configuration; `tool_timeout` bounds how long a run may take, so the TTL must outlast it.
+    /// The tasks' configuration; `tool_timeout` bounds how long a run may take, so the TTL must outlast it;
+    /// `redis_timeout` bounds a lease renewal, so the lease must hold three.
     ///
     /// # Errors
-    /// A TTL shorter than the tool timeout (a task could expire while it still runs).
-    pub(super) fn into_config(self, tool_timeout: Duration) -> Result<TaskConfig, ServerError> {
+    /// A TTL shorter than the tool timeout (a task could expire while it still runs), or a lease shorter than three
+    /// Redis timeouts.
+    pub(super) fn into_config(
+        self,
+        tool_timeout: Duration,
+        redis_timeout: Option<Duration>,
+    ) -> Result<TaskConfig, ServerError> {
+        if let Some(timeout) = redis_timeout.filter(|t| self.task_lease < 3 * *t) {
+            // A lease is renewed every third of its life; a renewal that may take a whole Redis timeout must fit.
+            return Err(config_error(format!(
+                "--task-lease ({}) must be at least 3 × --redis-timeout ({})",
+                super::cli::human(self.task_lease),
+                super::cli::human(timeout)
+            )));
+        }
         if self.task_ttl <= tool_timeout {
             return Err(config_error(format!(
                 "--task-ttl ({}) must be longer than --tool-timeout ({}): a task could expire while it runs",

@@ -3,7 +3,7 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `<p>{u:<user>}:tk:<id>` | hash | the record a poll reads: `st`, `g` (generation), `ct`/`ut` (ms), `ttl`, `poll`, `tool`, `tr` (trace id), `rr` (re-runnable), `own` (replica), `cx` (cancel asked), `msg`, `out` (result or error), `ni` (outstanding inputs), `i:<key>` (each outstanding input request) |
-//! | `<p>{u:<user>}:tw:<id>` | hash | what a worker needs: `args`, `caps`, `a:<key>` (answers); dropped when the task ends |
+//! | `<p>{u:<user>}:tw:<id>` | hash | what a worker needs: `args`, `caps`, `who` (the principal), `a:<key>` (answers); dropped when the task ends |
 //! | `<p>{u:<user>}:to` | zset | the principal's open tasks, scored by expiry (the `--max-tasks-per-user` cap counts it) |
 //! | `<p>{tq:<n>}:q` | stream | shard n of the work queue, consumer group `w`; entries `u`, `t`, `g` |
 //! | `<p>{tq:<n>}:l` | zset | the leases of shard n: `<user>/<id>/<generation>`, scored by expiry (ms) |
@@ -37,6 +37,7 @@ struct Scripts {
     renew: Script,
     expired: Script,
     stats: Script,
+    tidy: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -53,6 +54,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: Script::new(include_str!("tasks/renew.lua")),
     expired: Script::new(include_str!("tasks/expired.lua")),
     stats: Script::new(include_str!("tasks/stats.lua")),
+    tidy: Script::new(include_str!("tasks/tidy.lua")),
 });
 
 struct TaskKeys {
@@ -134,6 +136,7 @@ fn view(flat: &[Value]) -> Result<Option<TaskView>> {
         generation: 0,
         rerunnable: false,
         tool: String::new(),
+        cancel_requested: false,
     };
     let mut status = None;
     let num = |s: &str| s.parse::<u64>().map_err(|_| StateError::Protocol("bad task field"));
@@ -148,6 +151,7 @@ fn view(flat: &[Value]) -> Result<Option<TaskView>> {
             "poll" => v.poll_ms = num(&val)?,
             "g" => v.generation = num(&val)?,
             "rr" => v.rerunnable = val == "1",
+            "cx" => v.cancel_requested = val == "1",
             "tool" => v.tool = val,
             "msg" => v.message = Some(val),
             "out" => v.outcome = Some(val),
@@ -431,6 +435,13 @@ impl TaskStore for RedisStore {
             }
         }
         Ok(out)
+    }
+
+    async fn tidy_consumers(&self, shard: u16, leaving: Option<&str>, idle: Duration) -> Result<u64> {
+        let s = self.shard_keys(shard);
+        let mut inv = SCRIPTS.tidy.key(&s.stream);
+        inv.arg(leaving.unwrap_or("")).arg(ms(idle));
+        Ok(u64::try_from(int(&self.run("task_tidy", inv).await?)?).unwrap_or(0))
     }
 
     async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {

@@ -462,17 +462,41 @@ impl Post<'_> {
         let policy = app.catalog.tool_task(&name);
         if policy.mode == TaskMode::Always {
             // Queued at once (the front refused a request without the extension). The in-flight slot is not held:
-            // the task runs on a worker, bounded by --task-workers and the principal's task cap.
-            drop(granted.slot);
-            let created =
-                crate::tasks::create_queued(app, caller, &name, &args, &m.capabilities, &answers, self.trace_id).await;
-            return match created {
-                Ok(v) => Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response()),
-                Err(e) => {
+            // the task runs on a worker, bounded by --task-workers and the principal's task cap. Under an
+            // idempotency key, a repeat gets the same task.
+            if let Some(l) = granted.slot {
+                drop(app.limits.hold(l));
+            }
+            let create = async {
+                let r =
+                    crate::tasks::create_queued(app, caller, &name, &args, &m.capabilities, &answers, self.trace_id);
+                match r.await {
+                    Ok(v) => (Ok(v), true),
+                    Err(e) => (Err(Done::Refused(e)), false),
+                }
+            };
+            let ran = idempotency::run(app, idem.as_ref(), app.config.tool_timeout, create).await;
+            let refused = |e: &TransportError| matches!(e, TransportError::Limit(_));
+            return match ran {
+                Ran::Here(Ok(v)) | Ran::Replayed(v) => {
+                    Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response())
+                }
+                Ran::Here(Err(e)) => {
                     if granted.quota.is_some() {
                         app.limits.refund(&caller.user, &name).await;
                     }
-                    Err(e)
+                    match e {
+                        Done::Refused(e) => {
+                            if refused(&e) {
+                                self.record_refused(&name, &args, CallEnd::RefusedByLimit, GENERATION);
+                            }
+                            Err(e)
+                        }
+                        Done::Rpc((c, msg)) => {
+                            let r = Err((code::modern(c), msg));
+                            Ok(axum::Json(crate::jsonrpc::response(id, r)).into_response())
+                        }
+                    }
                 }
             };
         }
@@ -599,7 +623,7 @@ impl Post<'_> {
     async fn listen(&mut self, id: &Value, params: &JsonObject, client: &Value) -> Result<Response> {
         let app = self.app;
         let filter = Filter::parse(params, &capabilities(app))?;
-        if !filter.tasks.is_empty() && !crate::tasks::declared(client) {
+        if filter.asked_tasks && !crate::tasks::declared(client) {
             return Err(TransportError::MissingCapability(vec![crate::tasks::EXTENSION.to_owned()]));
         }
         let req = limits::Request { slot: Some(SlotSet::Streams), ..self.asker.request() };
@@ -651,6 +675,8 @@ struct Filter {
     /// Task ids whose `notifications/tasks` the stream carries (tasks extension). Any well-formed id is taken:
     /// another principal's task never notifies this principal's channel, so the acknowledgment tells nothing.
     tasks: Vec<String>,
+    /// The request asked for task notifications (well-formed ids or not): it needs the extension.
+    asked_tasks: bool,
 }
 
 impl Filter {
@@ -682,6 +708,7 @@ impl Filter {
                 return Err(bad("params.notifications.resourceSubscriptions must be an array of at most 256 URIs"));
             }
         };
+        let asked_tasks = n.get("taskIds").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
         let tasks = match n.get("taskIds") {
             None => Vec::new(),
             Some(Value::Array(a)) if a.len() <= MAX_SUBSCRIPTIONS => a
@@ -701,6 +728,7 @@ impl Filter {
             resources: flag("resourcesListChanged", "resources")?,
             uris: if subscribe { uris } else { Vec::new() },
             tasks,
+            asked_tasks,
         })
     }
 
@@ -1216,7 +1244,7 @@ const INPUT_KINDS: [(&str, &str); 3] =
     [("sampling/createMessage", "sampling"), ("elicitation/create", "elicitation"), ("roots/list", "roots")];
 
 /// Whether `cap` is a client capability that input requests need.
-fn input_capability(cap: &str) -> bool {
+pub(crate) fn input_capability(cap: &str) -> bool {
     INPUT_KINDS.iter().any(|(_, c)| *c == cap)
 }
 

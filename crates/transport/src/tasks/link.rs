@@ -166,14 +166,18 @@ impl TaskLink {
     /// tells the listeners and releases the lease. A store that fails is retried for a while; then the lease
     /// decides.
     pub(crate) async fn end(&self, finished: Finished) {
+        // A run that ends while its client asks to cancel it (the tool gave up on a cancelled input request, say)
+        // is cancelled, whatever the tool returned.
+        if matches!(self.app.store.check_task(&self.key, self.generation).await, Ok(RunCheck::CancelRequested)) {
+            return self.write_end(&TaskEnd::Cancelled).await;
+        }
         let end = match finished {
             Finished::Answer(Ok(v)) => {
                 let text = v.to_string();
                 if text.len() > MAX_RESULT_BYTES {
                     let message = format!(
                         "The result is {} bytes, more than a task may keep ({MAX_RESULT_BYTES} bytes); it was not \
-                         kept. Ask for less (a narrower query, fewer items), or call the tool without the tasks \
-                         extension.",
+                         kept. Ask for less (a narrower query, fewer items).",
                         text.len()
                     );
                     failed(code::INTERNAL_ERROR, &message)
@@ -218,6 +222,8 @@ impl TaskLink {
                 tracing::info!(task = ?self.key.id, "shutting down: task handed back to the queue");
             }
             Ok(None) => {
+                // Its client had asked to cancel it: it ended cancelled instead.
+                super::worker::announce_end(app, &self.key).await;
                 let _ = app.store.release_task_lease(shard, &self.key, self.generation).await;
             }
             Err(e) => tracing::warn!(error = %e, "task not handed back; its lease will run out"),

@@ -61,7 +61,7 @@ impl Default for TaskConfig {
             shards: 4,
             lease: Duration::from_secs(10),
             ttl: Duration::from_secs(3600),
-            poll_interval: Duration::from_secs(1),
+            poll_interval: Duration::from_secs(2),
         }
     }
 }
@@ -150,8 +150,11 @@ impl Tasks {
     }
 
     pub(crate) fn hold(&self, key: &TaskKey, held: Arc<Held>) {
-        self.metrics.running.inc();
-        self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), held);
+        // A newer run of a task whose older run lost its lease here replaces it (the older one's release no
+        // longer matches): counted once.
+        if self.held.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), held).is_none() {
+            self.metrics.running.inc();
+        }
     }
 
     pub(crate) fn release(&self, key: &TaskKey, generation: u64) {
@@ -350,6 +353,7 @@ pub(crate) fn created_result(app: &AppState, id: &TaskId, created_ms: u64, worki
         generation: 1,
         rerunnable: false,
         tool: String::new(),
+        cancel_requested: false,
     };
     let mut r = wire(id, &v, false);
     r["resultType"] = json!("task");
@@ -533,4 +537,85 @@ pub(crate) async fn create_queued(
     tasks.metrics().created.with_label_values(&["queued"]).inc();
     tasks.wake.notify_one();
     Ok(created_result(app, &key.id, created, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcpfleet_state::TaskStatus;
+
+    fn view(status: TaskStatus, outcome: Option<&str>, requests: &[(&str, &str)]) -> TaskView {
+        TaskView {
+            status,
+            created_ms: 1_796_083_200_000,
+            updated_ms: 1_796_083_201_500,
+            ttl_ms: 3_600_000,
+            poll_ms: 1000,
+            message: None,
+            outcome: outcome.map(str::to_owned),
+            input_requests: requests.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            generation: 1,
+            rerunnable: true,
+            tool: "t".to_owned(),
+            cancel_requested: false,
+        }
+    }
+
+    #[test]
+    fn the_wire_carries_what_each_status_adds_and_nothing_else() {
+        let id = TaskId::random();
+        let base = wire(&id, &view(TaskStatus::Queued, None, &[]), true);
+        assert_eq!(base["status"], "working", "a queued task is working on the wire");
+        assert_eq!(base["createdAt"], "2026-12-01T00:00:00.000Z");
+        assert_eq!(base["lastUpdatedAt"], "2026-12-01T00:00:01.500Z");
+        assert_eq!((base["ttlMs"].clone(), base["pollIntervalMs"].clone()), (json!(3_600_000), json!(1000)));
+        for k in ["result", "error", "inputRequests", "requestState", "ttl", "pollInterval", "resultType"] {
+            assert!(base.get(k).is_none(), "{k}: {base}");
+        }
+        let asked = view(TaskStatus::InputRequired, None, &[("a", r#"{"method":"elicitation/create","params":{}}"#)]);
+        let t = wire(&id, &asked, true);
+        assert_eq!(t["inputRequests"]["a"]["method"], "elicitation/create");
+        assert!(wire(&id, &asked, false).get("inputRequests").is_none(), "a handle is never detailed");
+        let done = wire(&id, &view(TaskStatus::Completed, Some(r#"{"content":[],"isError":true}"#), &[]), true);
+        assert_eq!((done["result"]["isError"].clone(), done.get("error")), (json!(true), None));
+        let failed = wire(&id, &view(TaskStatus::Failed, Some(r#"{"code":-32603,"message":"m"}"#), &[]), true);
+        assert_eq!((failed["error"]["code"].clone(), failed.get("result")), (json!(-32603), None));
+    }
+
+    #[test]
+    fn notices_are_matched_to_their_task() {
+        let id = TaskId::random();
+        let other = TaskId::random();
+        let n = |method: &str, task: &TaskId| {
+            crate::jsonrpc::notification(method, json!({ "taskId": task.as_str() })).to_string()
+        };
+        assert!(concerns(&n("notifications/tasks", &id), &id));
+        assert!(concerns(&n(POKE, &id), &id));
+        assert!(!concerns(&n("notifications/tasks", &other), &id));
+        assert!(!concerns(&n("notifications/tools/list_changed", &id), &id));
+        assert!(!concerns(&format!("not json {}", id.as_str()), &id));
+    }
+
+    #[test]
+    fn a_task_keeps_its_principal() {
+        let mut p =
+            Principal::new("https://issuer".into(), "alice".into(), Some("app".into()), Scopes::granted(["a b"]));
+        p.tenant = Some("acme".into());
+        let back = principal_from(&p.user, &principal_json(&p)).unwrap_or_else(Principal::anonymous);
+        assert_eq!((back.user, back.issuer, back.subject), (p.user.clone(), p.issuer.clone(), p.subject.clone()));
+        assert_eq!((back.client_id, back.tenant, back.scopes), (p.client_id, p.tenant, p.scopes));
+        let all = principal_from(&UserKey::anonymous(), &principal_json(&Principal::anonymous()));
+        assert_eq!(all.map(|p| p.scopes), Some(Scopes::All));
+        assert!(principal_from(&UserKey::anonymous(), "not json").is_none());
+    }
+
+    #[test]
+    fn the_extension_is_declared_per_request() {
+        assert!(declared(&json!({ "extensions": { EXTENSION: {} } })));
+        assert!(!declared(&json!({ "extensions": {} })));
+        assert!(!declared(&json!({ "tasks": {} })), "the v1 slot is not the extension");
+    }
+
+    use mcpfleet_core::Scopes;
+    use mcpfleet_state::UserKey;
 }

@@ -45,6 +45,13 @@ impl CallSink for TaskRun {
     async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, (i64, String)>, bool) {
         let r = self.app.catalog.call_tool(&tool, args, &*self).await;
         let own = mcp::own_outcome(&r);
+        // Input the creating request's capabilities cannot carry is a protocol error, as in a call (-32021).
+        if let Err(ToolError::ClientUnsupported(cap)) = &r
+            && crate::stateless::input_capability(cap)
+        {
+            let message = format!("missing required client capability: {cap}");
+            return (Err((crate::code::MISSING_CLIENT_CAPABILITY, message)), own);
+        }
         (mcp::tool_result(r, &tool, &self.trace_id), own)
     }
 

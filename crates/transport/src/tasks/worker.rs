@@ -19,6 +19,10 @@ const SWEEP_EVERY: Duration = Duration::from_millis(500);
 const STATS_EVERY: Duration = Duration::from_secs(5);
 /// Most expired leases one sweep of one shard takes.
 const SWEEP_BATCH: usize = 32;
+/// A queue consumer (a replica) idle this long, holding nothing, is removed from the group.
+const CONSUMER_IDLE: Duration = Duration::from_secs(3600);
+/// How often the keeper removes such consumers.
+const TIDY_EVERY: Duration = Duration::from_secs(300);
 
 /// Starts this replica's task loops. They stop taking work when the tasks' stop fires (the drain), and end with
 /// the process.
@@ -33,7 +37,13 @@ async fn dispatch(app: AppState) {
     let mut next_shard = 0u16;
     loop {
         tokio::select! {
-            () = tasks.stop.cancelled() => return,
+            () = tasks.stop.cancelled() => {
+                // Leaving the queue: this replica's consumer goes (unless it still holds entries).
+                for shard in 0..shards {
+                    let _ = app.store.tidy_consumers(shard, Some(tasks.replica()), CONSUMER_IDLE).await;
+                }
+                return;
+            }
             () = tasks.wake.notified() => {}
             () = tokio::time::sleep(IDLE_POLL) => {}
         }
@@ -131,7 +141,8 @@ async fn keep(app: AppState) {
     let mut renew = tokio::time::interval(renew_every);
     let mut sweep = tokio::time::interval(SWEEP_EVERY.min(lease / 2));
     let mut stats = tokio::time::interval(STATS_EVERY);
-    for t in [&mut renew, &mut sweep, &mut stats] {
+    let mut tidy = tokio::time::interval(TIDY_EVERY);
+    for t in [&mut renew, &mut sweep, &mut stats, &mut tidy] {
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
     loop {
@@ -144,6 +155,13 @@ async fn keep(app: AppState) {
                 }
             }
             _ = stats.tick() => read_stats(&app).await,
+            _ = tidy.tick() => {
+                for shard in 0..tasks.config().shards.max(1) {
+                    if let Err(e) = app.store.tidy_consumers(shard, None, CONSUMER_IDLE).await {
+                        tracing::debug!(error = %e, shard, "task queue: consumers not tidied");
+                    }
+                }
+            }
         }
     }
 }
@@ -220,15 +238,16 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
                 tracing::warn!(task = ?key.id, tool.name = %v.tool, generation = next, "task's replica lost: running it again");
                 tasks.wake.notify_one();
             }
-            None => {
-                // Cancelled meanwhile (a cancellation asked of a dead run ends it), or ended.
-                if let Ok(Some(v)) = store.get_task(key).await
-                    && v.status == TaskStatus::Cancelled
-                {
-                    tasks.metrics().ended.with_label_values(&["cancelled"]).inc();
-                    notify(app, key, &v).await;
-                }
-            }
+            // A cancellation asked of the dead run ends it cancelled (or it ended meanwhile).
+            None => announce_end(app, key).await,
+        }
+        return store.release_task_lease(shard, key, generation).await;
+    }
+    if v.cancel_requested {
+        // Its client asked to cancel it before its replica died: it is cancelled, not failed.
+        if let Some(v) = store.finish_task(key, generation, &TaskEnd::Cancelled).await? {
+            tasks.metrics().ended.with_label_values(&["cancelled"]).inc();
+            notify(app, key, &v).await;
         }
         return store.release_task_lease(shard, key, generation).await;
     }
@@ -237,7 +256,7 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
          so it was not run again. Its work may be half done: check its effects before you call it again.",
         v.tool
     );
-    let error = json!({ "code": crate::code::modern(crate::code::REQUEST_LOST), "message": message }).to_string();
+    let error = json!({ "code": crate::code::INTERNAL_ERROR, "message": message }).to_string();
     if let Some(v) = store.finish_task(key, generation, &TaskEnd::Failed { error, message }).await? {
         tasks.metrics().ended.with_label_values(&["failed"]).inc();
         tasks.metrics().reclaims.with_label_values(&["failed_replica_lost"]).inc();
@@ -245,6 +264,16 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
         notify(app, key, &v).await;
     }
     store.release_task_lease(shard, key, generation).await
+}
+
+/// Counts and announces a task that ended without its run writing the end (cancelled on a requeue).
+pub(super) async fn announce_end(app: &AppState, key: &TaskKey) {
+    if let Ok(Some(v)) = app.store.get_task(key).await
+        && v.status.is_terminal()
+    {
+        app.tasks.metrics().ended.with_label_values(&[v.status.as_str()]).inc();
+        notify(app, key, &v).await;
+    }
 }
 
 async fn read_stats(app: &AppState) {
