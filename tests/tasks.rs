@@ -160,6 +160,8 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
     let again = alice.call(&urls[2], 8, "slow_job", json!({ "seconds": 1 }), keyed).await;
     assert_eq!(first["result"]["resultType"], "task", "{first}");
     assert_eq!(first["result"]["taskId"], again["result"]["taskId"], "{again}");
+    let replayed = "mcp_tool_calls_total{outcome=\"replayed\",tool=\"slow_job\"}";
+    assert_eq!(s.metric(replayed).await, 1.0, "a repeat is a replay");
 
     // A call that may become a task does, after its delay, and keeps running where it started.
     let started = Instant::now();
@@ -227,6 +229,13 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
         let r: Value = resp.json().await.unwrap();
         assert_eq!(r["error"]["code"], -32021, "{r}");
     }
+
+    // A task that asks for input the creating request cannot take fails with -32021, naming what is missing.
+    let mute = s.modern("alice").with_capabilities(json!({ "extensions": { EXT: {} } }));
+    let id = create(&mute, &urls[0], "confirm_delete", json!({ "filename": "x.txt" })).await;
+    let t = until(&mute, &urls[1..], &id, 10, terminal).await;
+    assert_eq!((t["status"].clone(), t["error"]["code"].clone()), (json!("failed"), json!(-32021)), "{t}");
+    assert_eq!(t["error"]["data"]["requiredCapabilities"], json!({ "elicitation": {} }));
 
     // Cancelled while it waits for input: it ends cancelled, not with the tool's complaint.
     let waiting = create(&alice, &urls[1], "confirm_delete", json!({ "filename": "keep.txt" })).await;

@@ -32,8 +32,8 @@ pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore};
 pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
 pub use tasks::{
-    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, RunCheck, TaskEnd, TaskId, TaskKey, TaskStatus,
-    TaskStore, TaskView, TaskWork, UpdateOutcome,
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
+    TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
 };
 pub use types::{
     AppendOptions, Delivery, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo,

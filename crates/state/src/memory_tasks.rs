@@ -7,8 +7,8 @@
 
 use crate::memory::MemoryStore;
 use crate::tasks::{
-    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, RunCheck, TaskEnd, TaskKey, TaskStatus, TaskStore,
-    TaskView, TaskWork, UpdateOutcome,
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskKey, TaskStatus,
+    TaskStore, TaskView, TaskWork, UpdateOutcome,
 };
 use crate::{Result, StateError};
 use async_trait::async_trait;
@@ -343,6 +343,8 @@ impl TaskStore for MemoryStore {
         let Some(t) = g.run(key, generation) else { return Ok(None) };
         // An empty outcome or message is none, as in Redis.
         let some = |s: &String| (!s.is_empty()).then(|| s.clone());
+        // The client asked to cancel it before this end: it is cancelled.
+        let end = if t.cancel_requested { &TaskEnd::Cancelled } else { end };
         match end {
             TaskEnd::Completed(result) => {
                 t.status = TaskStatus::Completed;
@@ -362,20 +364,20 @@ impl TaskStore for MemoryStore {
         Ok(Some(t.view()))
     }
 
-    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Option<u64>> {
+    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Requeue> {
         let mut g = self.task_lock();
-        let Some(t) = g.run(key, generation) else { return Ok(None) };
+        let Some(t) = g.run(key, generation) else { return Ok(Requeue::Refused) };
         t.requests.clear();
         t.touch();
         if t.cancel_requested {
             // Its client asked to stop it: it is not run again.
             t.status = TaskStatus::Cancelled;
             t.answers.clear();
-            return Ok(None);
+            return Ok(Requeue::Cancelled);
         }
         t.generation += 1;
         t.status = TaskStatus::Queued;
-        Ok(Some(t.generation))
+        Ok(Requeue::Queued(t.generation))
     }
 
     async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {

@@ -233,6 +233,17 @@ pub struct UpdateOutcome {
     pub resumed: bool,
 }
 
+/// What `requeue_task` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Back in line, for this generation's run.
+    Queued(u64),
+    /// Its client had asked to cancel it: it ended `cancelled` instead.
+    Cancelled,
+    /// It had ended, or a newer run holds it: nothing changed.
+    Refused,
+}
+
 /// One queue entry handed to a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Queued {
@@ -312,19 +323,20 @@ pub trait TaskStore: Send + Sync + fmt::Debug {
     /// A store failure or timeout.
     async fn check_task(&self, key: &TaskKey, generation: u64) -> crate::Result<RunCheck>;
 
-    /// Ends the run: the record becomes terminal, unless it already is or a newer run holds it (`None`).
+    /// Ends the run: the record becomes terminal, unless it already is or a newer run holds it (`None`). A run
+    /// whose client asked to cancel it ends `cancelled`, whatever `end` says (the cancellation came first).
     /// Returns the final view.
     ///
     /// # Errors
     /// A store failure or timeout.
     async fn finish_task(&self, key: &TaskKey, generation: u64, end: &TaskEnd) -> crate::Result<Option<TaskView>>;
 
-    /// Puts a task back in line for a new run: the next generation, `queued`. `None` if it ended or a newer run
-    /// holds it, or if its client asked to cancel it: then it ends `cancelled` instead.
+    /// Puts a task back in line for a new run: the next generation, `queued`; or, if its client asked to cancel it,
+    /// ends it `cancelled`. Changes nothing if it ended or a newer run holds it.
     ///
     /// # Errors
     /// A store failure or timeout.
-    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> crate::Result<Option<u64>>;
+    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> crate::Result<Requeue>;
 
     /// Sets the lease of a run that is about to exist (before its record is written, so that a replica dying in
     /// between leaves a lease the sweeper finds), or that runs where it was created.

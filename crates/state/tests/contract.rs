@@ -12,9 +12,9 @@
 use mcpfleet_state::{
     Admission, Admitted, AfterTake, AppendOptions, Asked, BucketSpec, CancelOutcome, Claim, ClaimSpec, Event, EventId,
     IdempotencyKey, LeaseToken, MemoryStore, NewSession, NewTask, OpenStream, QueueStats, RedisConfig, RedisStore,
-    Refusal, Ring, RunCheck, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet, SlotSpec,
-    StateError, Store, StreamState, Subscription, TaskEnd, TaskId, TaskKey, TaskStatus, TaskView, UpdateOutcome,
-    UserKey, WindowSpec,
+    Refusal, Requeue, Ring, RunCheck, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet,
+    SlotSpec, StateError, Store, StreamState, Subscription, TaskEnd, TaskId, TaskKey, TaskStatus, TaskView,
+    UpdateOutcome, UserKey, WindowSpec,
 };
 use mcpfleet_testkit::RedisServer;
 use std::sync::Arc;
@@ -1202,7 +1202,7 @@ async fn tasks_create_get_and_cap(kind: Kind) {
     assert_eq!(s.check_task(&bobs, 1).await.expect("check as bob"), RunCheck::Gone);
     assert_eq!(s.ask_task(&bobs, 1, "a", REQ_A).await.expect("ask as bob"), Asked::Stop);
     assert_eq!(s.finish_task(&bobs, 1, &TaskEnd::Cancelled).await.expect("finish as bob"), None);
-    assert_eq!(s.requeue_task(&bobs, 1).await.expect("requeue as bob"), None);
+    assert_eq!(s.requeue_task(&bobs, 1).await.expect("requeue as bob"), Requeue::Refused);
     assert_eq!(task(s, &key).await, want, "alice's task is untouched");
 
     // The cap counts the principal's open tasks only.
@@ -1243,7 +1243,7 @@ async fn tasks_expire_with_their_ttl(kind: Kind) {
     assert_eq!(s.check_task(&key, 1).await.expect("check expired"), RunCheck::Gone);
     assert_eq!(s.ask_task(&key, 1, "a", REQ_A).await.expect("ask expired"), Asked::Stop);
     assert_eq!(s.finish_task(&key, 1, &TaskEnd::Cancelled).await.expect("finish expired"), None);
-    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue expired"), None);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue expired"), Requeue::Refused);
     assert_eq!(s.start_task(&key, 1, "r2").await.expect("start expired"), None);
     // An expired task no longer counts against the cap.
     create_task(s, &NewTask { max_open: 1, ..new_task(&next) }).await;
@@ -1298,7 +1298,7 @@ async fn tasks_update_answers_and_resume(kind: Kind) {
     assert_eq!(s.check_task(&key, 1).await.expect("check"), RunCheck::Run);
 
     // A new run starts with every answer so far.
-    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Some(2));
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Requeue::Queued(2));
     let work = s.start_task(&key, 2, "r2").await.expect("start").expect("queued at 2");
     assert_eq!(
         (work.tool.as_str(), work.args.as_str(), work.capabilities.as_str(), work.trace_id.as_str(), work.rerunnable),
@@ -1340,7 +1340,9 @@ async fn tasks_cancel(kind: Kind) {
     assert_eq!(s.ask_task(&running, 1, "a", REQ_A).await.expect("ask"), Asked::Stop);
     assert_eq!(task(s, &running).await.input_requests, vec![], "a stopped run asks nothing");
     assert_eq!(s.cancel_task(&running).await.expect("cancel again"), Some(CancelOutcome::Requested));
-    let v = s.finish_task(&running, 1, &TaskEnd::Cancelled).await.expect("finish").expect("finished");
+    // The cancellation came first: whatever the run ends with, it ends cancelled.
+    let done = TaskEnd::Completed(r#"{"content":[]}"#.to_owned());
+    let v = s.finish_task(&running, 1, &done).await.expect("finish").expect("finished");
     assert_eq!((v.status, v.outcome, v.message), (TaskStatus::Cancelled, None, None));
     assert_eq!(s.cancel_task(&running).await.expect("cancel ended"), Some(CancelOutcome::AlreadyEnded));
 
@@ -1375,7 +1377,7 @@ async fn tasks_terminal_states_never_change(kind: Kind) {
     assert_eq!(s.cancel_task(&done).await.expect("cancel"), Some(CancelOutcome::AlreadyEnded));
     let none = s.update_task(&done, &answer).await.expect("update");
     assert_eq!(none, Some(UpdateOutcome { accepted: 0, resumed: false }));
-    assert_eq!(s.requeue_task(&done, 1).await.expect("requeue"), None);
+    assert_eq!(s.requeue_task(&done, 1).await.expect("requeue"), Requeue::Refused);
     assert_eq!(s.start_task(&done, 1, "r2").await.expect("start"), None);
     assert_eq!(s.ask_task(&done, 1, "a", REQ_A).await.expect("ask"), Asked::Stop);
     assert_eq!(s.check_task(&done, 1).await.expect("check"), RunCheck::Gone);
@@ -1387,7 +1389,7 @@ async fn tasks_terminal_states_never_change(kind: Kind) {
     let v = s.finish_task(&bad, 1, &failed).await.expect("fail").expect("ended");
     assert_eq!((v.status, v.outcome.as_deref(), v.message.as_deref()), (TaskStatus::Failed, Some(ERROR), Some("late")));
     assert_eq!(s.finish_task(&bad, 1, &TaskEnd::Completed(RESULT.to_owned())).await.expect("finish"), None);
-    assert_eq!(s.requeue_task(&bad, 1).await.expect("requeue"), None);
+    assert_eq!(s.requeue_task(&bad, 1).await.expect("requeue"), Requeue::Refused);
     assert_eq!(task(s, &bad).await, v, "nothing changed a failed task");
 
     // Cancelled while queued: a worker that took it anyway cannot finish it.
@@ -1400,7 +1402,7 @@ async fn tasks_terminal_states_never_change(kind: Kind) {
         s.update_task(&gone, &answer).await.expect("update"),
         Some(UpdateOutcome { accepted: 0, resumed: false })
     );
-    assert_eq!(s.requeue_task(&gone, 1).await.expect("requeue"), None);
+    assert_eq!(s.requeue_task(&gone, 1).await.expect("requeue"), Requeue::Refused);
     assert_eq!(task(s, &gone).await, v, "nothing changed a cancelled task");
 }
 
@@ -1414,8 +1416,8 @@ async fn tasks_generations_fence_old_runs(kind: Kind) {
     let taken = s.update_task(&key, &[("a".to_owned(), "1".to_owned())]).await.expect("update");
     assert_eq!(taken, Some(UpdateOutcome { accepted: 1, resumed: true }));
     assert_eq!(s.ask_task(&key, 1, "b", REQ_B).await.expect("ask b"), Asked::Pending);
-    assert_eq!(s.requeue_task(&key, 2).await.expect("requeue a future run"), None);
-    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Some(2));
+    assert_eq!(s.requeue_task(&key, 2).await.expect("requeue a future run"), Requeue::Refused);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("requeue"), Requeue::Queued(2));
     let v = task(s, &key).await;
     assert_eq!((v.status, v.generation, v.input_requests), (TaskStatus::Queued, 2, vec![]));
 
@@ -1424,7 +1426,7 @@ async fn tasks_generations_fence_old_runs(kind: Kind) {
     assert_eq!(s.finish_task(&key, 1, &end).await.expect("old finish"), None);
     assert_eq!(s.ask_task(&key, 1, "c", REQ_A).await.expect("old ask"), Asked::Stop);
     assert_eq!(s.check_task(&key, 1).await.expect("old check"), RunCheck::Gone);
-    assert_eq!(s.requeue_task(&key, 1).await.expect("old requeue"), None);
+    assert_eq!(s.requeue_task(&key, 1).await.expect("old requeue"), Requeue::Refused);
     assert_eq!(s.start_task(&key, 1, "r1").await.expect("old start"), None);
     assert_eq!(task(s, &key).await.generation, 2);
 
@@ -1444,7 +1446,7 @@ async fn tasks_generations_fence_old_runs(kind: Kind) {
     let asked = task_key("alice");
     create_task(s, &running_task(&asked)).await;
     assert_eq!(s.cancel_task(&asked).await.expect("cancel"), Some(CancelOutcome::Requested));
-    assert_eq!(s.requeue_task(&asked, 1).await.expect("requeue a run asked to stop"), None);
+    assert_eq!(s.requeue_task(&asked, 1).await.expect("requeue a run asked to stop"), Requeue::Cancelled);
     let v = task(s, &asked).await;
     assert_eq!((v.status, v.generation), (TaskStatus::Cancelled, 1));
     assert_eq!(s.check_task(&asked, 1).await.expect("check"), RunCheck::Gone);
@@ -1580,7 +1582,7 @@ async fn tasks_leases_renew_and_sweep(kind: Kind) {
     assert_eq!((st.waiting, st.taken, st.leased), (1, 1, 4), "{st:?}");
 
     // The sweeper reclaims r: a new run in line, the old lease gone. The old runner learns it lost its run.
-    assert_eq!(s.requeue_task(&r, 1).await.expect("requeue"), Some(2));
+    assert_eq!(s.requeue_task(&r, 1).await.expect("requeue"), Requeue::Queued(2));
     s.enqueue(shard, &r, 2, LONG).await.expect("enqueue r again");
     s.release_task_lease(shard, &r, 1).await.expect("release");
     let lost = s.renew_task_leases(shard, &[(r.clone(), 1)], short).await.expect("renew lost");

@@ -1,14 +1,16 @@
 //! mcpfleet-transport owns the Streamable HTTP endpoint `/mcp` for both protocol generations, chosen per request:
 //! the session generation (2025-03-26, 2025-06-18, 2025-11-25: POST/GET/DELETE, sessions, SSE resumption,
 //! server→client requests) and the stateless one (2026-07-28, `modern`: per-request `_meta` and header checks,
-//! `server/discover`, multi round-trip requests with a signed `requestState` (`mrtr`), `subscriptions/listen`).
+//! `server/discover`, multi round-trip requests with a signed `requestState` (`mrtr`), `subscriptions/listen`, and
+//! the tasks extension (`tasks`): durable tasks any replica answers for and any replica may run).
 //! Both share the JSON-RPC envelope, Origin/Host checks, the bearer challenges and RFC 9728 metadata of the auth
 //! crate's verdicts, per-tool scope checks, idempotency keys (`idempotency`), the admission of every request
 //! through the limits crate (and its `RateLimit` headers), and the mapping of every error to an HTTP status and
 //! JSON-RPC code.
 //!
-//! It keeps no per-session state: a session, an idempotency record and a notice channel live in the state crate's
-//! [`Store`], so any replica serves any message. A replica holds only its open streams and in-flight calls.
+//! It keeps no per-session state: a session, an idempotency record, a notice channel and a task live in the state
+//! crate's [`Store`], so any replica serves any message. A replica holds only its open streams, its in-flight calls
+//! and the task runs it is executing (each under a lease that another replica takes over if this one dies).
 //!
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 

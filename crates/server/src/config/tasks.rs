@@ -64,9 +64,9 @@ impl TaskArgs {
                 super::cli::human(timeout)
             )));
         }
-        if self.task_ttl <= tool_timeout {
+        if self.task_ttl < tool_timeout {
             return Err(config_error(format!(
-                "--task-ttl ({}) must be longer than --tool-timeout ({}): a task could expire while it runs",
+                "--task-ttl ({}) must be at least --tool-timeout ({}): a task could expire while it runs",
                 super::cli::human(self.task_ttl),
                 super::cli::human(tool_timeout)
             )));

@@ -13,8 +13,8 @@
 
 use super::{RedisStore, array, int, string};
 use crate::tasks::{
-    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, RunCheck, TaskEnd, TaskId, TaskKey, TaskStatus,
-    TaskStore, TaskView, TaskWork, UpdateOutcome,
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
+    TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
 };
 use crate::types::UserKey;
 use crate::{Result, StateError};
@@ -329,14 +329,15 @@ impl TaskStore for RedisStore {
         }
     }
 
-    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Option<u64>> {
+    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Requeue> {
         let k = self.task_keys(key);
         let mut inv = SCRIPTS.requeue.key(&k.record);
         inv.key(&k.work).key(&k.open).arg(generation).arg(key.id.as_str());
         let r = array(self.run("task_requeue", inv).await?)?;
         match r.as_slice() {
-            [c, g] if int(c)? == 1 => Ok(Some(u64::try_from(int(g)?).unwrap_or(0))),
-            _ => Ok(None),
+            [c, g] if int(c)? == 1 => Ok(Requeue::Queued(u64::try_from(int(g)?).unwrap_or(0))),
+            [c] if int(c)? == 2 => Ok(Requeue::Cancelled),
+            _ => Ok(Requeue::Refused),
         }
     }
 

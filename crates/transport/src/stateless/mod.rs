@@ -478,7 +478,13 @@ impl Post<'_> {
             let ran = idempotency::run(app, idem.as_ref(), app.config.tool_timeout, create).await;
             let refused = |e: &TransportError| matches!(e, TransportError::Limit(_));
             return match ran {
-                Ran::Here(Ok(v)) | Ran::Replayed(v) => {
+                Ran::Here(Ok(v)) => Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response()),
+                Ran::Replayed(v) => {
+                    // The same task as the first call's: no unit of the quota, counted as a replay.
+                    if granted.quota.is_some() {
+                        app.limits.refund(&caller.user, &name).await;
+                    }
+                    self.record_refused(&name, &args, CallEnd::Replayed, GENERATION);
                     Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response())
                 }
                 Ran::Here(Err(e)) => {

@@ -5,7 +5,7 @@
 use super::{Handoff, Held, MAX_RESULT_BYTES, concerns, notify};
 use crate::call::{CallEnd, Finished};
 use crate::{AppState, code};
-use mcpfleet_state::{Asked, RunCheck, Subscription, TaskEnd, TaskKey};
+use mcpfleet_state::{Asked, Requeue, RunCheck, Subscription, TaskEnd, TaskKey};
 use mcpfleet_tools::ToolError;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -162,15 +162,10 @@ impl TaskLink {
         self.held.interrupt.is_cancelled().then_some(CallEnd::HandedOver)
     }
 
-    /// Writes the run's end into the record (a result it may keep, or `failed` with the JSON-RPC error), then
-    /// tells the listeners and releases the lease. A store that fails is retried for a while; then the lease
+    /// Writes the run's end into the record (a result it may keep, or `failed` with the JSON-RPC error; the store
+    /// makes it `cancelled` if the client asked first), then tells the listeners and releases the lease. A store that fails is retried for a while; then the lease
     /// decides.
     pub(crate) async fn end(&self, finished: Finished) {
-        // A run that ends while its client asks to cancel it (the tool gave up on a cancelled input request, say)
-        // is cancelled, whatever the tool returned.
-        if matches!(self.app.store.check_task(&self.key, self.generation).await, Ok(RunCheck::CancelRequested)) {
-            return self.write_end(&TaskEnd::Cancelled).await;
-        }
         let end = match finished {
             Finished::Answer(Ok(v)) => {
                 let text = v.to_string();
@@ -210,7 +205,7 @@ impl TaskLink {
         let app = &self.app;
         let shard = self.held.shard;
         match app.store.requeue_task(&self.key, self.generation).await {
-            Ok(Some(next)) => {
+            Ok(Requeue::Queued(next)) => {
                 match app.store.enqueue(shard, &self.key, next, app.tasks.config().lease).await {
                     Ok(()) => {
                         let _ = app.store.release_task_lease(shard, &self.key, self.generation).await;
@@ -221,9 +216,12 @@ impl TaskLink {
                 app.tasks.metrics().reclaims.with_label_values(&["handed_back"]).inc();
                 tracing::info!(task = ?self.key.id, "shutting down: task handed back to the queue");
             }
-            Ok(None) => {
+            Ok(Requeue::Cancelled) => {
                 // Its client had asked to cancel it: it ended cancelled instead.
                 super::worker::announce_end(app, &self.key).await;
+                let _ = app.store.release_task_lease(shard, &self.key, self.generation).await;
+            }
+            Ok(Requeue::Refused) => {
                 let _ = app.store.release_task_lease(shard, &self.key, self.generation).await;
             }
             Err(e) => tracing::warn!(error = %e, "task not handed back; its lease will run out"),

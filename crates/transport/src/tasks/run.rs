@@ -14,6 +14,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// What a run may end with besides a result.
+pub(crate) enum RunError {
+    Rpc((i64, String)),
+    /// The tool asked for input of a kind the creating request's capabilities do not declare.
+    Missing(&'static str),
+}
+
+impl From<(i64, String)> for RunError {
+    fn from(e: (i64, String)) -> Self {
+        Self::Rpc(e)
+    }
+}
+
 pub(crate) struct TaskRun {
     pub(crate) app: AppState,
     pub(crate) principal: Principal,
@@ -35,31 +48,35 @@ impl std::fmt::Debug for TaskRun {
 #[async_trait]
 impl CallSink for TaskRun {
     const GENERATION: &'static str = crate::stateless::GENERATION;
-    type Error = (i64, String);
+    type Error = RunError;
     type Watch = LinkWatch;
 
     fn identity(&self) -> Identity<'_> {
         Identity { app: &self.app, principal: &self.principal, trace_id: &self.trace_id, span: &self.span }
     }
 
-    async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, (i64, String)>, bool) {
+    async fn run(self: Arc<Self>, tool: String, args: JsonObject) -> (Result<Value, RunError>, bool) {
         let r = self.app.catalog.call_tool(&tool, args, &*self).await;
         let own = mcp::own_outcome(&r);
-        // Input the creating request's capabilities cannot carry is a protocol error, as in a call (-32021).
+        // Input the creating request's capabilities cannot carry refuses the run, as it refuses a call (-32021).
         if let Err(ToolError::ClientUnsupported(cap)) = &r
             && crate::stateless::input_capability(cap)
         {
-            let message = format!("missing required client capability: {cap}");
-            return (Err((crate::code::MISSING_CLIENT_CAPABILITY, message)), own);
+            return (Err(RunError::Missing(cap)), own);
         }
-        (mcp::tool_result(r, &tool, &self.trace_id), own)
+        (mcp::tool_result(r, &tool, &self.trace_id).map_err(RunError::Rpc), own)
     }
 
-    fn settle(&self, ran: Ran<(i64, String)>) -> (Finished, CallEnd) {
+    fn settle(&self, ran: Ran<RunError>) -> (Finished, CallEnd) {
         match ran {
-            Ran::Here(r) => {
-                let end = crate::call::outcome_of(&r);
-                (Finished::Answer(r), end)
+            Ran::Here(Err(RunError::Missing(cap))) => (
+                Finished::Refused(crate::TransportError::MissingCapability(vec![cap.to_owned()])),
+                CallEnd::ProtocolError,
+            ),
+            Ran::Here(Err(RunError::Rpc(e))) => (Finished::Answer(Err(e)), CallEnd::ProtocolError),
+            Ran::Here(Ok(v)) => {
+                let end = crate::call::outcome_of(&Ok(v.clone()));
+                (Finished::Answer(Ok(v)), end)
             }
             Ran::Replayed(v) => (Finished::Answer(Ok(v)), CallEnd::Replayed),
         }

@@ -5,7 +5,7 @@
 use super::{TaskLink, notify, principal_from};
 use crate::AppState;
 use crate::call::Admitted;
-use mcpfleet_state::{AfterTake, Queued, TaskEnd, TaskKey, TaskStatus};
+use mcpfleet_state::{AfterTake, Queued, Requeue, TaskEnd, TaskKey, TaskStatus};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -232,14 +232,15 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
     }
     if v.rerunnable {
         match store.requeue_task(key, generation).await? {
-            Some(next) => {
+            Requeue::Queued(next) => {
                 store.enqueue(shard, key, next, lease).await?;
                 tasks.metrics().reclaims.with_label_values(&["rerun"]).inc();
                 tracing::warn!(task = ?key.id, tool.name = %v.tool, generation = next, "task's replica lost: running it again");
                 tasks.wake.notify_one();
             }
-            // A cancellation asked of the dead run ends it cancelled (or it ended meanwhile).
-            None => announce_end(app, key).await,
+            // A cancellation asked of the dead run ends it cancelled.
+            Requeue::Cancelled => announce_end(app, key).await,
+            Requeue::Refused => {}
         }
         return store.release_task_lease(shard, key, generation).await;
     }
@@ -266,7 +267,7 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
     store.release_task_lease(shard, key, generation).await
 }
 
-/// Counts and announces a task that ended without its run writing the end (cancelled on a requeue).
+/// Counts and announces a task the store ended cancelled on a requeue (its client had asked).
 pub(super) async fn announce_end(app: &AppState, key: &TaskKey) {
     if let Ok(Some(v)) = app.store.get_task(key).await
         && v.status.is_terminal()
