@@ -265,8 +265,9 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_replicas_tasks_run_again_or_fail_with_an_explanation() {
-    let mut s = JwtFleet::start(3, &["--task-lease", "1s", "--redis-timeout", "300ms"]).await;
-    let urls: Vec<String> = (0..3).map(|i| s.url(i)).collect();
+    // Five replicas for four tasks: whichever replicas take them, one is left to take them over.
+    let mut s = JwtFleet::start(5, &["--task-lease", "1s", "--redis-timeout", "300ms"]).await;
+    let urls: Vec<String> = (0..5).map(|i| s.url(i)).collect();
     let alice = tasks_client(&s, "alice");
     let rerun = create(&alice, &urls[0], "slow_job", json!({ "seconds": 3 })).await;
     let fragile = create(&alice, &urls[0], "fragile_job", json!({ "seconds": 3 })).await;
@@ -276,8 +277,8 @@ async fn a_dead_replicas_tasks_run_again_or_fail_with_an_explanation() {
     eventually(10, "all four run", || async { running(&s).await.iter().sum::<f64>() >= 4.0 }).await;
     // SIGKILL every replica that runs one of them.
     let held = running(&s).await;
-    let dead: Vec<usize> = (0..3).filter(|i| held[*i] > 0.0).collect();
-    let survivors: Vec<usize> = (0..3).filter(|i| held[*i] == 0.0).collect();
+    let dead: Vec<usize> = (0..5).filter(|i| held[*i] > 0.0).collect();
+    let survivors: Vec<usize> = (0..5).filter(|i| held[*i] == 0.0).collect();
     let alive: Vec<String> = survivors.iter().map(|i| urls[*i].clone()).collect();
     assert!(!alive.is_empty(), "a replica must survive: {held:?}");
     let killed = Instant::now();

@@ -692,6 +692,9 @@ async fn what_the_schema_calls_an_integer_the_handler_takes() {
     let fixtures = |tool: &str, _: &str| match tool {
         "test_countdown" => Some(json!({ "count": 2, "interval_ms": 0 })),
         "test_mint" => Some(json!({ "delay_ms": 0 })),
+        "slow_compute" => Some(json!({ "seconds": 0, "label": "spelling" })),
+        "slow_job" | "fragile_job" => Some(json!({ "seconds": 0 })),
+        "big_result" => Some(json!({ "kib": 1 })),
         _ => None,
     };
     let n = integral_spellings_work_for(&c, &url, &tools, fixtures).await;

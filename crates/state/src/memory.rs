@@ -492,7 +492,7 @@ impl LimitStore for MemoryStore {
 }
 
 #[derive(Debug)]
-struct MemorySubscription(broadcast::Receiver<Ring>);
+pub(crate) struct MemorySubscription(pub(crate) broadcast::Receiver<Ring>);
 
 #[async_trait]
 impl Subscription for MemorySubscription {

@@ -34,6 +34,8 @@ pub(crate) struct Tasks {
     last_entry: Pos,
     /// Calls since the last sweep of expired records.
     since_sweep: usize,
+    /// The queue's bell, once someone listens: rung by every enqueue.
+    bell: Option<tokio::sync::broadcast::Sender<crate::Ring>>,
 }
 
 #[derive(Debug)]
@@ -387,6 +389,9 @@ impl TaskStore for MemoryStore {
         let s = g.shard(shard);
         s.waiting.insert(pos, Entry { key: key.clone(), generation, added: now });
         s.leases.insert((key.clone(), generation), Lease { expires: after(now, check), entry: Some(pos) });
+        if let Some(bell) = &g.bell {
+            let _ = bell.send(crate::Ring::Event(u64::from(shard)));
+        }
         Ok(())
     }
 
@@ -498,6 +503,12 @@ impl TaskStore for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn subscribe_queue(&self) -> Result<Box<dyn crate::Subscription>> {
+        let mut g = self.task_lock();
+        let bell = g.bell.get_or_insert_with(|| tokio::sync::broadcast::channel(256).0);
+        Ok(Box::new(crate::memory::MemorySubscription(bell.subscribe())))
     }
 
     async fn tidy_consumers(&self, _shard: u16, _leaving: Option<&str>, _idle: Duration) -> Result<u64> {

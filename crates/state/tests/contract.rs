@@ -167,6 +167,7 @@ contract!(
     tasks_leases_renew_and_sweep,
     tasks_read_beside_an_admission,
     tasks_queue_consumers_are_tidied,
+    tasks_queue_bell_rings_every_replica,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1640,4 +1641,18 @@ async fn tasks_queue_consumers_are_tidied(kind: Kind) {
     assert_eq!(s.tidy_consumers(shard, None, Duration::from_millis(10)).await.expect("tidy idle"), u64::from(redis));
     // A shard nothing was queued in has nothing to tidy.
     assert_eq!(s.tidy_consumers(shard + 1, Some("c1"), LONG).await.expect("tidy empty"), 0);
+}
+
+async fn tasks_queue_bell_rings_every_replica(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let (a, b) = (h.store(), h.replica().await);
+    let mut on_a = a.subscribe_queue().await.expect("subscribe a");
+    let mut on_b = b.subscribe_queue().await.expect("subscribe b");
+    let key = task_key("alice");
+    create_task(a, &new_task(&key)).await;
+    b.enqueue(7, &key, 1, LONG).await.expect("enqueue on b");
+    for sub in [&mut on_a, &mut on_b] {
+        let ring = tokio::time::timeout(Duration::from_secs(2), sub.recv()).await.expect("rung in time");
+        assert_eq!(ring, Some(Ring::Event(7)), "the shard that got work");
+    }
 }

@@ -8,6 +8,7 @@
 //! | `<p>{tq:<n>}:q` | stream | shard n of the work queue, consumer group `w`; entries `u`, `t`, `g` |
 //! | `<p>{tq:<n>}:l` | zset | the leases of shard n: `<user>/<id>/<generation>`, scored by expiry (ms) |
 //! | `<p>{tq:<n>}:e` | hash | lease member → its waiting entry id |
+//! | `<p>{tq}:bell` | channel | the queue's bell, rung by every enqueue (`e:<shard>`) |
 //!
 //! A record and its work hash expire with the task's TTL. The queue keys are few and permanent.
 
@@ -94,6 +95,11 @@ impl RedisStore {
             work: format!("{base}:tw:{}", key.id.as_str()),
             open: format!("{base}:to"),
         }
+    }
+
+    /// The queue's bell: one channel for every shard (a worker listens to one channel, not to one per shard).
+    fn queue_bell(&self) -> String {
+        format!("{}{{tq}}:bell", self.inner.cfg.prefix)
     }
 
     fn shard_keys(&self, shard: u16) -> ShardKeys {
@@ -354,6 +360,7 @@ impl TaskStore for RedisStore {
         let mut inv = SCRIPTS.enqueue.key(&s.stream);
         inv.key(&s.leases).key(&s.entries);
         inv.arg(member(key, generation)).arg(ms(check)).arg(key.user.as_str()).arg(key.id.as_str()).arg(generation);
+        inv.arg(self.queue_bell()).arg(shard);
         self.run("task_enqueue", inv).await?;
         Ok(())
     }
@@ -436,6 +443,10 @@ impl TaskStore for RedisStore {
             }
         }
         Ok(out)
+    }
+
+    async fn subscribe_queue(&self) -> Result<Box<dyn crate::Subscription>> {
+        Ok(Box::new(self.inner.subscriber.subscribe(self.queue_bell()).await?))
     }
 
     async fn tidy_consumers(&self, shard: u16, leaving: Option<&str>, idle: Duration) -> Result<u64> {

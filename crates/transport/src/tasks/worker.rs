@@ -10,11 +10,12 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long an idle dispatcher waits before looking at the queue again (work queued on this replica wakes it at
-/// once; work queued elsewhere is found within this).
-const IDLE_POLL: Duration = Duration::from_millis(200);
-/// How often the keeper sweeps for leases that ran out.
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// How long an idle dispatcher waits before looking at the queue again. Work queued anywhere rings the queue's bell
+/// and wakes it at once; this catches a ring missed across a reconnect, and entries another replica took and never
+/// started.
+const IDLE_POLL: Duration = Duration::from_secs(2);
+/// The same, while the bell cannot be heard (the subscription failed).
+const DEAF_POLL: Duration = Duration::from_millis(200);
 /// How often the queue is read for the metrics.
 const STATS_EVERY: Duration = Duration::from_secs(5);
 /// Most expired leases one sweep of one shard takes.
@@ -35,7 +36,15 @@ async fn dispatch(app: AppState) {
     let tasks = app.tasks.clone();
     let shards = tasks.config().shards.max(1);
     let mut next_shard = 0u16;
+    let mut bell = app.store.subscribe_queue().await.ok();
     loop {
+        let idle = if bell.is_some() { IDLE_POLL } else { DEAF_POLL };
+        let rung = async {
+            match bell.as_mut() {
+                Some(b) => b.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = tasks.stop.cancelled() => {
                 // Leaving the queue: this replica's consumer goes (unless it still holds entries).
@@ -45,7 +54,12 @@ async fn dispatch(app: AppState) {
                 return;
             }
             () = tasks.wake.notified() => {}
-            () = tokio::time::sleep(IDLE_POLL) => {}
+            ring = rung => {
+                if ring.is_none() {
+                    bell = app.store.subscribe_queue().await.ok();
+                }
+            }
+            () = tokio::time::sleep(idle) => {}
         }
         // Take work while there is some and a worker is free, a shard after the other.
         let mut empty = 0;
@@ -139,7 +153,8 @@ async fn keep(app: AppState) {
     let lease = tasks.config().lease;
     let renew_every = (lease / 3).max(Duration::from_millis(100));
     let mut renew = tokio::time::interval(renew_every);
-    let mut sweep = tokio::time::interval(SWEEP_EVERY.min(lease / 2));
+    // A dead replica's tasks are taken over within a lease and a quarter.
+    let mut sweep = tokio::time::interval((lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5)));
     let mut stats = tokio::time::interval(STATS_EVERY);
     let mut tidy = tokio::time::interval(TIDY_EVERY);
     for t in [&mut renew, &mut sweep, &mut stats, &mut tidy] {
