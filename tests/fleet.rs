@@ -1157,3 +1157,37 @@ async fn one_strict_envelope_for_every_method() {
     let r: Value = resp.json().await.unwrap();
     assert_eq!(r["error"]["code"], -32600, "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_redis_that_speaks_only_tls() {
+    // rediss:// with the CA that signed Redis's certificate: the command connection, the pool and the subscriber
+    // all speak TLS, so a session opened on A is served on B and its notifications reach a stream on B.
+    let redis = RedisServer::start_tls();
+    let ca = redis.ca_file().unwrap().to_string_lossy().into_owned();
+    assert!(redis.url().starts_with("rediss://localhost:"));
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--redis-ca-file").arg(ca.as_str()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let mut stream = mcpfleet_fleetkit::SseStream::new(client.get(&b, None).await);
+    assert_eq!(stream.next(T).await.unwrap().unwrap().data, "", "the priming event");
+    let r =
+        client.request(&a, 2, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated");
+    let note = stream.next(T).await.unwrap().unwrap().json().unwrap();
+    assert_eq!(note["method"], "notifications/resources/updated", "published on A, heard on B, over TLS");
+    assert!(!session_keys(&redis).is_empty(), "the session lives in the TLS Redis");
+
+    // Without the CA, a replica cannot trust Redis's certificate: it does not start (69, the store is unavailable),
+    // and says so in one line without the URL's secrets. A plaintext URL to the TLS port fails the same way.
+    let bin = mcpfleet_fleetkit::server_bin();
+    for url in [redis.url(), format!("redis://127.0.0.1:{}/", redis.port())] {
+        let out = std::process::Command::new(&bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--redis-url", &url])
+            .args(["--redis-timeout", "500ms", "--request-state-key", mcpfleet_fleetkit::TEST_STATE_KEY])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{url}: {stderr}");
+    }
+}

@@ -202,6 +202,7 @@ pub async fn build_state_with(
                 timeout: r.timeout,
                 max_events: cfg.max_events,
                 metrics: Some(store_metrics),
+                tls_ca: r.tls_ca.clone(),
                 ..RedisConfig::new(r.url.expose().to_owned())
             };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;

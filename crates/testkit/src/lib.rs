@@ -1,5 +1,6 @@
 //! mcpfleet-testkit: what every test suite stands on, and nothing of the server. An ephemeral `redis-server` per
-//! suite, an ephemeral PostgreSQL server (a fresh cluster, plain or TLS-only, that tests can stop, kill and start
+//! suite, ephemeral Redis topologies for the HA tests (a 6-node Redis Cluster, a master and a replica under 3
+//! sentinels), an ephemeral PostgreSQL server (a fresh cluster, plain or TLS-only, that tests can stop, kill and start
 //! again), a JWKS issuer with committed test keys and a token builder, raw MCP clients of both generations, and a
 //! round-robin proxy that sends each HTTP request, SSE GETs included, to the next replica in turn.
 //!
@@ -12,12 +13,19 @@ pub mod issuer;
 mod postgres;
 mod proxy;
 mod redis;
+mod redis_cluster;
+mod redis_node;
+mod redis_sentinel;
+mod tls;
 
 pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use postgres::PostgresServer;
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
+pub use redis_cluster::RedisCluster;
+pub use redis_node::{RedisNode, Role};
+pub use redis_sentinel::RedisSentinel;
 
 /// The header through which in-process tests name their principal (tests of real tokens use [`Issuer`]).
 pub const TEST_USER_HEADER: &str = "x-test-user";

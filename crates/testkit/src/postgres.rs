@@ -1,6 +1,5 @@
 use std::fs;
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -60,7 +59,7 @@ impl PostgresServer {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).expect("chmod the temp dir");
         let run_as = (fs::metadata(dir.path()).expect("stat the temp dir").uid() == 0).then(server_user);
         if tls {
-            make_certificates(&dir.path().join("tls"));
+            crate::tls::make_certificates(&dir.path().join("tls"));
         }
         if let Some(user) = &run_as {
             chown_tree(dir.path(), user);
@@ -68,7 +67,7 @@ impl PostgresServer {
         let mut me = Self { port: 0, tls, bin, run_as, dir };
         me.init_cluster();
         for _ in 0..5 {
-            me.port = free_port();
+            me.port = crate::redis_node::free_ports(1)[0];
             if me.pg_ctl_start().status.success() {
                 return me;
             }
@@ -267,10 +266,6 @@ impl Drop for PostgresServer {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 /// Debian's PostgreSQL 15 bin dir, else the newest other version's, else an empty path: the binaries on `PATH`.
 fn bin_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -333,40 +328,6 @@ fn chown_tree(path: &Path, user: &str) {
         }
     }
     walk(path, uid, gid);
-}
-
-/// A test CA (`ca.pem`, `ca.key`) and a server certificate it signed for `localhost` and `127.0.0.1`
-/// (`server.crt`, `server.key`, mode 0600 as PostgreSQL requires), all ECDSA P-256, made with the `openssl` CLI.
-fn make_certificates(dir: &Path) {
-    fs::create_dir(dir).expect("create the tls dir");
-    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    openssl(
-        dir,
-        &format!("req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=mcpfleet-testkit-ca"),
-        &["-addext=basicConstraints=critical,CA:TRUE", "-addext=keyUsage=critical,keyCertSign,cRLSign"],
-    );
-    openssl(dir, &format!("req -new {key} -keyout server.key -out server.csr -subj /CN=localhost"), &[]);
-    let ext = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
-               extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n";
-    fs::write(dir.join("server.ext"), ext).expect("write server.ext");
-    openssl(
-        dir,
-        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 2",
-        &["-extfile=server.ext"],
-    );
-    fs::set_permissions(dir.join("server.key"), fs::Permissions::from_mode(0o600)).expect("chmod server.key");
-}
-
-/// Runs `openssl` in `dir` with the whitespace-separated `args`, then `more`.
-fn openssl(dir: &Path, args: &str, more: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args.split_whitespace())
-        .args(more)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run openssl (install the Debian package openssl)");
-    assert!(out.status.success(), "openssl {args} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
 }
 
 /// Whether `pid` is alive, a zombie counting as dead (Linux `/proc`).

@@ -1,4 +1,3 @@
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -8,11 +7,9 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// With TLS: the dir of its certificates (`ca.pem`, `server.crt`, `server.key`).
+    tls: Option<PathBuf>,
     _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
 impl RedisServer {
@@ -22,12 +19,40 @@ impl RedisServer {
     /// If `redis-server` is not installed or does not come up within 10 s.
     #[must_use]
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts one that speaks only TLS (no plaintext port), with a certificate for `localhost` and `127.0.0.1`
+    /// signed by a CA of its own ([`RedisServer::ca_file`]); clients need no certificate.
+    ///
+    /// # Panics
+    /// If `redis-server` (built with TLS, as Debian's is) or `openssl` is missing, or it does not come up.
+    #[must_use]
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         crate::init_tls();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
-            let port = free_port();
-            let child = Command::new(redis_server_bin())
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            let port = crate::redis_node::free_ports(1)[0];
+            let mut cmd = Command::new(redis_server_bin());
+            let certs = dir.path().join("tls");
+            if tls {
+                crate::tls::make_certificates(&certs);
+                cmd.args(["--port", "0", "--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+                    .arg("--tls-cert-file")
+                    .arg(certs.join("server.crt"))
+                    .arg("--tls-key-file")
+                    .arg(certs.join("server.key"))
+                    .arg("--tls-ca-cert-file")
+                    .arg(certs.join("ca.pem"));
+            } else {
+                cmd.args(["--port", &port.to_string()]);
+            }
+            let child = cmd
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--enable-debug-command", "local"])
                 .arg("--dir")
                 .arg(dir.path())
@@ -35,7 +60,7 @@ impl RedisServer {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("spawn redis-server (is it installed? .ci/run installs it)");
-            let mut me = Self { child, port, _dir: dir };
+            let mut me = Self { child, port, tls: tls.then_some(certs), _dir: dir };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if me.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
@@ -55,27 +80,42 @@ impl RedisServer {
         self.port
     }
 
+    /// `redis://127.0.0.1:<port>/`, or `rediss://localhost:<port>/` for a TLS server.
     #[must_use]
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match self.tls {
+            Some(_) => format!("rediss://localhost:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The CA that signed a TLS server's certificate (PEM); `None` without TLS.
+    #[must_use]
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls.as_ref().map(|d| d.join("ca.pem"))
+    }
+
+    /// `redis-cli` for this server (over TLS when it speaks TLS).
+    fn redis_cli(&self) -> Command {
+        let mut c = Command::new("redis-cli");
+        c.args(["-p", &self.port.to_string()]);
+        if let Some(ca) = self.ca_file() {
+            c.arg("--tls").arg("--cacert").arg(ca);
+        }
+        c
     }
 
     /// Runs one command through `redis-cli` and returns its raw output.
     #[must_use]
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out =
-            Command::new("redis-cli").args(["-p", &self.port.to_string(), "--no-raw"]).args(args).output().ok()?;
+        let out = self.redis_cli().arg("--no-raw").args(args).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Runs one command through `redis-cli --raw`.
     #[must_use]
     pub fn raw(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "--raw"])
-            .args(args)
-            .output()
-            .expect("redis-cli");
+        let out = self.redis_cli().arg("--raw").args(args).output().expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

@@ -54,6 +54,8 @@ pub struct RedisConfig {
     pub pool_size: usize,
     /// Where command latency and errors are recorded.
     pub metrics: Option<crate::StoreMetrics>,
+    /// For a `rediss://` URL: the certificate authority to trust (PEM), instead of the system's roots.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl RedisConfig {
@@ -67,6 +69,7 @@ impl RedisConfig {
             cancel_ttl: Duration::from_secs(60),
             pool_size: 16,
             metrics: None,
+            tls_ca: None,
         }
     }
 }
@@ -151,23 +154,24 @@ impl RedisStore {
     /// # Errors
     /// A bad URL, or Redis not answering within the configured timeout.
     pub async fn connect(cfg: RedisConfig) -> Result<Self> {
-        let client = redis::Client::open(cfg.url.as_str())?;
+        let info = connection_info(&cfg)?;
+        let client = redis::Client::open(info.clone())?;
         let mgr_cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(cfg.timeout))
             .set_response_timeout(Some(cfg.timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(2));
         let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(mgr_cfg)).await??;
-        let mut pool_cfg = deadpool_redis::Config::from_url(cfg.url.as_str());
         let mut pc = deadpool_redis::PoolConfig::new(cfg.pool_size);
         pc.timeouts.wait = Some(cfg.timeout);
         pc.timeouts.create = Some(cfg.timeout);
         pc.timeouts.recycle = Some(cfg.timeout);
-        pool_cfg.pool = Some(pc);
-        let pool = pool_cfg
-            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+        let pool = deadpool_redis::Pool::builder(deadpool_redis::Manager::new(info.clone())?)
+            .config(pc)
+            .runtime(deadpool_redis::Runtime::Tokio1)
+            .build()
             .map_err(|_| StateError::Protocol("invalid redis pool configuration"))?;
-        let subscriber = Subscriber::connect(&cfg).await?;
+        let subscriber = Subscriber::connect(&cfg, info).await?;
         let inner = Arc::new(Inner { cfg, conn, pool, subscriber, scripts: Scripts::new() });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })
@@ -255,6 +259,18 @@ impl RedisStore {
 
     fn maxlen(&self) -> usize {
         self.inner.cfg.max_events
+    }
+}
+
+/// How to reach Redis: the URL and, for `rediss://` with a CA of its own, that CA (the system's roots otherwise). The
+/// command connection, the pool and the subscriber all connect with it.
+fn connection_info(cfg: &RedisConfig) -> Result<redis::ConnectionInfo> {
+    match &cfg.tls_ca {
+        Some(ca) => {
+            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(ca.clone()) };
+            Ok(redis::Client::build_with_tls(cfg.url.as_str(), certs)?.get_connection_info().clone())
+        }
+        None => Ok(redis::IntoConnectionInfo::into_connection_info(cfg.url.as_str())?),
     }
 }
 

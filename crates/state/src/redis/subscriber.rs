@@ -51,8 +51,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 impl Subscriber {
-    pub(super) async fn connect(cfg: &RedisConfig) -> Result<Self> {
-        let info = redis::IntoConnectionInfo::into_connection_info(cfg.url.as_str())?;
+    pub(super) async fn connect(cfg: &RedisConfig, info: redis::ConnectionInfo) -> Result<Self> {
         let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
         let client = redis::Client::open(info.set_redis_settings(settings))?;
         let channels: Channels = Arc::default();

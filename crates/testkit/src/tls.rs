@@ -1,0 +1,41 @@
+//! Test certificates: a CA and a server certificate it signed, for the servers the testkit starts with TLS
+//! (PostgreSQL, Redis).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A test CA (`ca.pem`, `ca.key`) and a server certificate it signed for `localhost` and `127.0.0.1`
+/// (`server.crt`, `server.key`, mode 0600 as PostgreSQL requires), all ECDSA P-256, made with the `openssl` CLI.
+pub(crate) fn make_certificates(dir: &Path) {
+    fs::create_dir(dir).expect("create the tls dir");
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    openssl(
+        dir,
+        &format!("req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=mcpfleet-testkit-ca"),
+        &["-addext=basicConstraints=critical,CA:TRUE", "-addext=keyUsage=critical,keyCertSign,cRLSign"],
+    );
+    openssl(dir, &format!("req -new {key} -keyout server.key -out server.csr -subj /CN=localhost"), &[]);
+    let ext = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
+               extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n";
+    fs::write(dir.join("server.ext"), ext).expect("write server.ext");
+    openssl(
+        dir,
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 2",
+        &["-extfile=server.ext"],
+    );
+    fs::set_permissions(dir.join("server.key"), fs::Permissions::from_mode(0o600)).expect("chmod server.key");
+}
+
+/// Runs `openssl` in `dir` with the whitespace-separated `args`, then `more`.
+fn openssl(dir: &Path, args: &str, more: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args.split_whitespace())
+        .args(more)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl (install the Debian package openssl)");
+    assert!(out.status.success(), "openssl {args} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+}
