@@ -113,21 +113,6 @@ fn parse_answers(raw: &str) -> BTreeMap<String, String> {
     }
 }
 
-/// The answers as one JSON object, in key order (each value is JSON already).
-fn answers_object(answers: &BTreeMap<String, String>) -> String {
-    let mut out = String::from("{");
-    for (i, (k, v)) in answers.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&serde_json::Value::from(k.as_str()).to_string());
-        out.push(':');
-        out.push_str(v);
-    }
-    out.push('}');
-    out
-}
-
 fn entry_id((ms, seq): Pos) -> String {
     format!("{ms}-{seq}")
 }
@@ -313,7 +298,7 @@ impl TaskStore for MemoryStore {
             principal: t.principal.clone(),
             trace_id: t.trace_id.clone(),
             rerunnable: t.rerunnable,
-            answers: answers_object(&t.answers),
+            answers: crate::tasks::answers_json(t.answers.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
         }))
     }
 
@@ -531,7 +516,12 @@ impl TaskStore for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{answers_object, parse_answers, parse_entry_id};
+    use super::{parse_answers, parse_entry_id};
+    use crate::tasks::answers_json;
+
+    fn answers_object(a: &std::collections::BTreeMap<String, String>) -> String {
+        answers_json(a.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
 
     #[test]
     fn answers_keep_their_json_and_come_back_as_one_object() {

@@ -59,6 +59,22 @@ impl fmt::Debug for TaskId {
     }
 }
 
+/// Answers (input key, the client's answer as JSON) as one JSON object, in the order given; the values are kept
+/// as the client sent them.
+pub(crate) fn answers_json<'a>(answers: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::from("{");
+    for (i, (k, v)) in answers.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::Value::from(k).to_string());
+        out.push(':');
+        out.push_str(v);
+    }
+    out.push('}');
+    out
+}
+
 /// A task as seen by one principal: the owner is part of the key, so another principal's key names nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TaskKey {

@@ -15,6 +15,7 @@
 //! It must not read the environment, and it must not know Redis: it talks to the [`Store`] traits only.
 
 mod admin;
+mod backoff;
 mod call;
 mod dev_oauth;
 mod drain;

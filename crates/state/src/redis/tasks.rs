@@ -173,36 +173,16 @@ fn view(flat: &[Value]) -> Result<Option<TaskView>> {
     Ok(Some(v))
 }
 
-/// Answer pairs, as a JSON object of raw JSON values.
+/// Answer pairs (`HGETALL` fields and values), as a JSON object of the raw JSON values.
 fn answers_object(pairs: &[Value]) -> Result<String> {
-    let mut out = String::from("{");
-    for (i, pair) in pairs.chunks(2).enumerate() {
-        let [k, v] = pair else { return Err(StateError::Protocol("bad answers")) };
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&json_string(&string(k)?));
-        out.push(':');
-        out.push_str(&string(v)?);
-    }
-    out.push('}');
-    Ok(out)
-}
-
-/// `s` as a JSON string literal.
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    let pairs = pairs
+        .chunks(2)
+        .map(|p| match p {
+            [k, v] => Ok((string(k)?, string(v)?)),
+            _ => Err(StateError::Protocol("bad answers")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(crate::tasks::answers_json(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
 }
 
 #[async_trait]

@@ -5,6 +5,7 @@
 //! the stream, and any replica can resume it.
 
 use crate::Principal;
+use crate::backoff::Backoff;
 use crate::call::{CallEnd, CallSink, Finished, Identity, Interrupt, outcome_of};
 use crate::idempotency::Ran;
 use crate::sse::Frame;
@@ -28,30 +29,6 @@ const FINAL_RETRY_FOR: Duration = Duration::from_secs(60);
 /// How long an intermediate event (progress, a log message, a server→client request) is retried before it is
 /// dropped; the tool waits meanwhile.
 const EVENT_RETRY_FOR: Duration = Duration::from_secs(10);
-
-/// The retries of a commit through a store outage: pauses from 100 ms doubling to 2 s, for up to a limit.
-struct Backoff {
-    give_up: tokio::time::Instant,
-    next: Duration,
-}
-
-impl Backoff {
-    fn for_up_to(limit: Duration) -> Self {
-        Self { give_up: tokio::time::Instant::now() + limit, next: Duration::from_millis(100) }
-    }
-
-    /// Waits before the next try of committing `what`, which failed with `e`; false when the limit would be
-    /// passed (no wait then).
-    async fn wait(&mut self, what: &str, e: &StateError) -> bool {
-        if tokio::time::Instant::now() + self.next >= self.give_up {
-            return false;
-        }
-        tracing::warn!(error = %e, "{what} not committed yet; retrying");
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Duration::from_secs(2));
-        true
-    }
-}
 
 /// How the HTTP handler answers.
 pub(crate) enum Outcome {

@@ -461,50 +461,13 @@ impl Post<'_> {
         let StatelessFront { digest, answers, .. } = front;
         let policy = app.catalog.tool_task(&name);
         if policy.mode == TaskMode::Always {
-            // Queued at once (the front refused a request without the extension). The in-flight slot is not held:
-            // the task runs on a worker, bounded by --task-workers and the principal's task cap. Under an
-            // idempotency key, a repeat gets the same task.
+            let quota_charged = granted.quota.is_some();
+            // The in-flight slot is not held: the task runs on a worker, bounded by --task-workers and the cap.
             if let Some(l) = granted.slot {
                 drop(app.limits.hold(l));
             }
-            let create = async {
-                let r =
-                    crate::tasks::create_queued(app, caller, &name, &args, &m.capabilities, &answers, self.trace_id);
-                match r.await {
-                    Ok(v) => (Ok(v), true),
-                    Err(e) => (Err(Done::Refused(e)), false),
-                }
-            };
-            let ran = idempotency::run(app, idem.as_ref(), app.config.tool_timeout, create).await;
-            let refused = |e: &TransportError| matches!(e, TransportError::Limit(_));
-            return match ran {
-                Ran::Here(Ok(v)) => Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response()),
-                Ran::Replayed(v) => {
-                    // The same task as the first call's: no unit of the quota, counted as a replay.
-                    if granted.quota.is_some() {
-                        app.limits.refund(&caller.user, &name).await;
-                    }
-                    self.record_refused(&name, &args, CallEnd::Replayed, GENERATION);
-                    Ok(axum::Json(crate::jsonrpc::result(id, complete(app, v, false))).into_response())
-                }
-                Ran::Here(Err(e)) => {
-                    if granted.quota.is_some() {
-                        app.limits.refund(&caller.user, &name).await;
-                    }
-                    match e {
-                        Done::Refused(e) => {
-                            if refused(&e) {
-                                self.record_refused(&name, &args, CallEnd::RefusedByLimit, GENERATION);
-                            }
-                            Err(e)
-                        }
-                        Done::Rpc((c, msg)) => {
-                            let r = Err((code::modern(c), msg));
-                            Ok(axum::Json(crate::jsonrpc::response(id, r)).into_response())
-                        }
-                    }
-                }
-            };
+            let queued = Queued { name: &name, args: &args, answers: &answers, quota_charged };
+            return self.queue_call(id, queued, &m.capabilities, idem.as_ref()).await;
         }
         let task_after = match policy.mode {
             TaskMode::After(d) if tasks => Some(d),
@@ -562,6 +525,48 @@ impl Post<'_> {
             )),
             Err(_) => Err(TransportError::InvalidRequest("the call ended without an answer")),
         }
+    }
+
+    /// A call of a tool that always runs as a task: queued at once (the front refused a request without the
+    /// extension), answered with the task's handle. Under an idempotency key a repeat gets the same task and gives
+    /// its quota unit back; a refusal gives it back too, and one by a limit is counted and audited.
+    async fn queue_call(
+        &mut self,
+        id: &Value,
+        q: Queued<'_>,
+        capabilities: &Value,
+        idem: Option<&idempotency::Idempotent>,
+    ) -> Result<Response> {
+        let app = self.app;
+        let caller = self.asker.caller;
+        let trace_id = self.trace_id;
+        let create = async {
+            match crate::tasks::create_queued(app, caller, q.name, q.args, capabilities, q.answers, trace_id).await {
+                Ok(v) => (Ok(v), true),
+                Err(e) => (Err(Done::Refused(e)), false),
+            }
+        };
+        let ran = idempotency::run(app, idem, app.config.tool_timeout, create).await;
+        if q.quota_charged && !matches!(ran, Ran::Here(Ok(_))) {
+            app.limits.refund(&caller.user, q.name).await;
+        }
+        let r = match ran {
+            Ran::Here(Ok(v)) => Ok(v),
+            Ran::Replayed(v) => {
+                // The same task as the first call's.
+                self.record_refused(q.name, q.args, CallEnd::Replayed, GENERATION);
+                Ok(v)
+            }
+            Ran::Here(Err(Done::Rpc((c, msg)))) => Err((code::modern(c), msg)),
+            Ran::Here(Err(Done::Refused(e))) => {
+                if matches!(e, TransportError::Limit(_)) {
+                    self.record_refused(q.name, q.args, CallEnd::RefusedByLimit, GENERATION);
+                }
+                return Err(e);
+            }
+        };
+        let r = r.map(|v| complete(app, v, false));
+        Ok(axum::Json(crate::jsonrpc::response(id, r)).into_response())
     }
 
     /// The answers a request carries for its input requests. A retry with a `requestState` must verify it for
@@ -862,6 +867,14 @@ struct Call {
     task_ready: tokio::sync::Notify,
 }
 
+/// A call of an always-a-task tool, on its way to the queue.
+struct Queued<'a> {
+    name: &'a str,
+    args: &'a JsonObject,
+    answers: &'a JsonObject,
+    quota_charged: bool,
+}
+
 /// A call that becomes a task if still running after `after`: what its record keeps (to run it again elsewhere
 /// if this replica dies and its tool allows it).
 struct ToTask {
@@ -973,8 +986,8 @@ impl ToolContext for PromptContext {
         Ok(())
     }
 
-    async fn request(&self, method: &str, params: Value, _timeout: Duration) -> std::result::Result<Value, ToolError> {
-        self.ask(&self.inputs.auto_key(method), method, params, _timeout).await
+    async fn request(&self, method: &str, params: Value, timeout: Duration) -> std::result::Result<Value, ToolError> {
+        self.ask(&self.inputs.auto_key(method), method, params, timeout).await
     }
 
     async fn ask(&self, key: &str, method: &str, params: Value, _: Duration) -> std::result::Result<Value, ToolError> {

@@ -15,14 +15,7 @@ use std::time::Duration;
 const RECHECK: Duration = Duration::from_secs(1);
 /// How long a run keeps trying to write its end when the store fails; then its lease runs out and a sweeper
 /// decides (a re-run, or `failed`).
-const FINISH_TRIES: [Duration; 6] = [
-    Duration::from_millis(50),
-    Duration::from_millis(200),
-    Duration::from_millis(500),
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(5),
-];
+const FINISH_RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// A run's hold on its task. Dropping it forgets the run here (its lease is released by [`TaskLink::end`]).
 #[derive(Debug)]
@@ -231,21 +224,16 @@ impl TaskLink {
 
     async fn write_end(&self, end: &TaskEnd) {
         let app = &self.app;
-        let mut tries = FINISH_TRIES.iter();
+        let mut retry = crate::backoff::Backoff::for_up_to(FINISH_RETRY_FOR);
         let view = loop {
             match app.store.finish_task(&self.key, self.generation, end).await {
                 Ok(v) => break v,
-                Err(e) => match tries.next() {
-                    Some(pause) => {
-                        tracing::debug!(error = %e, "task end not written; retrying");
-                        tokio::time::sleep(*pause).await;
-                    }
-                    None => {
-                        tracing::error!(error = %e, task = ?self.key.id, "task end not written; its lease will run out");
-                        self.forget();
-                        return;
-                    }
-                },
+                Err(e) if retry.wait("the task's end", &e).await => {}
+                Err(e) => {
+                    tracing::error!(error = %e, task = ?self.key.id, "task end not written; its lease will run out");
+                    self.forget();
+                    return;
+                }
             }
         };
         if let Some(v) = view {

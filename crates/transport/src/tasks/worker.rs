@@ -113,24 +113,15 @@ async fn take(app: &AppState, shard: u16, q: Queued) {
     }
     let key = q.key.clone();
     let link = TaskLink::hold(app, key.clone(), q.generation, work.rerunnable, true);
-    let Some(principal) = principal_from(&key.user, &work.principal) else {
-        link.end(crate::call::Finished::Answer(Err((
-            crate::code::INTERNAL_ERROR,
-            "the task's record is damaged".into(),
-        ))))
-        .await;
-        return;
-    };
+    let principal = principal_from(&key.user, &work.principal);
     let args = match serde_json::from_str::<Value>(&work.args) {
-        Ok(Value::Object(a)) => a,
-        _ => {
-            link.end(crate::call::Finished::Answer(Err((
-                crate::code::INTERNAL_ERROR,
-                "the task's record is damaged".into(),
-            ))))
-            .await;
-            return;
-        }
+        Ok(Value::Object(a)) => Some(a),
+        _ => None,
+    };
+    let (Some(principal), Some(args)) = (principal, args) else {
+        let damaged = (crate::code::INTERNAL_ERROR, "the task's record is damaged".to_owned());
+        link.end(crate::call::Finished::Answer(Err(damaged))).await;
+        return;
     };
     let capabilities = serde_json::from_str(&work.capabilities).unwrap_or_else(|_| json!({}));
     let run = Arc::new(super::run::TaskRun {
