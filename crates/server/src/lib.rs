@@ -197,17 +197,15 @@ pub async fn build_state_with(
     let limit_metrics = LimitMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
-            let rc = RedisConfig {
-                prefix: r.prefix.clone(),
-                timeout: r.timeout,
-                max_events: cfg.max_events,
-                metrics: Some(store_metrics),
-                tls_ca: r.tls_ca.clone(),
-                ..RedisConfig::new(r.url.expose().to_owned())
-            };
+            let rc = RedisConfig { max_events: cfg.max_events, metrics: Some(store_metrics), ..r.store_config() };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
             store.ping().await.map_err(ServerError::Store)?;
-            tracing::info!(prefix = %r.prefix, "using the Redis store: replicas share sessions");
+            let mode = match &r.topology {
+                mcpfleet_state::RedisTopology::Standalone { .. } => "standalone",
+                mcpfleet_state::RedisTopology::Cluster { .. } => "cluster",
+                mcpfleet_state::RedisTopology::Sentinel { .. } => "sentinel",
+            };
+            tracing::info!(prefix = %r.prefix, mode, "using the Redis store: replicas share sessions");
             Arc::new(store)
         }
         None => {

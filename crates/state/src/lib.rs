@@ -29,7 +29,7 @@ pub use limits::{
 };
 pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
-pub use redis::{RedisConfig, RedisStore};
+pub use redis::{RedisConfig, RedisStore, RedisTopology};
 pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
 pub use tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,

@@ -490,7 +490,7 @@ impl TaskStore for MemoryStore {
         Ok(out)
     }
 
-    async fn subscribe_queue(&self) -> Result<Box<dyn crate::Subscription>> {
+    async fn subscribe_queue(&self, _shards: u16) -> Result<Box<dyn crate::Subscription>> {
         let mut g = self.task_lock();
         let bell = g.bell.get_or_insert_with(|| tokio::sync::broadcast::channel(256).0);
         Ok(Box::new(crate::memory::MemorySubscription(bell.subscribe())))

@@ -1,7 +1,7 @@
 //! The state crate's metrics: how long each Redis command takes and how often it fails, by command kind (the Lua
 //! script or command name, a fixed set). Documented in docs/METRICS.md.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use std::time::Duration;
 
 /// Redis command metrics. Cheap to clone (the vectors are shared).
@@ -9,6 +9,8 @@ use std::time::Duration;
 pub struct StoreMetrics {
     duration: HistogramVec,
     errors: IntCounterVec,
+    master_changes: IntCounter,
+    unreplicated: IntCounter,
 }
 
 impl StoreMetrics {
@@ -29,9 +31,30 @@ impl StoreMetrics {
             Opts::new("mcp_redis_errors_total", "Redis commands that failed or missed their deadline, by kind."),
             &["kind"],
         )?;
+        let master_changes = IntCounter::new(
+            "mcp_redis_master_changes_total",
+            "Times this replica followed a new Redis master the sentinels named (Sentinel mode).",
+        )?;
+        let unreplicated = IntCounter::new(
+            "mcp_redis_unreplicated_writes_total",
+            "Durable writes (task creations) that fewer Redis replicas acknowledged than --redis-durable-replicas \
+             asks, within half the Redis deadline; the write stands, but a failover now may lose it.",
+        )?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors.clone()))?;
-        Ok(Self { duration, errors })
+        registry.register(Box::new(master_changes.clone()))?;
+        registry.register(Box::new(unreplicated.clone()))?;
+        Ok(Self { duration, errors, master_changes, unreplicated })
+    }
+
+    /// The replica followed a new master.
+    pub fn master_changed(&self) {
+        self.master_changes.inc();
+    }
+
+    /// A durable write was acknowledged by fewer replicas than asked.
+    pub fn unreplicated(&self) {
+        self.unreplicated.inc();
     }
 
     /// Records one command.

@@ -416,13 +416,13 @@ pub trait TaskStore: Send + Sync + fmt::Debug {
         limit: usize,
     ) -> crate::Result<Vec<(TaskKey, u64)>>;
 
-    /// Subscribes to the queue's bell: every [`TaskStore::enqueue`], on any replica, rings
+    /// Subscribes to the bells of shards `0..shards`: every [`TaskStore::enqueue`], on any replica, rings
     /// [`Ring::Event`](crate::Ring) with its shard, so that idle workers need not poll. At most once: a worker
     /// still looks at the queue now and then.
     ///
     /// # Errors
     /// A store failure or timeout.
-    async fn subscribe_queue(&self) -> crate::Result<Box<dyn crate::Subscription>>;
+    async fn subscribe_queue(&self, shards: u16) -> crate::Result<Box<dyn crate::Subscription>>;
 
     /// Removes the queue's consumers that hold no entry: `leaving` (this replica, shutting down) and any idle
     /// longer than `idle` (replicas long gone). Returns how many.

@@ -5,18 +5,20 @@
 //!
 //! Each check is an `async fn(Kind)`; `contract!` turns it into a module with a `memory` and a `redis` test, so a
 //! failure reads `streams_replay_by_stream::redis`. Every wait for a ring has a deadline: a broken store fails,
-//! it never hangs.
+//! it never hangs. Two more tests run every check in turn on a 6-node Redis Cluster and on a Sentinel setup (one
+//! topology each, a prefix per check), so that every script, pipeline and channel is proven on them too: no
+//! `CROSSSLOT`, sharded channels that ring.
 
 #![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
 
 use mcpfleet_state::{
     Admission, Admitted, AfterTake, AppendOptions, Asked, BucketSpec, CancelOutcome, Claim, ClaimSpec, Event, EventId,
     IdempotencyKey, LeaseToken, MemoryStore, NewSession, NewTask, OpenStream, QueueStats, RedisConfig, RedisStore,
-    Refusal, Requeue, Ring, RunCheck, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp, SlotSet,
-    SlotSpec, StateError, Store, StreamState, Subscription, TaskEnd, TaskId, TaskKey, TaskStatus, TaskView,
+    RedisTopology, Refusal, Requeue, Ring, RunCheck, STANDALONE_STREAM, SessionId, SessionInfo, SessionKey, SessionOp,
+    SlotSet, SlotSpec, StateError, Store, StreamState, Subscription, TaskEnd, TaskId, TaskKey, TaskStatus, TaskView,
     UpdateOutcome, UserKey, WindowSpec,
 };
-use mcpfleet_testkit::RedisServer;
+use mcpfleet_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,6 +37,8 @@ const LONG: Duration = Duration::from_secs(60);
 enum Kind {
     Memory,
     Redis,
+    /// A topology shared by every check of one run (a cluster, a sentinel setup), each under its own prefix.
+    Shared(&'static RedisConfig),
 }
 
 /// One check's store. Fields drop in order: the store goes before its redis-server.
@@ -45,7 +49,8 @@ struct Harness {
 
 enum Backend {
     Memory(MemoryStore),
-    Redis { server: RedisServer, cfg: RedisConfig },
+    Redis { server: Box<RedisServer>, cfg: RedisConfig },
+    Shared { cfg: RedisConfig },
 }
 
 fn next() -> u64 {
@@ -71,9 +76,22 @@ impl Harness {
                     cfg.max_events = n;
                 }
                 let store = RedisStore::connect(cfg.clone()).await.expect("connect to redis");
-                Self { store: Arc::new(store), backend: Backend::Redis { server, cfg } }
+                Self { store: Arc::new(store), backend: Backend::Redis { server: Box::new(server), cfg } }
+            }
+            Kind::Shared(shared) => {
+                let mut cfg = RedisConfig { prefix: format!("contract{}:", next()), ..shared.clone() };
+                if let Some(n) = max_events {
+                    cfg.max_events = n;
+                }
+                let store = RedisStore::connect(cfg.clone()).await.expect("connect to the shared topology");
+                Self { store: Arc::new(store), backend: Backend::Shared { cfg } }
             }
         }
+    }
+
+    /// Whether the store is a Redis one (a standalone server of the check's own, or a shared topology).
+    fn is_redis(&self) -> bool {
+        !matches!(self.backend, Backend::Memory(_))
     }
 
     fn store(&self) -> &dyn Store {
@@ -85,13 +103,15 @@ impl Harness {
     async fn replica(&self) -> Arc<dyn Store> {
         match &self.backend {
             Backend::Memory(m) => Arc::new(m.clone()),
-            Backend::Redis { cfg, .. } => Arc::new(RedisStore::connect(cfg.clone()).await.expect("connect replica")),
+            Backend::Redis { cfg, .. } | Backend::Shared { cfg } => {
+                Arc::new(RedisStore::connect(cfg.clone()).await.expect("connect replica"))
+            }
         }
     }
 
     fn redis(&self) -> Option<&RedisServer> {
         match &self.backend {
-            Backend::Memory(_) => None,
+            Backend::Memory(_) | Backend::Shared { .. } => None,
             Backend::Redis { server, .. } => Some(server),
         }
     }
@@ -99,10 +119,38 @@ impl Harness {
     /// The Redis keys under this harness's prefix; `None` for the memory store.
     fn redis_keys(&self) -> Option<Vec<String>> {
         match &self.backend {
-            Backend::Memory(_) => None,
+            Backend::Memory(_) | Backend::Shared { .. } => None,
             Backend::Redis { server, cfg } => {
                 Some(server.keys().into_iter().filter(|k| k.starts_with(&cfg.prefix)).collect())
             }
+        }
+    }
+
+    /// A command run with `redis-cli --raw` on the node that holds its key (`None` for the memory store).
+    fn raw(&self, args: &[&str]) -> Option<String> {
+        let cli = |host_port: &str, extra: &[&str], args: &[&str]| {
+            let (host, port) = host_port.rsplit_once(':').expect("host:port");
+            let out = std::process::Command::new("redis-cli")
+                .args(["-h", host, "-p", port, "--raw"])
+                .args(extra)
+                .args(args)
+                .output()
+                .expect("redis-cli");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { server, .. } => Some(server.raw(args)),
+            Backend::Shared { cfg } => match &cfg.topology {
+                RedisTopology::Cluster { nodes } => Some(cli(&nodes[0], &["-c"], args)),
+                RedisTopology::Sentinel { sentinels, master } => {
+                    let addr = cli(&sentinels[0], &[], &["SENTINEL", "get-master-addr-by-name", master]);
+                    let mut lines = addr.lines();
+                    let (host, port) = (lines.next().expect("master host"), lines.next().expect("master port"));
+                    Some(cli(&format!("{host}:{port}"), &[], args))
+                }
+                RedisTopology::Standalone { .. } => unreachable!("a shared topology is a cluster or a sentinel setup"),
+            },
         }
     }
 
@@ -110,16 +158,19 @@ impl Harness {
     fn redis_events_key(&self, key: &SessionKey) -> Option<String> {
         match &self.backend {
             Backend::Memory(_) => None,
-            Backend::Redis { cfg, .. } => {
+            Backend::Redis { cfg, .. } | Backend::Shared { cfg } => {
                 Some(format!("{}{{u:{}}}:ev:{}", cfg.prefix, key.user.as_str(), key.id.as_str()))
             }
         }
     }
 }
 
-/// Generates a `memory` and a `redis` test for each check.
+type Check = fn(Kind) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// Generates a `memory` and a `redis` test for each check, and the list of them all for the topology runs.
 macro_rules! contract {
-    ($($check:ident),* $(,)?) => {$(
+    ($($check:ident),* $(,)?) => {
+        $(
         mod $check {
             #[tokio::test]
             async fn memory() {
@@ -131,7 +182,45 @@ macro_rules! contract {
                 super::$check(super::Kind::Redis).await;
             }
         }
-    )*};
+        )*
+
+        /// Every check, by name.
+        const CHECKS: &[(&str, Check)] = &[$((stringify!($check), |k| Box::pin($check(k)))),*];
+    };
+}
+
+/// Runs every check in turn against `cfg`'s topology; a failure names the check and the topology.
+async fn run_all(topology: &str, cfg: RedisConfig) {
+    let cfg: &'static RedisConfig = Box::leak(Box::new(cfg));
+    for (name, check) in CHECKS {
+        eprintln!("{topology}: {name}");
+        if tokio::time::timeout(Duration::from_secs(60), check(Kind::Shared(cfg))).await.is_err() {
+            panic!("{topology}: {name} did not finish in 60 s");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_check_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let cfg = RedisConfig {
+        durable_replicas: 1,
+        ..RedisConfig::with_topology(RedisTopology::Cluster { nodes: cluster.seeds() })
+    };
+    run_all("redis cluster", cfg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_check_behind_sentinel() {
+    let sentinel = RedisSentinel::start();
+    let cfg = RedisConfig {
+        durable_replicas: 1,
+        ..RedisConfig::with_topology(RedisTopology::Sentinel {
+            sentinels: sentinel.sentinels(),
+            master: sentinel.master_name().to_owned(),
+        })
+    };
+    run_all("sentinel", cfg).await;
 }
 
 contract!(
@@ -172,6 +261,11 @@ contract!(
 
 // ---------------------------------------------------------------------------------------------------------------
 // Helpers
+
+/// The Redis key of a session's event log (empty for the memory store, which has none).
+fn events_key(h: &Harness, key: &SessionKey) -> String {
+    h.redis_events_key(key).unwrap_or_default()
+}
 
 fn user(name: &str) -> UserKey {
     UserKey::new(name).expect("valid user key")
@@ -575,13 +669,12 @@ async fn cursors_gone_after_trim(kind: Kind) {
     assert_eq!(events.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), vec![format!("e{}", WRITES - 1)]);
     assert_eq!(last, ids[WRITES - 1]);
 
-    if let (Some(server), Some(events_key)) = (h.redis(), h.redis_events_key(&key)) {
-        let len: usize = server.raw(&["XLEN", &events_key]).trim().parse().expect("XLEN");
+    if let (Some(len), Some(events_key)) = (h.raw(&["XLEN", &events_key(&h, &key)]), h.redis_events_key(&key)) {
+        let len: usize = len.trim().parse().expect("XLEN");
         assert!(len < WRITES, "MAXLEN ~ {MAX} never trimmed: {len} entries");
         // Trimming to exactly MAX (as XTRIM without `~` does) loses everything older than the last MAX.
-        let trimmed: usize =
-            server.raw(&["XTRIM", &events_key, "MAXLEN", &MAX.to_string()]).trim().parse().expect("XTRIM");
-        assert_eq!(trimmed, len - MAX);
+        let trimmed = h.raw(&["XTRIM", &events_key, "MAXLEN", &MAX.to_string()]).expect("XTRIM");
+        assert_eq!(trimmed.trim().parse::<usize>().expect("XTRIM"), len - MAX);
     }
     // Exactly MAX events are kept by the memory store, and by Redis once trimmed exactly.
     let oldest_kept = WRITES - MAX;
@@ -591,8 +684,8 @@ async fn cursors_gone_after_trim(kind: Kind) {
     assert_eq!(events.len(), MAX - 1);
 
     // Deleting the whole log (expiry or operator) also makes every cursor gone while the session lives.
-    if let (Some(server), Some(events_key)) = (h.redis(), h.redis_events_key(&key)) {
-        assert_eq!(server.raw(&["DEL", &events_key]).trim(), "1");
+    if let Some(deleted) = h.raw(&["DEL", &events_key(&h, &key)]) {
+        assert_eq!(deleted.trim(), "1");
         let r = s.read_after(&key, k, &ids[WRITES - 1], true, 10).await;
         assert!(matches!(r, Err(StateError::CursorGone)), "log deleted: {r:?}");
     }
@@ -1632,7 +1725,7 @@ async fn tasks_queue_consumers_are_tidied(kind: Kind) {
     assert_eq!((first.len(), second.len()), (1, 1));
     s.settle(shard, &second[0], AfterTake::Release).await.expect("settle");
     // c1 holds an entry: it stays, even leaving (its entry would be lost). c2 holds none: it goes.
-    let redis = h.redis().is_some();
+    let redis = h.is_redis();
     assert_eq!(s.tidy_consumers(shard, Some("c1"), LONG).await.expect("tidy c1"), 0);
     assert_eq!(s.tidy_consumers(shard, Some("c2"), LONG).await.expect("tidy c2"), u64::from(redis));
     // Idle ones go too, once idle long enough (and holding nothing).
@@ -1646,8 +1739,8 @@ async fn tasks_queue_consumers_are_tidied(kind: Kind) {
 async fn tasks_queue_bell_rings_every_replica(kind: Kind) {
     let h = Harness::new(kind).await;
     let (a, b) = (h.store(), h.replica().await);
-    let mut on_a = a.subscribe_queue().await.expect("subscribe a");
-    let mut on_b = b.subscribe_queue().await.expect("subscribe b");
+    let mut on_a = a.subscribe_queue(8).await.expect("subscribe a");
+    let mut on_b = b.subscribe_queue(8).await.expect("subscribe b");
     let key = task_key("alice");
     create_task(a, &new_task(&key)).await;
     b.enqueue(7, &key, 1, LONG).await.expect("enqueue on b");

@@ -361,7 +361,7 @@ mod tests {
         let url = format!("redis://user:{password}@127.0.0.1:1/");
         let key = format!("kid1:{state_secret}");
         let c = serve(&["--redis-url", &url, "--request-state-key", &key, "--lease-ttl", "6s"]).unwrap();
-        assert_eq!(c.redis.as_ref().unwrap().url.expose(), url);
+        assert_eq!(c.redis.as_ref().unwrap().topology, mcpfleet_state::RedisTopology::Standalone { url: url.clone() });
         let debug = format!("{c:?}");
         for secret in [password, state_secret, &key] {
             assert!(!debug.contains(secret), "{secret} in {debug}");

@@ -18,9 +18,12 @@
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
-//! connection ([`redis::aio::ConnectionManager`]); replays and admin calls use the deadpool pool; doorbell
-//! subscriptions use a dedicated RESP3 connection owned by one task.
+//! connection (a [`link::Link`]: standalone, cluster or the master the sentinels name); replays, admin calls and
+//! `WAIT` go over a second one (on a standalone Redis, the deadpool pool), so that they never hold up the hot path;
+//! doorbell subscriptions use a dedicated RESP3 connection owned by one task. On a cluster the channels are sharded
+//! (`SPUBLISH`/`SSUBSCRIBE`); each lives in the slot of the keys it rings for, and the scripts publish it themselves.
 
+mod link;
 mod subscriber;
 mod tasks;
 
@@ -32,16 +35,33 @@ use crate::{
     Delivery, EventStore, IdempotencyStore, LimitStore, Result, Router, SessionStore, StateError, Subscription,
 };
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use link::Link;
 use redis::{Script, Value};
 use std::sync::Arc;
 use std::time::Duration;
-use subscriber::Subscriber;
+use subscriber::{Subscriber, Target};
+
+/// Which Redis: one server, a cluster, or the master a group of sentinels names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisTopology {
+    /// One server (or a managed endpoint that hides its failover): `redis://`, `rediss://` or `unix://`.
+    Standalone { url: String },
+    /// A Redis Cluster, found from these seed nodes (`host:port`).
+    Cluster { nodes: Vec<String> },
+    /// The master that these sentinels (`host:port`) name `master`.
+    Sentinel { sentinels: Vec<String>, master: String },
+}
 
 /// How to reach Redis and how to use it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RedisConfig {
-    pub url: String,
+    pub topology: RedisTopology,
+    /// The ACL user and password of the data nodes (they override those of a standalone URL). Sentinels are
+    /// asked without them.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// TLS to every node, sentinels included (a standalone URL says it with `rediss://`).
+    pub tls: bool,
     /// Prepended to every key and channel, so that several deployments (or test suites) can share one Redis.
     pub prefix: String,
     /// The deadline of every Redis call.
@@ -54,15 +74,47 @@ pub struct RedisConfig {
     pub pool_size: usize,
     /// Where command latency and errors are recorded.
     pub metrics: Option<crate::StoreMetrics>,
-    /// For a `rediss://` URL: the certificate authority to trust (PEM), instead of the system's roots.
+    /// With TLS: the certificate authority to trust (PEM), instead of the system's roots.
     pub tls_ca: Option<Vec<u8>>,
+    /// How many replicas must acknowledge the writes that promise durability (a task's creation) before the
+    /// promise is made: `WAIT <n>`, for at most half the deadline. 0 waits for none.
+    pub durable_replicas: u32,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    // The URL and the password are secrets: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let topology = match &self.topology {
+            RedisTopology::Standalone { .. } => "standalone".to_owned(),
+            RedisTopology::Cluster { nodes } => format!("cluster {nodes:?}"),
+            RedisTopology::Sentinel { sentinels, master } => format!("sentinel {master} {sentinels:?}"),
+        };
+        f.debug_struct("RedisConfig")
+            .field("topology", &topology)
+            .field("username", &self.username)
+            .field("tls", &self.tls)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisConfig {
+    /// A standalone Redis at `url`, with the defaults.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with_topology(RedisTopology::Standalone { url: url.into() })
+    }
+
+    /// `topology`, with the defaults.
+    #[must_use]
+    pub fn with_topology(topology: RedisTopology) -> Self {
         Self {
-            url: url.into(),
+            topology,
+            username: None,
+            password: None,
+            tls: false,
+            durable_replicas: 0,
             prefix: "mcp:".to_owned(),
             timeout: Duration::from_secs(2),
             max_events: 1000,
@@ -94,23 +146,40 @@ struct Scripts {
     idem: Script,
 }
 
+/// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
+/// every node.
+#[derive(Clone, Copy)]
+pub(super) enum PubSubKind {
+    Classic,
+    Sharded,
+}
+
+/// A script, ringing its channels the way `kind` says.
+pub(super) fn script(source: &str, kind: PubSubKind) -> Script {
+    match kind {
+        PubSubKind::Classic => Script::new(source),
+        PubSubKind::Sharded => Script::new(&source.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")),
+    }
+}
+
 impl Scripts {
-    fn new() -> Self {
+    fn new(kind: PubSubKind) -> Self {
+        let script = |source| script(source, kind);
         Self {
             admit: Script::new(include_str!("admit.lua")),
             slot: Script::new(include_str!("slot.lua")),
             refund: Script::new(include_str!("refund.lua")),
-            open: Script::new(include_str!("open.lua")),
-            append: Script::new(include_str!("append.lua")),
+            open: script(include_str!("open.lua")),
+            append: script(include_str!("append.lua")),
             renew: Script::new(include_str!("renew.lua")),
             state: Script::new(include_str!("state.lua")),
-            abandon: Script::new(include_str!("abandon.lua")),
+            abandon: script(include_str!("abandon.lua")),
             replay: Script::new(include_str!("replay.lua")),
-            delete: Script::new(include_str!("delete.lua")),
-            deliver: Script::new(include_str!("deliver.lua")),
+            delete: script(include_str!("delete.lua")),
+            deliver: script(include_str!("deliver.lua")),
             take: Script::new(include_str!("take.lua")),
             forget: Script::new(include_str!("forget.lua")),
-            cancel: Script::new(include_str!("cancel.lua")),
+            cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),
             idem: Script::new(include_str!("idem.lua")),
@@ -126,10 +195,18 @@ pub struct RedisStore {
 
 struct Inner {
     cfg: RedisConfig,
-    conn: ConnectionManager,
-    pool: deadpool_redis::Pool,
+    conn: Link,
+    bulk: Bulk,
     subscriber: Subscriber,
     scripts: Scripts,
+    tasks: tasks::TaskScripts,
+    pubsub: PubSubKind,
+}
+
+/// Where replays, admin calls and `WAIT` go: the pool on a standalone Redis, a second link otherwise.
+enum Bulk {
+    Pool(deadpool_redis::Pool),
+    Link(Link),
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -149,30 +226,44 @@ struct Keys {
 }
 
 impl RedisStore {
-    /// Connects the command connection, the pool and the subscriber.
+    /// Connects the command connection, the bulk connection (a pool on a standalone Redis) and the subscriber.
     ///
     /// # Errors
-    /// A bad URL, or Redis not answering within the configured timeout.
+    /// A bad URL or node address, or Redis not answering within the configured timeout.
     pub async fn connect(cfg: RedisConfig) -> Result<Self> {
-        let info = connection_info(&cfg)?;
-        let client = redis::Client::open(info.clone())?;
-        let mgr_cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(mgr_cfg)).await??;
-        let mut pc = deadpool_redis::PoolConfig::new(cfg.pool_size);
-        pc.timeouts.wait = Some(cfg.timeout);
-        pc.timeouts.create = Some(cfg.timeout);
-        pc.timeouts.recycle = Some(cfg.timeout);
-        let pool = deadpool_redis::Pool::builder(deadpool_redis::Manager::new(info.clone())?)
-            .config(pc)
-            .runtime(deadpool_redis::Runtime::Tokio1)
-            .build()
-            .map_err(|_| StateError::Protocol("invalid redis pool configuration"))?;
-        let subscriber = Subscriber::connect(&cfg, info).await?;
-        let inner = Arc::new(Inner { cfg, conn, pool, subscriber, scripts: Scripts::new() });
+        let (conn, master) = Link::connect(&cfg).await?;
+        let (bulk, target, kind) = match &cfg.topology {
+            RedisTopology::Standalone { url } => {
+                let info = link::node_info(&cfg, url)?;
+                let mut pc = deadpool_redis::PoolConfig::new(cfg.pool_size);
+                pc.timeouts.wait = Some(cfg.timeout);
+                pc.timeouts.create = Some(cfg.timeout);
+                pc.timeouts.recycle = Some(cfg.timeout);
+                let pool = deadpool_redis::Pool::builder(deadpool_redis::Manager::new(info.clone())?)
+                    .config(pc)
+                    .runtime(deadpool_redis::Runtime::Tokio1)
+                    .build()
+                    .map_err(|_| StateError::Protocol("invalid redis pool configuration"))?;
+                (Bulk::Pool(pool), Target::Single(Box::new(info)), PubSubKind::Classic)
+            }
+            RedisTopology::Cluster { nodes } => {
+                (Bulk::Link(Link::connect(&cfg).await?.0), Target::Cluster(nodes.clone()), PubSubKind::Sharded)
+            }
+            RedisTopology::Sentinel { .. } => {
+                let master = master.ok_or(StateError::Protocol("no master to follow"))?;
+                (Bulk::Link(Link::connect(&cfg).await?.0), Target::Sentinel(master), PubSubKind::Classic)
+            }
+        };
+        let subscriber = Subscriber::connect(&cfg, target).await?;
+        let inner = Arc::new(Inner {
+            cfg,
+            conn,
+            bulk,
+            subscriber,
+            scripts: Scripts::new(kind),
+            tasks: tasks::TaskScripts::new(kind),
+            pubsub: kind,
+        });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })
     }
@@ -221,11 +312,47 @@ impl RedisStore {
     async fn run_pooled(&self, kind: &'static str, inv: redis::ScriptInvocation<'_>) -> Result<Value> {
         let t = self.timeout();
         self.measured(kind, async {
-            let mut conn = with_deadline(t, self.inner.pool.get()).await?.map_err(|e| match e {
-                deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
-                _ => StateError::Timeout(t),
-            })?;
-            with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
+            match &self.inner.bulk {
+                Bulk::Pool(pool) => {
+                    let mut conn = with_deadline(t, pool.get()).await?.map_err(|e| match e {
+                        deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
+                        _ => StateError::Timeout(t),
+                    })?;
+                    with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
+                }
+                Bulk::Link(link) => {
+                    let mut conn = link.clone();
+                    with_deadline(t, inv.invoke_async(&mut conn)).await?.map_err(StateError::from)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Waits until `replicas` replicas hold every write made so far to the node of `key` (`WAIT`, on the bulk
+    /// connection, since it blocks the connection it is sent on), for at most half the deadline. Returns how many
+    /// did.
+    async fn wait_replicas(&self, key: &str, replicas: u32) -> Result<u32> {
+        let t = self.timeout();
+        let wait_ms = ms(t / 2);
+        // The EXISTS routes the pipeline to the key's node on a cluster; WAIT itself has no key.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS").arg(key).ignore().cmd("WAIT").arg(replicas).arg(wait_ms);
+        self.measured("wait", async {
+            let (acked,): (u32,) = match &self.inner.bulk {
+                Bulk::Pool(pool) => {
+                    let mut conn = with_deadline(t, pool.get()).await?.map_err(|e| match e {
+                        deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
+                        _ => StateError::Timeout(t),
+                    })?;
+                    with_deadline(t, pipe.query_async(&mut *conn)).await??
+                }
+                Bulk::Link(link) => {
+                    let mut conn = link.clone();
+                    with_deadline(t, pipe.query_async(&mut conn)).await??
+                }
+            };
+            Ok(acked)
         })
         .await
     }
@@ -259,18 +386,6 @@ impl RedisStore {
 
     fn maxlen(&self) -> usize {
         self.inner.cfg.max_events
-    }
-}
-
-/// How to reach Redis: the URL and, for `rediss://` with a CA of its own, that CA (the system's roots otherwise). The
-/// command connection, the pool and the subscriber all connect with it.
-fn connection_info(cfg: &RedisConfig) -> Result<redis::ConnectionInfo> {
-    match &cfg.tls_ca {
-        Some(ca) => {
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(ca.clone()) };
-            Ok(redis::Client::build_with_tls(cfg.url.as_str(), certs)?.get_connection_info().clone())
-        }
-        None => Ok(redis::IntoConnectionInfo::into_connection_info(cfg.url.as_str())?),
     }
 }
 
@@ -532,7 +647,11 @@ impl Router for RedisStore {
 
     async fn publish_user(&self, user: &UserKey, message: &str) -> Result<()> {
         let channel = format!("{}:nb", self.user_base(user));
-        let _: i64 = self.query("publish", redis::cmd("PUBLISH").arg(channel).arg(format!("n:{message}"))).await?;
+        let publish = match self.inner.pubsub {
+            PubSubKind::Classic => "PUBLISH",
+            PubSubKind::Sharded => "SPUBLISH",
+        };
+        let _: i64 = self.query("publish", redis::cmd(publish).arg(channel).arg(format!("n:{message}"))).await?;
         Ok(())
     }
 
@@ -721,5 +840,29 @@ impl LimitStore for RedisStore {
         let key = format!("{}:q:{name}", self.user_base(user));
         self.run("refund", self.inner.scripts.refund.key(&key)).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PubSubKind, script};
+
+    #[test]
+    fn sharded_scripts_ring_sharded_channels() {
+        let sources = [
+            include_str!("open.lua"),
+            include_str!("append.lua"),
+            include_str!("abandon.lua"),
+            include_str!("delete.lua"),
+            include_str!("deliver.lua"),
+            include_str!("cancel.lua"),
+            include_str!("tasks/enqueue.lua"),
+        ];
+        for source in sources {
+            assert!(source.contains("redis.call('PUBLISH',"), "{source}");
+            let sharded = source.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',");
+            assert_eq!(script(source, PubSubKind::Sharded).get_hash(), redis::Script::new(&sharded).get_hash());
+            assert!(!sharded.contains("'PUBLISH'"));
+        }
     }
 }

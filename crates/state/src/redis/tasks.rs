@@ -8,11 +8,11 @@
 //! | `<p>{tq:<n>}:q` | stream | shard n of the work queue, consumer group `w`; entries `u`, `t`, `g` |
 //! | `<p>{tq:<n>}:l` | zset | the leases of shard n: `<user>/<id>/<generation>`, scored by expiry (ms) |
 //! | `<p>{tq:<n>}:e` | hash | lease member → its waiting entry id |
-//! | `<p>{tq}:bell` | channel | the queue's bell, rung by every enqueue (`e:<shard>`) |
+//! | `<p>{tq:<n>}:bell` | channel | shard n's bell, rung by every enqueue (`e:<n>`) |
 //!
 //! A record and its work hash expire with the task's TTL. The queue keys are few and permanent.
 
-use super::{RedisStore, array, int, string};
+use super::{PubSubKind, RedisStore, array, int, script, string};
 use crate::tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
     TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
@@ -21,10 +21,9 @@ use crate::types::UserKey;
 use crate::{Result, StateError};
 use async_trait::async_trait;
 use redis::{Script, Value};
-use std::sync::LazyLock;
 use std::time::Duration;
 
-struct Scripts {
+pub(super) struct TaskScripts {
     create: Script,
     update: Script,
     cancel: Script,
@@ -41,22 +40,26 @@ struct Scripts {
     tidy: Script,
 }
 
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    create: Script::new(include_str!("tasks/create.lua")),
-    update: Script::new(include_str!("tasks/update.lua")),
-    cancel: Script::new(include_str!("tasks/cancel.lua")),
-    start: Script::new(include_str!("tasks/start.lua")),
-    ask: Script::new(include_str!("tasks/ask.lua")),
-    finish: Script::new(include_str!("tasks/finish.lua")),
-    requeue: Script::new(include_str!("tasks/requeue.lua")),
-    enqueue: Script::new(include_str!("tasks/enqueue.lua")),
-    dequeue: Script::new(include_str!("tasks/dequeue.lua")),
-    settle: Script::new(include_str!("tasks/settle.lua")),
-    renew: Script::new(include_str!("tasks/renew.lua")),
-    expired: Script::new(include_str!("tasks/expired.lua")),
-    stats: Script::new(include_str!("tasks/stats.lua")),
-    tidy: Script::new(include_str!("tasks/tidy.lua")),
-});
+impl TaskScripts {
+    pub(super) fn new(kind: PubSubKind) -> Self {
+        Self {
+            create: Script::new(include_str!("tasks/create.lua")),
+            update: Script::new(include_str!("tasks/update.lua")),
+            cancel: Script::new(include_str!("tasks/cancel.lua")),
+            start: Script::new(include_str!("tasks/start.lua")),
+            ask: Script::new(include_str!("tasks/ask.lua")),
+            finish: Script::new(include_str!("tasks/finish.lua")),
+            requeue: Script::new(include_str!("tasks/requeue.lua")),
+            enqueue: script(include_str!("tasks/enqueue.lua"), kind),
+            dequeue: Script::new(include_str!("tasks/dequeue.lua")),
+            settle: Script::new(include_str!("tasks/settle.lua")),
+            renew: Script::new(include_str!("tasks/renew.lua")),
+            expired: Script::new(include_str!("tasks/expired.lua")),
+            stats: Script::new(include_str!("tasks/stats.lua")),
+            tidy: Script::new(include_str!("tasks/tidy.lua")),
+        }
+    }
+}
 
 struct TaskKeys {
     record: String,
@@ -68,6 +71,8 @@ struct ShardKeys {
     stream: String,
     leases: String,
     entries: String,
+    /// The shard's bell: a channel in the shard's slot, so that the enqueue script can ring it on a cluster too.
+    bell: String,
 }
 
 /// A lease's member: `<user>/<task id>/<generation>` (neither part can hold a `/`).
@@ -97,14 +102,14 @@ impl RedisStore {
         }
     }
 
-    /// The queue's bell: one channel for every shard (a worker listens to one channel, not to one per shard).
-    fn queue_bell(&self) -> String {
-        format!("{}{{tq}}:bell", self.inner.cfg.prefix)
-    }
-
     fn shard_keys(&self, shard: u16) -> ShardKeys {
         let base = format!("{}{{tq:{shard}}}", self.inner.cfg.prefix);
-        ShardKeys { stream: format!("{base}:q"), leases: format!("{base}:l"), entries: format!("{base}:e") }
+        ShardKeys {
+            stream: format!("{base}:q"),
+            leases: format!("{base}:l"),
+            entries: format!("{base}:e"),
+            bell: format!("{base}:bell"),
+        }
     }
 }
 
@@ -189,7 +194,7 @@ fn answers_object(pairs: &[Value]) -> Result<String> {
 impl TaskStore for RedisStore {
     async fn create_task(&self, t: &NewTask<'_>) -> Result<Option<u64>> {
         let k = self.task_keys(t.key);
-        let mut inv = SCRIPTS.create.key(&k.record);
+        let mut inv = self.inner.tasks.create.key(&k.record);
         inv.key(&k.work).key(&k.open);
         inv.arg(t.max_open)
             .arg(ms(t.ttl))
@@ -208,11 +213,23 @@ impl TaskStore for RedisStore {
                 inv.arg(key).arg(value.to_string());
             }
         }
-        match int(&self.run("task_create", inv).await?)? {
-            0 => Ok(None),
-            -1 => Err(StateError::Conflict),
-            created => Ok(Some(u64::try_from(created).map_err(|_| StateError::Protocol("bad creation time"))?)),
+        let created = match int(&self.run("task_create", inv).await?)? {
+            0 => return Ok(None),
+            -1 => return Err(StateError::Conflict),
+            created => u64::try_from(created).map_err(|_| StateError::Protocol("bad creation time"))?,
+        };
+        // The handle promises a durable task: before it leaves, a replica of Redis should hold the record too.
+        let want = self.inner.cfg.durable_replicas;
+        if want > 0 {
+            let acked = self.wait_replicas(&k.record, want).await?;
+            if acked < want {
+                tracing::warn!(acked, want, "a task record is not yet on enough redis replicas");
+                if let Some(m) = &self.inner.cfg.metrics {
+                    m.unreplicated();
+                }
+            }
         }
+        Ok(Some(created))
     }
 
     async fn get_task(&self, key: &TaskKey) -> Result<Option<TaskView>> {
@@ -222,7 +239,7 @@ impl TaskStore for RedisStore {
 
     async fn update_task(&self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.update.key(&k.record);
+        let mut inv = self.inner.tasks.update.key(&k.record);
         inv.key(&k.work);
         for (key, value) in answers {
             inv.arg(key).arg(value);
@@ -239,7 +256,7 @@ impl TaskStore for RedisStore {
 
     async fn cancel_task(&self, key: &TaskKey) -> Result<Option<CancelOutcome>> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.cancel.key(&k.record);
+        let mut inv = self.inner.tasks.cancel.key(&k.record);
         inv.key(&k.work).key(&k.open).arg(key.id.as_str());
         Ok(match int(&self.run("task_cancel", inv).await?)? {
             0 => Some(CancelOutcome::AlreadyEnded),
@@ -251,7 +268,7 @@ impl TaskStore for RedisStore {
 
     async fn start_task(&self, key: &TaskKey, generation: u64, replica: &str) -> Result<Option<TaskWork>> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.start.key(&k.record);
+        let mut inv = self.inner.tasks.start.key(&k.record);
         inv.key(&k.work).arg(generation).arg(replica);
         let r = array(self.run("task_start", inv).await?)?;
         match r.as_slice() {
@@ -270,7 +287,7 @@ impl TaskStore for RedisStore {
 
     async fn ask_task(&self, key: &TaskKey, generation: u64, input: &str, request: &str) -> Result<Asked> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.ask.key(&k.record);
+        let mut inv = self.inner.tasks.ask.key(&k.record);
         inv.key(&k.work).arg(generation).arg(input).arg(request);
         let r = array(self.run("task_ask", inv).await?)?;
         match r.as_slice() {
@@ -300,7 +317,7 @@ impl TaskStore for RedisStore {
 
     async fn finish_task(&self, key: &TaskKey, generation: u64, end: &TaskEnd) -> Result<Option<TaskView>> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.finish.key(&k.record);
+        let mut inv = self.inner.tasks.finish.key(&k.record);
         inv.key(&k.work).key(&k.open).arg(generation);
         match end {
             TaskEnd::Completed(result) => inv.arg("completed").arg(result).arg(""),
@@ -317,7 +334,7 @@ impl TaskStore for RedisStore {
 
     async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Requeue> {
         let k = self.task_keys(key);
-        let mut inv = SCRIPTS.requeue.key(&k.record);
+        let mut inv = self.inner.tasks.requeue.key(&k.record);
         inv.key(&k.work).key(&k.open).arg(generation).arg(key.id.as_str());
         let r = array(self.run("task_requeue", inv).await?)?;
         match r.as_slice() {
@@ -329,7 +346,7 @@ impl TaskStore for RedisStore {
 
     async fn lease_task(&self, shard: u16, key: &TaskKey, generation: u64, ttl: Duration) -> Result<()> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.renew.key(&s.leases);
+        let mut inv = self.inner.tasks.renew.key(&s.leases);
         inv.arg(ms(ttl)).arg("add").arg(member(key, generation));
         self.run("task_lease", inv).await?;
         Ok(())
@@ -337,17 +354,17 @@ impl TaskStore for RedisStore {
 
     async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.enqueue.key(&s.stream);
-        inv.key(&s.leases).key(&s.entries);
+        let mut inv = self.inner.tasks.enqueue.key(&s.stream);
+        inv.key(&s.leases).key(&s.entries).key(&s.bell);
         inv.arg(member(key, generation)).arg(ms(check)).arg(key.user.as_str()).arg(key.id.as_str()).arg(generation);
-        inv.arg(self.queue_bell()).arg(shard);
+        inv.arg(shard);
         self.run("task_enqueue", inv).await?;
         Ok(())
     }
 
     async fn dequeue(&self, shard: u16, consumer: &str, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.dequeue.key(&s.stream);
+        let mut inv = self.inner.tasks.dequeue.key(&s.stream);
         inv.arg(consumer).arg(count.max(1)).arg(ms(stale_after));
         let r = array(self.run("task_dequeue", inv).await?)?;
         let mut out = Vec::new();
@@ -360,7 +377,7 @@ impl TaskStore for RedisStore {
                 }
                 // Not an entry of ours: drop it, so that no worker takes it again.
                 _ => {
-                    let mut inv = SCRIPTS.settle.key(&s.stream);
+                    let mut inv = self.inner.tasks.settle.key(&s.stream);
                     inv.key(&s.leases).key(&s.entries).arg(&entry).arg("").arg("keep").arg(0);
                     self.run("task_settle", inv).await?;
                 }
@@ -371,7 +388,7 @@ impl TaskStore for RedisStore {
 
     async fn settle(&self, shard: u16, entry: &Queued, then: AfterTake) -> Result<()> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.settle.key(&s.stream);
+        let mut inv = self.inner.tasks.settle.key(&s.stream);
         inv.key(&s.leases).key(&s.entries).arg(&entry.entry).arg(member(&entry.key, entry.generation));
         match then {
             AfterTake::Lease(ttl) => inv.arg("lease").arg(ms(ttl)),
@@ -392,7 +409,7 @@ impl TaskStore for RedisStore {
             return Ok(Vec::new());
         }
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.renew.key(&s.leases);
+        let mut inv = self.inner.tasks.renew.key(&s.leases);
         inv.arg(ms(ttl)).arg("renew");
         for (key, generation) in runs {
             inv.arg(member(key, *generation));
@@ -409,7 +426,7 @@ impl TaskStore for RedisStore {
 
     async fn expired_task_leases(&self, shard: u16, grace: Duration, limit: usize) -> Result<Vec<(TaskKey, u64)>> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.expired.key(&s.stream);
+        let mut inv = self.inner.tasks.expired.key(&s.stream);
         inv.key(&s.leases).key(&s.entries).arg(ms(grace)).arg(limit.max(1));
         let due = array(self.run("task_expired", inv).await?)?;
         let mut out = Vec::new();
@@ -425,20 +442,24 @@ impl TaskStore for RedisStore {
         Ok(out)
     }
 
-    async fn subscribe_queue(&self) -> Result<Box<dyn crate::Subscription>> {
-        Ok(Box::new(self.inner.subscriber.subscribe(self.queue_bell()).await?))
+    async fn subscribe_queue(&self, shards: u16) -> Result<Box<dyn crate::Subscription>> {
+        let mut bells = Vec::with_capacity(usize::from(shards));
+        for shard in 0..shards.max(1) {
+            bells.push(self.inner.subscriber.subscribe(self.shard_keys(shard).bell).await?);
+        }
+        Ok(Box::new(super::subscriber::Merged(bells)))
     }
 
     async fn tidy_consumers(&self, shard: u16, leaving: Option<&str>, idle: Duration) -> Result<u64> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.tidy.key(&s.stream);
+        let mut inv = self.inner.tasks.tidy.key(&s.stream);
         inv.arg(leaving.unwrap_or("")).arg(ms(idle));
         Ok(u64::try_from(int(&self.run("task_tidy", inv).await?)?).unwrap_or(0))
     }
 
     async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {
         let s = self.shard_keys(shard);
-        let mut inv = SCRIPTS.stats.key(&s.stream);
+        let mut inv = self.inner.tasks.stats.key(&s.stream);
         inv.key(&s.leases);
         let r = array(self.run("task_stats", inv).await?)?;
         let [len, pending, leased, oldest] = r.as_slice() else { return Err(StateError::Protocol("bad stats reply")) };

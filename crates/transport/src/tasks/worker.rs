@@ -36,7 +36,7 @@ async fn dispatch(app: AppState) {
     let tasks = app.tasks.clone();
     let shards = tasks.config().shards.max(1);
     let mut next_shard = 0u16;
-    let mut bell = app.store.subscribe_queue().await.ok();
+    let mut bell = app.store.subscribe_queue(shards).await.ok();
     loop {
         let idle = if bell.is_some() { IDLE_POLL } else { DEAF_POLL };
         let rung = async {
@@ -56,7 +56,7 @@ async fn dispatch(app: AppState) {
             () = tasks.wake.notified() => {}
             ring = rung => {
                 if ring.is_none() {
-                    bell = app.store.subscribe_queue().await.ok();
+                    bell = app.store.subscribe_queue(shards).await.ok();
                 }
             }
             () = tokio::time::sleep(idle) => {}
