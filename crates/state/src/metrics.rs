@@ -37,8 +37,9 @@ impl StoreMetrics {
         )?;
         let unreplicated = IntCounter::new(
             "mcp_redis_unreplicated_writes_total",
-            "Durable writes (task creations) that fewer Redis replicas acknowledged than --redis-durable-replicas \
-             asks, within half the Redis deadline; the write stands, but a failover now may lose it.",
+            "Durable writes (a task's creation, queue entry, run lease or end; an idempotent call's result) that \
+             fewer Redis replicas acknowledged than --redis-durable-replicas asks, within half the Redis deadline; \
+             the write stands, but a failover now may lose it.",
         )?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors.clone()))?;

@@ -55,9 +55,10 @@ pub(super) struct StoreArgs {
     /// the system's roots (a private CA, as managed Redis services and tests use).
     #[arg(long, env = "MCPFLEET_REDIS_CA_FILE")]
     redis_ca_file: Option<std::path::PathBuf>,
-    /// How many Redis replicas must hold a task's record before its handle is returned (WAIT, for at most half
-    /// the Redis deadline; fewer is counted in mcp_redis_unreplicated_writes_total, not refused). Default: 1 for
-    /// cluster and sentinel, 0 for standalone.
+    /// How many Redis replicas must hold the writes that make a promise (a task's creation, queue entry, run lease
+    /// and end; an idempotent call's result) before the promise is made (WAIT, for at most half the Redis deadline;
+    /// fewer is counted in mcp_redis_unreplicated_writes_total, not refused). Default: 1 for cluster and sentinel,
+    /// 0 for standalone.
     #[arg(long, env = "MCPFLEET_REDIS_DURABLE_REPLICAS", value_parser = clap::value_parser!(u32).range(0..=16))]
     redis_durable_replicas: Option<u32>,
     /// Approximate number of events kept per session for resumption.

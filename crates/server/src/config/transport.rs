@@ -336,7 +336,7 @@ fn request_state_keys(raw: &[Secret], ttl: Duration, redis: bool) -> Result<Requ
     if raw.is_empty() {
         if redis {
             return Err(config_error(
-                "--request-state-key is required with --redis-url: every replica must verify the requestState the others sign",
+                "--request-state-key is required with Redis: every replica must verify the requestState the others sign",
             ));
         }
         return Ok(RequestStateKeys::random(ttl));

@@ -76,8 +76,9 @@ pub struct RedisConfig {
     pub metrics: Option<crate::StoreMetrics>,
     /// With TLS: the certificate authority to trust (PEM), instead of the system's roots.
     pub tls_ca: Option<Vec<u8>>,
-    /// How many replicas must acknowledge the writes that promise durability (a task's creation) before the
-    /// promise is made: `WAIT <n>`, for at most half the deadline. 0 waits for none.
+    /// How many replicas must acknowledge the writes that make a promise (a task's creation, queue entry, run lease
+    /// and end; an idempotent call's result) before the promise is made: `WAIT <n>`, for at most half the
+    /// deadline. 0 waits for none.
     pub durable_replicas: u32,
 }
 
@@ -327,6 +328,24 @@ impl RedisStore {
             }
         })
         .await
+    }
+
+    /// For the writes that make a promise (a task's creation, queue entry, run lease and end; an idempotent
+    /// call's result): waits until `--redis-durable-replicas` replicas hold every write so far to `key`'s node.
+    /// Too few in time is counted and logged, not failed: the write stands on the master.
+    async fn durable(&self, key: &str) -> Result<()> {
+        let want = self.inner.cfg.durable_replicas;
+        if want == 0 {
+            return Ok(());
+        }
+        let acked = self.wait_replicas(key, want).await?;
+        if acked < want {
+            tracing::warn!(acked, want, "a durable write is not yet on enough redis replicas");
+            if let Some(m) = &self.inner.cfg.metrics {
+                m.unreplicated();
+            }
+        }
+        Ok(())
     }
 
     /// Waits until `replicas` replicas hold every write made so far to the node of `key` (`WAIT`, on the bulk
@@ -694,7 +713,12 @@ impl IdempotencyStore for RedisStore {
         let k = self.idem_key(key);
         let mut inv = self.inner.scripts.idem.key(&k);
         inv.arg("complete").arg(token).arg(result).arg(ms(ttl));
-        Ok(int(&self.run("idem", inv).await?)? == 1)
+        let done = int(&self.run("idem", inv).await?)? == 1;
+        if done {
+            // "Runs once" is the promise: a failover must not forget the result and let a retry run it again.
+            self.durable(&k).await?;
+        }
+        Ok(done)
     }
 
     async fn release_claim(&self, key: &IdempotencyKey, token: &str) -> Result<()> {

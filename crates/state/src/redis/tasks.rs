@@ -219,16 +219,7 @@ impl TaskStore for RedisStore {
             created => u64::try_from(created).map_err(|_| StateError::Protocol("bad creation time"))?,
         };
         // The handle promises a durable task: before it leaves, a replica of Redis should hold the record too.
-        let want = self.inner.cfg.durable_replicas;
-        if want > 0 {
-            let acked = self.wait_replicas(&k.record, want).await?;
-            if acked < want {
-                tracing::warn!(acked, want, "a task record is not yet on enough redis replicas");
-                if let Some(m) = &self.inner.cfg.metrics {
-                    m.unreplicated();
-                }
-            }
-        }
+        self.durable(&k.record).await?;
         Ok(Some(created))
     }
 
@@ -327,7 +318,11 @@ impl TaskStore for RedisStore {
         inv.arg(key.id.as_str());
         let r = array(self.run("task_finish", inv).await?)?;
         match r.split_first() {
-            Some((c, rest)) if int(c)? == 1 => view(rest),
+            Some((c, rest)) if int(c)? == 1 => {
+                // A terminal state never changes: a failover must not take it back (the run's lease is gone).
+                self.durable(&k.record).await?;
+                view(rest)
+            }
             _ => Ok(None),
         }
     }
@@ -349,7 +344,8 @@ impl TaskStore for RedisStore {
         let mut inv = self.inner.tasks.renew.key(&s.leases);
         inv.arg(ms(ttl)).arg("add").arg(member(key, generation));
         self.run("task_lease", inv).await?;
-        Ok(())
+        // The lease is how a dead runner's task is found again: it must outlive a failover.
+        self.durable(&s.leases).await
     }
 
     async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
@@ -359,7 +355,8 @@ impl TaskStore for RedisStore {
         inv.arg(member(key, generation)).arg(ms(check)).arg(key.user.as_str()).arg(key.id.as_str()).arg(generation);
         inv.arg(shard);
         self.run("task_enqueue", inv).await?;
-        Ok(())
+        // A queued task nobody can find again would sit until its TTL: the entry must outlive a failover.
+        self.durable(&s.stream).await
     }
 
     async fn dequeue(&self, shard: u16, consumer: &str, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
