@@ -64,8 +64,9 @@ struct Args {
     #[arg(long = "pid")]
     pids: Vec<u32>,
     /// Redis URL, for Redis commands per call (INFO commandstats: commands run inside scripts count too).
-    #[arg(long)]
-    redis_url: Option<String>,
+    /// Repeatable: on a cluster, give every master (the counts are summed).
+    #[arg(long = "redis-url")]
+    redis_urls: Vec<String>,
     /// A server's Prometheus endpoint (http://admin/metrics), repeatable: Redis round trips per call, from the
     /// servers' own `mcp_redis_command_duration_seconds_count`.
     #[arg(long = "metrics")]
@@ -281,16 +282,24 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-async fn redis_calls(url: &str) -> Result<u64, BenchError> {
-    let client = redis::Client::open(url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
-    // cmdstat_evalsha:calls=12,usec=...; the INFO itself is not counted.
-    Ok(info
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-        .sum())
+/// Commands run so far on every node in `urls`, summed (`None` without any).
+async fn redis_calls(urls: &[String]) -> Result<Option<u64>, BenchError> {
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    let mut sum = 0;
+    for url in urls {
+        let client = redis::Client::open(url.as_str())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+        // cmdstat_evalsha:calls=12,usec=...; the INFO itself is not counted.
+        sum += info
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(Some(sum))
 }
 
 /// The sum of `mcp_redis_command_duration_seconds_count` over the given endpoints.
@@ -417,10 +426,7 @@ async fn measure(
     // Counters are read at the end of the warm-up, when every session is in its loop.
     tokio::time::sleep_until(warmup_end.into()).await;
     let cpu0: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
-    let redis0 = match &a.redis_url {
-        Some(u) => Some(redis_calls(u).await?),
-        None => None,
-    };
+    let redis0 = redis_calls(&a.redis_urls).await?;
     let trips0 = round_trips(http, &a.metrics).await?;
     let started = Instant::now();
     let mut lat = Vec::new();
@@ -434,10 +440,7 @@ async fn measure(
     }
     let elapsed = started.elapsed();
     let cpu1: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
-    let redis1 = match &a.redis_url {
-        Some(u) => Some(redis_calls(u).await?),
-        None => None,
-    };
+    let redis1 = redis_calls(&a.redis_urls).await?;
     let trips1 = round_trips(http, &a.metrics).await?;
     lat.sort_unstable();
     let total = lat.len() as f64;

@@ -5,9 +5,11 @@
 //! - **cluster**: the async cluster client ([`ClusterConnection`]); it follows `MOVED`/`ASK`, retries `TRYAGAIN` and
 //!   refreshes its slot map after failovers, so that no redirect ever reaches a caller.
 //! - **sentinel**: a [`ConnectionManager`] to the master the sentinels name, and a watcher that asks them again
-//!   every second, and at once when a command fails as a master's would not (`READONLY`, a dropped or refused
-//!   connection). When the answer changes, the watcher connects to the new master and swaps it in; the subscriber
-//!   follows through a [`watch`] channel.
+//!   every second, at once when a sentinel announces `+switch-master`, and at once when a command fails as a
+//!   master's would not (`READONLY`, a dropped or refused connection). When the answer changes, the watcher
+//!   connects to the new master and swaps it in; the subscriber follows through a [`watch`] channel. Between a
+//!   promotion and the old master's demotion, writes that still reach the old master are lost when it resyncs:
+//!   hearing `+switch-master` keeps that window to the sentinels' own announcement delay.
 //!
 //! Credentials come from the URL or from [`RedisConfig::username`]/[`RedisConfig::password`]; they are never logged.
 
@@ -177,6 +179,7 @@ impl Follower {
         let (tx, rx) = watch::channel(info);
         let me =
             Arc::new(Self { current: RwLock::new((addr, conn)), nudge: Notify::new(), metrics: cfg.metrics.clone() });
+        tokio::spawn(hear_switches(Arc::downgrade(&me), ask.infos.clone(), master.to_owned()));
         tokio::spawn(watch_master(Arc::downgrade(&me), ask, cfg.clone(), tx));
         Ok((me, rx))
     }
@@ -225,6 +228,7 @@ async fn watch_master(
         };
         drop(f);
         if nudged {
+            // Let a burst of failing commands settle into one ask.
             tokio::time::sleep(SENTINEL_NUDGE_GAP).await;
         }
         let Ok(addr) = ask.master().await else { continue };
@@ -250,6 +254,36 @@ async fn watch_master(
             }
             Err(e) => tracing::warn!(master = %addr, error = %e, "cannot reach the new redis master yet"),
         }
+    }
+}
+
+/// Listens to the sentinels' `+switch-master` announcements (one sentinel at a time, the next when it fails) and
+/// nudges the watcher on each one for `master`. Ends when the store is dropped.
+async fn hear_switches(me: std::sync::Weak<Follower>, sentinels: Vec<ConnectionInfo>, master: String) {
+    use futures::StreamExt as _;
+    let mut next = 0;
+    loop {
+        let info = sentinels[next % sentinels.len()].clone();
+        next += 1;
+        let heard = async {
+            let mut pubsub = redis::Client::open(info)?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            let mut messages = pubsub.into_on_message();
+            // "<master name> <old ip> <old port> <new ip> <new port>"
+            while let Some(msg) = messages.next().await {
+                let Some(f) = me.upgrade() else { return Ok(()) };
+                let payload: String = msg.get_payload().unwrap_or_default();
+                if payload.split(' ').next() == Some(master.as_str()) {
+                    f.nudge.notify_one();
+                }
+            }
+            Ok::<(), redis::RedisError>(())
+        };
+        let _ = heard.await;
+        if me.upgrade().is_none() {
+            return;
+        }
+        tokio::time::sleep(SENTINEL_POLL).await;
     }
 }
 

@@ -252,7 +252,9 @@ impl RedisStore {
             }
             RedisTopology::Sentinel { .. } => {
                 let master = master.ok_or(StateError::Protocol("no master to follow"))?;
-                (Bulk::Link(Link::connect(&cfg).await?.0), Target::Sentinel(master), PubSubKind::Classic)
+                // The bulk link follows the master on its own; only the command link counts master changes.
+                let bulk = Link::connect(&RedisConfig { metrics: None, ..cfg.clone() }).await?.0;
+                (Bulk::Link(bulk), Target::Sentinel(master), PubSubKind::Classic)
             }
         };
         let subscriber = Subscriber::connect(&cfg, target).await?;
