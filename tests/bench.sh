@@ -25,9 +25,11 @@ BENCH=target/release/mcpfleet-bench
 
 TMP="$(mktemp -d)"
 PIDS=()
+HA_PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true
+  for p in "${HA_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -n "${PGDIR:-}" ]] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" stop -m immediate >/dev/null 2>&1 || true
   [[ -n "${PGDIR:-}" ]] && rm -rf "$PGDIR"
   rm -rf "$TMP"
@@ -41,6 +43,47 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --d
 REDIS_PID=$!
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# A 6-node Redis Cluster (3 masters, 3 replicas) and a Sentinel setup (a master, a replica, 3 sentinels), for the
+# setups that compare them with the standalone Redis above.
+ha_node() { # ha_node DIR PORT ARGS... : one redis-server of a topology, in a dir of its own
+  local dir="$1" port="$2"; shift 2
+  mkdir -p "$dir"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" "$@" >"$dir/log" 2>&1 &
+  HA_PIDS+=($!)
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+}
+CLUSTER_SEEDS=() CLUSTER_MASTER_URLS=()
+for i in 1 2 3 4 5 6; do
+  p="$(free_port)"
+  ha_node "$TMP/cluster$i" "$p" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+    --cluster-port "$(free_port)"
+  CLUSTER_SEEDS+=("127.0.0.1:$p")
+done
+redis-cli --cluster create "${CLUSTER_SEEDS[@]}" --cluster-replicas 1 --cluster-yes >"$TMP/cluster-create.log" 2>&1
+for _ in $(seq 100); do
+  [[ "$(redis-cli -p "${CLUSTER_SEEDS[0]#*:}" cluster info | tr -d '\r' | grep cluster_state)" == cluster_state:ok ]] && break
+  sleep 0.1
+done
+for n in "${CLUSTER_SEEDS[@]}"; do
+  redis-cli -p "${n#*:}" role | head -1 | grep -q master && CLUSTER_MASTER_URLS+=(--redis-url "redis://$n")
+done
+SENTINEL_MASTER_PORT="$(free_port)"
+ha_node "$TMP/sentinel-master" "$SENTINEL_MASTER_PORT"
+ha_node "$TMP/sentinel-replica" "$(free_port)" --replicaof 127.0.0.1 "$SENTINEL_MASTER_PORT"
+SENTINELS=()
+for i in 1 2 3; do
+  p="$(free_port)"
+  mkdir -p "$TMP/sentinel$i"
+  printf 'port %s\nbind 127.0.0.1\nsentinel monitor bench 127.0.0.1 %s 2\nsentinel down-after-milliseconds bench 2000\n' \
+    "$p" "$SENTINEL_MASTER_PORT" >"$TMP/sentinel$i/sentinel.conf"
+  redis-server "$TMP/sentinel$i/sentinel.conf" --sentinel --dir "$TMP/sentinel$i" >"$TMP/sentinel$i/log" 2>&1 &
+  HA_PIDS+=($!)
+  SENTINELS+=("127.0.0.1:$p")
+done
+for _ in $(seq 100); do redis-cli -p "${SENTINELS[0]#*:}" sentinel get-master-addr-by-name bench >/dev/null 2>&1 && break; sleep 0.1; done
+CLUSTER_FLAGS=(--redis-mode cluster --redis-nodes "$(IFS=,; echo "${CLUSTER_SEEDS[*]}")")
+SENTINEL_FLAGS=(--redis-mode sentinel --redis-nodes "$(IFS=,; echo "${SENTINELS[*]}")" --redis-sentinel-master bench)
 
 # start_replica ARGS... : starts one replica, appends its pid to PIDS and its URL to URLS.
 start_replica() {
@@ -140,6 +183,12 @@ run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
 run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
+# The same fleet on a Redis Cluster and behind Sentinel, beside the standalone Redis: one principal's keys share one
+# slot, so its calls go to one master; the hot path stays one round trip.
+run "3 replicas, Redis Cluster (3 masters), JWT, round-robin" 3 "" "${CLUSTER_MASTER_URLS[@]}" --token "$TOKEN" -- \
+  "${CLUSTER_FLAGS[@]}" --auth dev --dev-key-file "$KEY"
+run "3 replicas, Sentinel, JWT, round-robin" 3 "" --redis-url "redis://127.0.0.1:$SENTINEL_MASTER_PORT" \
+  --token "$TOKEN" -- "${SENTINEL_FLAGS[@]}" --auth dev --dev-key-file "$KEY"
 run "1 replica, Redis, 2026-07-28" 1 "" --redis-url "$REDIS_URL" --generation 2026 -- --redis-url "$REDIS_URL"
 run "3 replicas, Redis, round-robin, 2026-07-28" 3 "" --redis-url "$REDIS_URL" --generation 2026 -- \
   --redis-url "$REDIS_URL"

@@ -3,11 +3,13 @@
 //! one Redis behind a round-robin proxy. The newest 0.2.0 alpha (0.2.0-alpha.12, installed as `conformance-2026`)
 //! runs its 2026-07-28 requirements (`--requirements 2026-07-28`) against the three replicas, with the baseline
 //! `tests/conformance-2026-expected-failures.yml`, in which a warning counts as a failure too.
+//! Both suites also run through three replicas on a 6-node Redis Cluster and on a Sentinel setup (one master, one
+//! replica, three sentinels), where every doorbell is a sharded channel (cluster) or follows the master (Sentinel).
 //! `tests/run-all.sh` installs Node 22 and both suites into `.tools/` when they are missing.
 
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, RedisCluster, RedisSentinel, RedisServer, RoundRobinProxy};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -73,10 +75,7 @@ async fn conformance_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    let url = proxy.url();
-    let summary = tokio::task::spawn_blocking(move || run_suite(&url, "redis-3")).await.unwrap();
-    assert!(summary.contains(", 0 failed") && summary.contains("tools-call-elicitation: 1 passed"));
-    assert!(summary.contains("server-sse-polling: 3 passed"));
+    run_2025(proxy.url(), "redis-3").await;
     drop(proxy);
 }
 
@@ -85,15 +84,47 @@ async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    let url = proxy.url();
+    run_2026(proxy.url(), "2026-redis-3").await;
+    drop(proxy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_both_generations_three_replicas_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let fleet = Fleet::builder().replicas(3).redis_topology(&cluster).start().await;
+    let proxy = RoundRobinProxy::start(fleet.bases()).await;
+    run_2025(proxy.url(), "cluster-3").await;
+    run_2026(proxy.url(), "2026-cluster-3").await;
+    drop(proxy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_both_generations_three_replicas_behind_sentinel() {
+    let sentinel = RedisSentinel::start();
+    let fleet = Fleet::builder().replicas(3).redis_topology(&sentinel).start().await;
+    let proxy = RoundRobinProxy::start(fleet.bases()).await;
+    run_2025(proxy.url(), "sentinel-3").await;
+    run_2026(proxy.url(), "2026-sentinel-3").await;
+    drop(proxy);
+}
+
+/// The 0.1.16 suite, `--suite all`, through a fleet at `url`: every check passes, those that cross replicas too.
+async fn run_2025(url: String, label: &'static str) {
+    let summary = tokio::task::spawn_blocking(move || run_suite(&url, label)).await.expect("the suite ran");
+    assert!(summary.contains(", 0 failed") && summary.contains("tools-call-elicitation: 1 passed"));
+    assert!(summary.contains("server-sse-polling: 3 passed"));
+}
+
+/// The 0.2.0 alpha's 2026-07-28 requirements through a fleet at `url`, with the baseline.
+async fn run_2026(url: String, label: &'static str) {
     let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance-2026-expected-failures.yml");
     let baseline = baseline.to_string_lossy().into_owned();
     let summary = tokio::task::spawn_blocking(move || {
         let args = ["--requirements", "2026-07-28", "--expected-failures", baseline.as_str()];
-        run_cli("conformance-2026", &args, &url, "2026-redis-3")
+        run_cli("conformance-2026", &args, &url, label)
     })
     .await
-    .unwrap();
+    .expect("the suite ran");
     // The scored scenarios the fleet must pass whole, across replicas: the stateless core, a retry with its
     // requestState landing on another replica, and list changes fanned out to listen streams on any replica.
     for scenario in [
@@ -122,5 +153,4 @@ async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
     ] {
         assert!(summary.contains(scenario), "{scenario}:\n{summary}");
     }
-    drop(proxy);
 }

@@ -12,6 +12,8 @@ mod database;
 mod dev_oauth;
 #[path = "fleet.rs"]
 mod fleet;
+#[path = "ha.rs"]
+mod ha;
 #[path = "interop.rs"]
 mod interop;
 #[path = "limits.rs"]

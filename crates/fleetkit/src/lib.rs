@@ -1,7 +1,8 @@
-//! mcpfleet-fleetkit: fleets of replicas for the end-to-end suites: real `mcpfleet` processes on `127.0.0.1:0`
-//! (or in-process replicas serving a test catalog with a header-based test authenticator), sharing one Redis,
-//! and `JwtFleet` for tests that act as several principals. It re-exports the whole of `mcpfleet-testkit`
-//! (Redis, issuer, clients, proxy), so that a suite imports one crate.
+//! mcpfleet-fleetkit: fleets of replicas for the end-to-end suites: real `mcpfleet` processes on `127.0.0.1:0`, or
+//! each in a replica namespace of a [`NetLab`] (or in-process replicas serving a test catalog with a header-based
+//! test authenticator), sharing one Redis (a URL, or any topology through its flags), and `JwtFleet` for tests that
+//! act as several principals. It re-exports the whole of `mcpfleet-testkit` (Redis, issuer, clients, proxy, network
+//! lab), so that a suite imports one crate.
 //!
 //! It depends on the server; what needs no server lives in `mcpfleet-testkit`, a leaf that the state contract
 //! suite uses without building the server. A dev-dependency only: it must never be linked into the server.
@@ -42,6 +43,10 @@ impl Authenticator for HeaderAuth {
 }
 
 /// One replica: a real `mcpfleet` process, or the library serving in this process (for injected principals).
+///
+/// A process replica of a fleet [`in_lab`](FleetBuilder::in_lab) was started through `ip netns exec`, which execs
+/// the server: its `child` is the server itself, so [`kill`](Self::kill), [`terminate`](Self::terminate),
+/// [`pid`](Self::pid) and [`wait_exit`](Self::wait_exit) act on the server as for any other.
 #[derive(Debug)]
 pub enum Replica {
     Process { child: Child, addr: String, admin: String, stdout: BufReader<std::process::ChildStdout> },
@@ -150,11 +155,75 @@ pub fn server_bin() -> PathBuf {
     bin
 }
 
+/// How the replicas of a fleet reach Redis.
+#[derive(Debug, Clone)]
+enum RedisTarget {
+    /// `--redis-url <url>`.
+    Url(String),
+    /// Flags as they are, e.g. `--redis-mode cluster --redis-nodes a:1,b:2`.
+    Flags(Vec<String>),
+}
+
+/// The `mcpfleet serve` flags with which replicas reach a Redis topology of the testkit, for
+/// [`FleetBuilder::redis_topology`]: TLS (`--redis-tls`, `--redis-ca-file`) and the ACL user (`--redis-username`,
+/// `--redis-password`) included when the topology has them.
+pub trait RedisTopology {
+    /// The flags, without `--request-state-key` (the builder adds it).
+    fn serve_flags(&self) -> Vec<String>;
+}
+
+impl RedisTopology for RedisServer {
+    /// `--redis-url <url>` (which carries the user and password, if any) and, with TLS, `--redis-ca-file <ca>`.
+    fn serve_flags(&self) -> Vec<String> {
+        let mut flags = vec!["--redis-url".to_owned(), self.url()];
+        if let Some(ca) = self.ca_file() {
+            flags.extend(["--redis-ca-file".to_owned(), ca.to_string_lossy().into_owned()]);
+        }
+        flags
+    }
+}
+
+impl RedisTopology for RedisCluster {
+    /// `--redis-mode cluster --redis-nodes <every node>` and the TLS and ACL flags.
+    fn serve_flags(&self) -> Vec<String> {
+        let mut flags = ["--redis-mode", "cluster", "--redis-nodes"].map(str::to_owned).to_vec();
+        flags.push(self.seeds().join(","));
+        flags.extend(secure_flags(self.user().zip(self.password()), self.ca_file()));
+        flags
+    }
+}
+
+impl RedisTopology for RedisSentinel {
+    /// `--redis-mode sentinel --redis-nodes <every sentinel> --redis-sentinel-master <name>` and the TLS and ACL
+    /// flags (the user is the data nodes'; the sentinels ask for none, and speak TLS when the data nodes do).
+    fn serve_flags(&self) -> Vec<String> {
+        let mut flags = ["--redis-mode", "sentinel", "--redis-nodes"].map(str::to_owned).to_vec();
+        flags.push(self.sentinels().join(","));
+        flags.extend(["--redis-sentinel-master".to_owned(), self.master_name().to_owned()]);
+        flags.extend(secure_flags(self.user().zip(self.password()), self.ca_file()));
+        flags
+    }
+}
+
+/// `--redis-username`/`--redis-password` for an ACL user, `--redis-tls --redis-ca-file` for a CA.
+fn secure_flags(acl: Option<(&str, &str)>, ca: Option<PathBuf>) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some((user, password)) = acl {
+        flags.extend(["--redis-username", user, "--redis-password", password].map(str::to_owned));
+    }
+    if let Some(ca) = ca {
+        flags.extend(["--redis-tls".to_owned(), "--redis-ca-file".to_owned(), ca.to_string_lossy().into_owned()]);
+    }
+    flags
+}
+
 /// Builds a fleet of replicas sharing one Redis.
 #[derive(Debug, Clone)]
 pub struct FleetBuilder {
     replicas: usize,
-    redis_url: Option<String>,
+    redis: Option<RedisTarget>,
+    /// With [`in_lab`](Self::in_lab): each process replica's namespace and front address, in order.
+    lab: Option<Vec<(String, std::net::Ipv4Addr)>>,
     args: Vec<String>,
     header_auth: bool,
     catalog: Option<Arc<dyn mcpfleet_tools::Catalog>>,
@@ -188,7 +257,8 @@ impl Fleet {
         mcpfleet_testkit::init_tls();
         FleetBuilder {
             replicas: 1,
-            redis_url: None,
+            redis: None,
+            lab: None,
             args: Vec::new(),
             header_auth: false,
             log_file: None,
@@ -215,9 +285,48 @@ impl FleetBuilder {
         self
     }
 
+    /// Replicas reach Redis at `url` (`--redis-url`), with the fleet's `--request-state-key` unless given. Replaces
+    /// [`redis_flags`](Self::redis_flags).
     #[must_use]
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.redis_url = Some(url.into());
+        self.redis = Some(RedisTarget::Url(url.into()));
+        self
+    }
+
+    /// Replicas reach Redis as `flags` say, e.g. `--redis-mode cluster --redis-nodes a:1,b:2`, with the fleet's
+    /// `--request-state-key` unless given (here or through [`arg`](Self::arg)). Replaces [`redis`](Self::redis).
+    #[must_use]
+    pub fn redis_flags(mut self, flags: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.redis = Some(RedisTarget::Flags(flags.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Replicas reach `topology` (a [`RedisServer`], a [`RedisCluster`] or a [`RedisSentinel`], TLS and ACL user
+    /// included): [`redis_flags`](Self::redis_flags) with its [`RedisTopology::serve_flags`].
+    #[must_use]
+    pub fn redis_topology(self, topology: &impl RedisTopology) -> Self {
+        self.redis_flags(topology.serve_flags())
+    }
+
+    /// Runs process replica `i` inside `lab`'s namespace [`replica_ns(i)`](NetLab::replica_ns), listening (and
+    /// serving its admin endpoints) on its front address [`replica_ip(i)`](NetLab::replica_ip), so that
+    /// [`NetLab::cut`] cuts it off Redis while the test still reaches it. Redis should be a topology inside the lab
+    /// ([`RedisOptions::in_lab`]); anything else the replicas need from the test process must listen on
+    /// [`NetLab::root_ip`] or `0.0.0.0`, not on loopback: use [`jwt_file`](Self::jwt_file) rather than
+    /// [`jwt`](Self::jwt) (the server takes only `--auth jwt` on a non-loopback address). Unless the test gives
+    /// `--allowed-hosts`, a replica answers the Host names `<its address>:*`, `127.0.0.1:*` and `localhost:*` (the
+    /// test talks to it by address, or through a [`RoundRobinProxy`], which passes the client's Host on). Only for
+    /// process replicas, at most as many as the lab has namespaces; drop the fleet before the lab.
+    #[must_use]
+    pub fn in_lab(self, lab: &NetLab) -> Self {
+        self.in_namespaces((0..lab.replicas()).map(|i| (lab.replica_ns(i), lab.replica_ip(i))).collect())
+    }
+
+    /// Like [`in_lab`](Self::in_lab), with each process replica's namespace and the address it listens on given
+    /// as they are, in order.
+    #[must_use]
+    pub fn in_namespaces(mut self, places: Vec<(String, std::net::Ipv4Addr)>) -> Self {
+        self.lab = Some(places);
         self
     }
 
@@ -253,6 +362,31 @@ impl FleetBuilder {
             "https://mcp.test/mcp",
             "--jwks-refresh-interval",
             "1s",
+        ] {
+            b = b.arg(a);
+        }
+        b
+    }
+
+    /// Like [`jwt`](Self::jwt), with the keys `issuer` publishes now written to `jwks_file` and read from there
+    /// (`--jwks-file`) instead of fetched: for replicas that cannot reach the issuer, which listens on loopback, e.g.
+    /// [`in_lab`](Self::in_lab) (where `--auth jwt` is also the one mode the server accepts on a non-loopback
+    /// address). Later rotations are not seen.
+    #[must_use]
+    pub fn jwt_file(self, issuer: &mcpfleet_testkit::Issuer, jwks_file: &std::path::Path) -> Self {
+        issuer.write_jwks(jwks_file);
+        let mut b = self;
+        for a in [
+            "--auth",
+            "jwt",
+            "--jwt-issuer",
+            &issuer.id(),
+            "--jwt-audience",
+            mcpfleet_testkit::issuer::AUDIENCE,
+            "--jwks-file",
+            &jwks_file.to_string_lossy(),
+            "--resource-url",
+            "https://mcp.test/mcp",
         ] {
             b = b.arg(a);
         }
@@ -297,22 +431,30 @@ impl FleetBuilder {
         self
     }
 
-    fn serve_args(&self) -> Vec<String> {
-        let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), "127.0.0.1:0".to_owned()];
+    /// `mcpfleet serve ...` for a replica listening on `host` (`127.0.0.1` but in a lab).
+    fn serve_args(&self, host: &str) -> Vec<String> {
+        let listen = format!("{host}:0");
+        let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), listen.clone()];
         if !self.args.iter().any(|x| x == "--fixtures") {
             a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
         }
-        if let Some(u) = &self.redis_url {
-            a.extend(["--redis-url".to_owned(), u.clone()]);
+        let redis_flags = match &self.redis {
+            Some(RedisTarget::Url(url)) => vec!["--redis-url".to_owned(), url.clone()],
+            Some(RedisTarget::Flags(flags)) => flags.clone(),
+            None => Vec::new(),
+        };
+        if self.redis.is_some() {
             // One requestState key for the whole fleet, as an operator would configure it.
-            if !self.args.iter().any(|x| x == "--request-state-key") {
+            let given = self.args.iter().chain(&redis_flags).any(|x| x == "--request-state-key");
+            a.extend(redis_flags);
+            if !given {
                 a.extend(["--request-state-key".to_owned(), TEST_STATE_KEY.to_owned()]);
             }
         }
         // Every replica gets its own admin port, a SIGTERM that stops accepting at once, and limits no ordinary
         // test reaches (the suites run many requests as one anonymous principal), unless the test says otherwise.
         let defaults = [
-            ("--admin-listen", "127.0.0.1:0"),
+            ("--admin-listen", listen.as_str()),
             ("--drain-delay", "0s"),
             ("--rate-burst", "1000000"),
             ("--rate-per-second", "1000000"),
@@ -321,7 +463,13 @@ impl FleetBuilder {
             ("--max-inflight-per-user", "0"),
         ];
         let defaults = if self.server_limits { &defaults[..2] } else { &defaults[..] };
-        for &(flag, value) in defaults {
+        // Off loopback (in a lab), the server answers only the Host of its resource URL by default: the test talks
+        // to a replica by its address, or through the proxy on loopback, which passes the Host on.
+        let hosts = format!("{host}:*,127.0.0.1:*,localhost:*");
+        let off_loopback = host.parse::<std::net::IpAddr>().is_ok_and(|ip| !ip.is_loopback());
+        let lab_defaults = [("--allowed-hosts", hosts.as_str())];
+        let lab_defaults = if off_loopback { &lab_defaults[..] } else { &[] };
+        for &(flag, value) in defaults.iter().chain(lab_defaults) {
             if !self.args.iter().any(|x| x == flag) {
                 a.extend([flag.to_owned(), value.to_owned()]);
             }
@@ -333,25 +481,50 @@ impl FleetBuilder {
     /// Starts every replica and waits until each listens.
     ///
     /// # Panics
-    /// If a replica does not start.
+    /// If a replica does not start; with [`in_lab`](Self::in_lab), if the replicas are in-process ones or
+    /// outnumber the lab's namespaces.
     pub async fn start(self) -> Fleet {
+        let in_process = self.header_auth || self.catalog.is_some();
+        if let Some(places) = &self.lab {
+            assert!(
+                !in_process,
+                "in_lab needs process replicas: an in-process replica cannot leave the test's namespace"
+            );
+            assert!(
+                self.replicas <= places.len(),
+                "{} replicas, but the lab has {} replica namespaces",
+                self.replicas,
+                places.len()
+            );
+        }
         let mut replicas = Vec::new();
-        for _ in 0..self.replicas {
-            let in_process = self.header_auth || self.catalog.is_some();
-            replicas.push(if in_process { self.start_in_process().await } else { self.start_process() });
+        for i in 0..self.replicas {
+            replicas.push(if in_process { self.start_in_process().await } else { self.start_process(i) });
         }
         Fleet { replicas }
     }
 
-    fn start_process(&self) -> Replica {
-        let args = self.serve_args();
+    /// Starts process replica `i`, inside its namespace when the fleet is in a lab.
+    fn start_process(&self, i: usize) -> Replica {
+        let place = self.lab.as_ref().map(|places| &places[i]);
+        let host = place.map_or_else(|| "127.0.0.1".to_owned(), |(_, ip)| ip.to_string());
+        let args = self.serve_args(&host);
         let stderr = match &self.log_file {
             Some(p) => {
                 Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(p).expect("open log file"))
             }
             None => Stdio::inherit(),
         };
-        let mut child = Command::new(server_bin())
+        let mut command = match place {
+            // `ip netns exec` execs the server: the child is the server.
+            Some((netns, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", netns]).arg(server_bin());
+                c
+            }
+            None => Command::new(server_bin()),
+        };
+        let mut child = command
             .args(&args[1..])
             .env("MCPFLEET_LOG", "warn")
             .stdout(Stdio::piped())
@@ -371,7 +544,7 @@ impl FleetBuilder {
 
     async fn start_in_process(&self) -> Replica {
         let mcpfleet::config::Parsed::Serve(cfg) =
-            mcpfleet::config::parse(self.serve_args().into_iter().map(Into::into)).expect("config")
+            mcpfleet::config::parse(self.serve_args("127.0.0.1").into_iter().map(Into::into)).expect("config")
         else {
             panic!("not a serve command");
         };
@@ -455,5 +628,61 @@ impl JwtFleet {
             sum += mcpfleet_testkit::scrape(&r.admin()).await.get(name).copied().unwrap_or(0.0);
         }
         sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_of<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+        args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(String::as_str)
+    }
+
+    #[test]
+    fn redis_flags_pass_through_with_the_fleet_state_key() {
+        let b = Fleet::builder().redis_flags(["--redis-mode", "cluster", "--redis-nodes", "10.9.0.1:1,10.9.0.1:2"]);
+        let args = b.serve_args("127.0.0.1");
+        assert_eq!(value_of(&args, "--redis-mode"), Some("cluster"));
+        assert_eq!(value_of(&args, "--redis-nodes"), Some("10.9.0.1:1,10.9.0.1:2"));
+        assert_eq!(value_of(&args, "--request-state-key"), Some(TEST_STATE_KEY));
+        assert!(!args.iter().any(|a| a == "--redis-url"));
+
+        let own = ["--redis-url", "redis://x/", "--request-state-key", "k:a2V5"];
+        let args = Fleet::builder().redis_flags(own).serve_args("127.0.0.1");
+        assert_eq!(args.iter().filter(|a| *a == "--request-state-key").count(), 1);
+        assert_eq!(value_of(&args, "--request-state-key"), Some("k:a2V5"));
+        let args = Fleet::builder().redis("redis://x/").arg("--request-state-key").arg("k:a2V5").serve_args("h");
+        assert_eq!(args.iter().filter(|a| *a == "--request-state-key").count(), 1);
+
+        let args = Fleet::builder().redis_flags(own).redis("redis://y/").serve_args("127.0.0.1");
+        assert_eq!(value_of(&args, "--redis-url"), Some("redis://y/"), "the last call wins");
+        assert!(!Fleet::builder().serve_args("127.0.0.1").iter().any(|a| a == "--request-state-key"));
+    }
+
+    #[test]
+    fn a_replica_in_a_lab_listens_on_its_front_address() {
+        let b = Fleet::builder().replicas(2).in_namespaces(vec![
+            ("lab-r0".to_owned(), std::net::Ipv4Addr::new(10, 9, 64, 2)),
+            ("lab-r1".to_owned(), std::net::Ipv4Addr::new(10, 9, 65, 2)),
+        ]);
+        let args = b.serve_args("10.9.65.2");
+        assert_eq!(value_of(&args, "--listen"), Some("10.9.65.2:0"));
+        assert_eq!(value_of(&args, "--admin-listen"), Some("10.9.65.2:0"));
+        assert_eq!(value_of(&args, "--allowed-hosts"), Some("10.9.65.2:*,127.0.0.1:*,localhost:*"));
+        assert!(!b.serve_args("127.0.0.1").iter().any(|a| a == "--allowed-hosts"), "loopback keeps the server's own");
+        let args = b.arg("--admin-listen").arg("10.9.65.2:9000").serve_args("10.9.65.2");
+        assert_eq!(args.iter().filter(|a| *a == "--admin-listen").count(), 1);
+        assert_eq!(value_of(&args, "--admin-listen"), Some("10.9.65.2:9000"));
+    }
+
+    #[test]
+    fn secured_topologies_get_tls_and_credentials_flags() {
+        assert!(secure_flags(None, None).is_empty());
+        let flags = secure_flags(Some(("fleet", "pw")), Some(PathBuf::from("/tmp/ca.pem")));
+        assert_eq!(
+            flags,
+            ["--redis-username", "fleet", "--redis-password", "pw", "--redis-tls", "--redis-ca-file", "/tmp/ca.pem"]
+        );
     }
 }

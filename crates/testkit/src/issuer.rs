@@ -270,6 +270,16 @@ impl Issuer {
         *self.state.jwks.lock().expect("jwks") = doc;
     }
 
+    /// Writes the keys published now (the JWKS document) to `path`, for replicas that cannot reach the issuer,
+    /// e.g. inside a [`NetLab`](crate::NetLab) (the server reads it with `--jwks-file`).
+    ///
+    /// # Panics
+    /// If the file cannot be written.
+    pub fn write_jwks(&self, path: &std::path::Path) {
+        let doc = self.state.jwks.lock().expect("jwks").to_string();
+        std::fs::write(path, doc).unwrap_or_else(|e| panic!("write the JWKS to {}: {e}", path.display()));
+    }
+
     pub fn set_max_age(&self, secs: u64) {
         self.state.max_age.store(secs, Ordering::SeqCst);
     }

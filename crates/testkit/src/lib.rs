@@ -2,7 +2,9 @@
 //! suite, ephemeral Redis topologies for the HA tests (a 6-node Redis Cluster, a master and a replica under 3
 //! sentinels), an ephemeral PostgreSQL server (a fresh cluster, plain or TLS-only, that tests can stop, kill and start
 //! again), a JWKS issuer with committed test keys and a token builder, raw MCP clients of both generations, and a
-//! round-robin proxy that sends each HTTP request, SSE GETs included, to the next replica in turn.
+//! round-robin proxy that sends each HTTP request, SSE GETs included, to the next replica in turn. The Redis
+//! topologies take [`RedisOptions`]: TLS only, an ACL user, and a [`NetLab`] of network namespaces to run in, whose
+//! links a test cuts to partition replicas from Redis for real.
 //!
 //! It is a leaf: it must not depend on any mcpfleet crate, so the state contract suite builds without the server.
 //! Fleets of replicas are `mcpfleet-fleetkit`'s. A dev-dependency only: it must never be linked into the server.
@@ -10,21 +12,25 @@
 
 mod client;
 pub mod issuer;
+mod netns;
 mod postgres;
 mod proxy;
 mod redis;
 mod redis_cluster;
 mod redis_node;
+mod redis_options;
 mod redis_sentinel;
 mod tls;
 
 pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
+pub use netns::{LabSite, NetLab};
 pub use postgres::PostgresServer;
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;
 pub use redis_cluster::RedisCluster;
 pub use redis_node::{RedisNode, Role};
+pub use redis_options::RedisOptions;
 pub use redis_sentinel::RedisSentinel;
 
 /// The header through which in-process tests name their principal (tests of real tokens use [`Issuer`]).

@@ -59,7 +59,7 @@ impl PostgresServer {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).expect("chmod the temp dir");
         let run_as = (fs::metadata(dir.path()).expect("stat the temp dir").uid() == 0).then(server_user);
         if tls {
-            crate::tls::make_certificates(&dir.path().join("tls"));
+            crate::tls::make_certificates(&dir.path().join("tls"), &[]);
         }
         if let Some(user) = &run_as {
             chown_tree(dir.path(), user);

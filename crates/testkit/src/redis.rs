@@ -1,25 +1,25 @@
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-/// A `redis-server` of its own, on a free loopback port in a temp dir, stopped on drop.
+use crate::redis_node::RedisNode;
+use crate::redis_options::{RedisOptions, Setup};
+
+/// A `redis-server` of its own, on a free port in a temp dir, stopped on drop. By default on `127.0.0.1`, plaintext,
+/// with the open default user; [`RedisServer::start_with`] adds TLS, an ACL user or a [`NetLab`](crate::NetLab).
 #[derive(Debug)]
 pub struct RedisServer {
-    child: Child,
-    port: u16,
-    /// With TLS: the dir of its certificates (`ca.pem`, `server.crt`, `server.key`).
-    tls: Option<PathBuf>,
-    _dir: tempfile::TempDir,
+    node: RedisNode,
+    setup: Setup,
 }
 
 impl RedisServer {
-    /// Starts one and waits until it answers `PING`.
+    /// Starts one and waits until it answers.
     ///
     /// # Panics
-    /// If `redis-server` is not installed or does not come up within 10 s.
+    /// If `redis-server` is not installed or does not come up within 20 s.
     #[must_use]
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(&RedisOptions::default())
     }
 
     /// Starts one that speaks only TLS (no plaintext port), with a certificate for `localhost` and `127.0.0.1`
@@ -29,87 +29,80 @@ impl RedisServer {
     /// If `redis-server` (built with TLS, as Debian's is) or `openssl` is missing, or it does not come up.
     #[must_use]
     pub fn start_tls() -> Self {
-        Self::start_with(true)
+        Self::start_with(&RedisOptions::default().with_tls())
     }
 
-    fn start_with(tls: bool) -> Self {
-        crate::init_tls();
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let port = crate::redis_node::free_ports(1)[0];
-            let mut cmd = Command::new(redis_server_bin());
-            let certs = dir.path().join("tls");
-            if tls {
-                crate::tls::make_certificates(&certs);
-                cmd.args(["--port", "0", "--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
-                    .arg("--tls-cert-file")
-                    .arg(certs.join("server.crt"))
-                    .arg("--tls-key-file")
-                    .arg(certs.join("server.key"))
-                    .arg("--tls-ca-cert-file")
-                    .arg(certs.join("ca.pem"));
-            } else {
-                cmd.args(["--port", &port.to_string()]);
-            }
-            let child = cmd
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--enable-debug-command", "local"])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server (is it installed? .ci/run installs it)");
-            let mut me = Self { child, port, tls: tls.then_some(certs), _dir: dir };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if me.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
-                    return me;
-                }
-                if me.child.try_wait().ok().flatten().is_some() {
-                    break; // lost the port to someone else: try another
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server did not start");
+    /// Starts one as `options` say (TLS only, an ACL user, inside a lab) and waits until it answers.
+    ///
+    /// # Panics
+    /// If `redis-server` (built with TLS, as Debian's is), `openssl` or, in a lab, `ip` is missing, or it does not
+    /// come up within 20 s; the message has the tail of its log.
+    #[must_use]
+    pub fn start_with(options: &RedisOptions) -> Self {
+        let setup = Setup::new(options);
+        let node = setup.data_node("redis server".to_owned(), 1, |_, _| {});
+        Self { node, setup }
     }
 
     #[must_use]
     pub fn port(&self) -> u16 {
-        self.port
+        self.node.port()
     }
 
-    /// `redis://127.0.0.1:<port>/`, or `rediss://localhost:<port>/` for a TLS server.
+    /// The address it serves on: `127.0.0.1`, or the service address of its lab.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        self.node.host()
+    }
+
+    /// `<host>:<port>`.
+    #[must_use]
+    pub fn addr(&self) -> String {
+        self.node.addr()
+    }
+
+    /// `redis://127.0.0.1:<port>/`, or `rediss://localhost:<port>/` for a TLS server (in a lab: its service address
+    /// either way), with `user:password@` (percent-encoded) when it has an ACL user.
     #[must_use]
     pub fn url(&self) -> String {
-        match self.tls {
-            Some(_) => format!("rediss://localhost:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
-        }
+        let host = if self.setup.tls() && !self.setup.in_lab() { "localhost" } else { self.host() };
+        self.setup.data_access().url(host, self.port())
     }
 
     /// The CA that signed a TLS server's certificate (PEM); `None` without TLS.
     #[must_use]
     pub fn ca_file(&self) -> Option<PathBuf> {
-        self.tls.as_ref().map(|d| d.join("ca.pem"))
+        self.setup.ca_file()
     }
 
-    /// `redis-cli` for this server (over TLS when it speaks TLS).
+    /// The ACL user, if it has one.
+    #[must_use]
+    pub fn user(&self) -> Option<&str> {
+        self.setup.user()
+    }
+
+    /// The ACL user's password, if it has one.
+    #[must_use]
+    pub fn password(&self) -> Option<&str> {
+        self.setup.password()
+    }
+
+    /// The process, e.g. for its log.
+    #[must_use]
+    pub fn node(&self) -> &RedisNode {
+        &self.node
+    }
+
+    /// `redis-cli` for this server (over TLS when it speaks TLS, as its ACL user when it has one).
     fn redis_cli(&self) -> Command {
-        let mut c = Command::new("redis-cli");
-        c.args(["-p", &self.port.to_string()]);
-        if let Some(ca) = self.ca_file() {
-            c.arg("--tls").arg("--cacert").arg(ca);
-        }
-        c
+        self.node.redis_cli()
     }
 
-    /// Runs one command through `redis-cli` and returns its raw output.
+    /// Runs one command through `redis-cli` and returns its output (`--no-raw`); `None` when `redis-cli` fails
+    /// (e.g. no connection) or takes more than 5 s. An error reply is output like any other.
     #[must_use]
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let out = self.redis_cli().arg("--no-raw").args(args).output().ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        self.node.cli_result(&["--no-raw"], args).ok()
     }
 
     /// Runs one command through `redis-cli --raw`.
@@ -144,17 +137,6 @@ impl RedisServer {
 
     /// Pauses the process (SIGSTOP) or resumes it (SIGCONT), for outage tests.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill").args([sig, &self.child.id().to_string()]).status();
-    }
-}
-
-fn redis_server_bin() -> PathBuf {
-    PathBuf::from("redis-server")
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = Command::new("kill").args([sig, &self.node.pid().to_string()]).status();
     }
 }

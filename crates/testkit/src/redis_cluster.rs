@@ -1,6 +1,8 @@
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::redis_node::{self, NotYet, RedisNode, Role, STEP_TIMEOUT, wait_for};
+use crate::redis_options::{RedisOptions, Setup};
 
 const TOPOLOGY: &str = "redis cluster";
 const MASTERS: usize = 3;
@@ -8,15 +10,20 @@ const SLOTS: u16 = 16384;
 /// `cluster-node-timeout`: a master that does not answer for 1 s is failing, and its replica takes over soon after.
 const NODE_TIMEOUT_MS: &str = "1000";
 
-/// A Redis Cluster of its own: 6 `redis-server` nodes, 3 masters with one replica each, on free loopback ports (and
-/// free cluster bus ports, through `cluster-port`), each in a temp dir of its own, made with
+/// A Redis Cluster of its own: 6 `redis-server` nodes, 3 masters with one replica each, on free ports of one host
+/// (and free cluster bus ports, through `cluster-port`), each in a temp dir of its own, made with
 /// `redis-cli --cluster create --cluster-replicas 1`. The node timeout is 1 s, so a killed master's replica takes
 /// over within a few seconds. Every node is killed, and its dir removed, on drop.
+///
+/// The host is `127.0.0.1`, or the service address of a [`NetLab`](crate::NetLab), which every node announces
+/// (`cluster-announce-ip`); with [`RedisOptions::tls`] the nodes serve TLS only and the cluster bus uses TLS too
+/// (`tls-cluster`); with [`RedisOptions::acl`] every node asks for the ACL user.
 ///
 /// Roles change with failovers: [`masters`](Self::masters) and [`replicas`](Self::replicas) ask the nodes each time.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisNode>,
+    setup: Setup,
 }
 
 impl RedisCluster {
@@ -29,20 +36,35 @@ impl RedisCluster {
     /// the step and the node, with the tail of its log.
     #[must_use]
     pub fn start() -> Self {
+        Self::start_with(&RedisOptions::default())
+    }
+
+    /// Like [`start`](Self::start), deployed as `options` say: TLS only, with an ACL user, inside a lab.
+    ///
+    /// # Panics
+    /// Like [`start`](Self::start); also when `openssl` (TLS) or `ip` (a lab) is missing.
+    #[must_use]
+    pub fn start_with(options: &RedisOptions) -> Self {
+        let setup = Setup::new(options);
         let nodes: Vec<RedisNode> = (1..=2 * MASTERS)
             .map(|i| {
-                RedisNode::spawn(format!("cluster node {i}"), 2, |dir, ports| {
-                    let mut cmd = redis_node::data_node_command(dir, ports[0]);
+                setup.data_node(format!("cluster node {i}"), 2, |cmd, ports| {
                     let bus_port = ports[1].to_string();
                     cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
                     cmd.args(["--cluster-port", &bus_port, "--cluster-node-timeout", NODE_TIMEOUT_MS]);
-                    cmd
+                    if setup.tls() {
+                        cmd.args(["--tls-cluster", "yes"]);
+                    }
+                    if setup.in_lab() {
+                        cmd.args(["--cluster-announce-ip", setup.host()]);
+                    }
                 })
             })
             .collect();
-        let me = Self { nodes };
+        let me = Self { nodes, setup };
         let mut create = Command::new("redis-cli");
         create.args(["--cluster", "create"]).args(me.seeds()).args(["--cluster-replicas", "1", "--cluster-yes"]);
+        create.args(me.setup.data_access().flags());
         if let Err(e) = redis_node::run(create, STEP_TIMEOUT) {
             panic!("{TOPOLOGY}: redis-cli --cluster create failed: {e}");
         }
@@ -50,16 +72,41 @@ impl RedisCluster {
         me
     }
 
-    /// `127.0.0.1:<port>` of every node, masters and replicas, running or not.
+    /// `<host>:<port>` of every node, masters and replicas, running or not.
     #[must_use]
     pub fn seeds(&self) -> Vec<String> {
         self.nodes.iter().map(RedisNode::addr).collect()
     }
 
-    /// `redis://127.0.0.1:<port>/` of every node, masters and replicas, running or not.
+    /// `redis://<host>:<port>/` of every node, masters and replicas, running or not (`rediss://` with TLS, with
+    /// `user:password@` with an ACL user).
     #[must_use]
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisNode::url).collect()
+    }
+
+    /// The address every node serves on and announces: `127.0.0.1`, or the service address of its lab.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        self.setup.host()
+    }
+
+    /// The CA that signed the nodes' certificate (PEM), with TLS.
+    #[must_use]
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.setup.ca_file()
+    }
+
+    /// The ACL user, if it has one.
+    #[must_use]
+    pub fn user(&self) -> Option<&str> {
+        self.setup.user()
+    }
+
+    /// The ACL user's password, if it has one.
+    #[must_use]
+    pub fn password(&self) -> Option<&str> {
+        self.setup.password()
     }
 
     /// Every node, running or not, in the order they were started.
@@ -102,7 +149,7 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("{TOPOLOGY}: no node answers CLUSTER SHARDS"));
         let port = shard_master_port(&shards, slot)
             .unwrap_or_else(|| panic!("{TOPOLOGY}: no master serves slot {slot}; CLUSTER SHARDS: {shards}"));
-        self.node(port).unwrap_or_else(|| panic!("{TOPOLOGY}: slot {slot} is served by 127.0.0.1:{port}, not ours"))
+        self.node(port).unwrap_or_else(|| panic!("{TOPOLOGY}: slot {slot} is served by port {port}, not ours"))
     }
 
     /// The master that serves `key` (`CLUSTER KEYSLOT`, then [`master_for_slot`](Self::master_for_slot)).
@@ -131,7 +178,7 @@ impl RedisCluster {
     #[must_use]
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let node = self.running().next()?;
-        redis_node::cli(node.port(), &["-c", "--raw", "-e"], args)
+        node.cli_result(&["-c", "--raw", "-e"], args).ok()
     }
 
     /// A manual failover (`CLUSTER FAILOVER`) to `replica`: waits until it is a master and the cluster is ok again
@@ -141,7 +188,7 @@ impl RedisCluster {
     /// If `replica` is not a running replica of this cluster, refuses, or is not a master within 20 s.
     pub fn failover(&self, replica: &RedisNode) {
         assert!(self.node(replica.port()).is_some(), "{replica} is not a node of this cluster");
-        if let Err(e) = redis_node::cli_result(replica.port(), &["--raw", "-e"], &["CLUSTER", "FAILOVER"]) {
+        if let Err(e) = replica.cli_result(&["--raw", "-e"], &["CLUSTER", "FAILOVER"]) {
             panic!("{TOPOLOGY}: CLUSTER FAILOVER on {replica}: {e}\n{}", replica.log_tail());
         }
         wait_for(TOPOLOGY, &format!("manual failover to {replica}"), || match replica.role() {
@@ -179,10 +226,10 @@ impl RedisCluster {
             let role = node.role().ok_or_else(|| NotYet::new(node, "does not answer ROLE"))?;
             if let Role::Replica { master_port, link_up } = role {
                 if !running.iter().any(|n| n.port() == master_port) {
-                    return Err(NotYet::new(node, format!("replicates 127.0.0.1:{master_port}, which is down")));
+                    return Err(NotYet::new(node, format!("replicates port {master_port}, which is down")));
                 }
                 if !link_up {
-                    return Err(NotYet::new(node, format!("not in sync with its master 127.0.0.1:{master_port} yet")));
+                    return Err(NotYet::new(node, format!("not in sync with its master on port {master_port} yet")));
                 }
             }
             roles.push((node, role));
@@ -220,7 +267,7 @@ impl RedisCluster {
                 }
             }
             if let Some(dead) = view.iter().find(|v| v.serves_slots && !running.iter().any(|n| n.port() == v.port)) {
-                return Err(NotYet::new(node, format!("still gives slots to 127.0.0.1:{}, which is down", dead.port)));
+                return Err(NotYet::new(node, format!("still gives slots to port {}, which is down", dead.port)));
             }
         }
         if initial {
@@ -264,7 +311,8 @@ impl<'a> ViewedNode<'a> {
 }
 
 /// The port of the master of the shard that holds `slot`, in `CLUSTER SHARDS` as JSON:
-/// `[{"slots": [start, end, ...], "nodes": [{"port": p, "role": "master", ...}, ...]}, ...]`.
+/// `[{"slots": [start, end, ...], "nodes": [{"port": p, "role": "master", ...}, ...]}, ...]` (`"tls-port"` for a
+/// node that serves TLS only).
 fn shard_master_port(shards: &serde_json::Value, slot: u16) -> Option<u16> {
     let slot = u64::from(slot);
     shards.as_array()?.iter().find_map(|shard| {
@@ -277,7 +325,8 @@ fn shard_master_port(shards: &serde_json::Value, slot: u16) -> Option<u16> {
             .as_array()?
             .iter()
             .find(|n| n.get("role").and_then(|r| r.as_str()) == Some("master"))?;
-        u16::try_from(master.get("port")?.as_u64()?).ok()
+        let port = master.get("port").or_else(|| master.get("tls-port"))?;
+        u16::try_from(port.as_u64()?).ok()
     })
 }
 
@@ -302,11 +351,13 @@ mod tests {
         let shards = serde_json::json!([
             {"slots": [0, 5460], "nodes": [{"port": 41004, "role": "replica"}, {"port": 41001, "role": "master"}]},
             {"slots": [5461, 5470, 6000, 10922], "nodes": [{"port": 41002, "role": "master"}]},
+            {"slots": [10923, 16383], "nodes": [{"tls-port": 41003, "role": "master"}]},
         ]);
         assert_eq!(shard_master_port(&shards, 0), Some(41001));
         assert_eq!(shard_master_port(&shards, 5460), Some(41001));
         assert_eq!(shard_master_port(&shards, 5470), Some(41002));
         assert_eq!(shard_master_port(&shards, 5800), None);
         assert_eq!(shard_master_port(&shards, 10922), Some(41002));
+        assert_eq!(shard_master_port(&shards, 16383), Some(41003));
     }
 }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::Read as _;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
@@ -26,38 +26,55 @@ const START_ATTEMPTS: usize = 5;
 pub enum Role {
     /// A master.
     Master,
-    /// A replica of the master on `127.0.0.1:<master_port>`; `link_up` once it is connected and in sync.
+    /// A replica of the master on `<its topology's host>:<master_port>`; `link_up` once it is connected and in sync.
     Replica { master_port: u16, link_up: bool },
     /// A Sentinel.
     Sentinel,
 }
 
-/// One `redis-server` process of a [`RedisCluster`](crate::RedisCluster) or a
-/// [`RedisSentinel`](crate::RedisSentinel), a data node or a Sentinel, on a free loopback port, in a temp dir of its
-/// own that holds its config files and its log. Its topology owns it and kills it (and removes its dir) on drop;
-/// tests get `&RedisNode` handles to look at it, kill it or stop it.
+/// One `redis-server` process of a [`RedisServer`](crate::RedisServer), a [`RedisCluster`](crate::RedisCluster) or
+/// a [`RedisSentinel`](crate::RedisSentinel), a data node or a Sentinel, on a free port of its topology's host
+/// (`127.0.0.1`, or the service address of a [`NetLab`](crate::NetLab)), in a temp dir of its own that holds its
+/// config files and its log. Its topology owns it and kills it (and removes its dir) on drop; tests get `&RedisNode`
+/// handles to look at it, kill it or stop it. Its `redis-cli` helpers speak TLS and log in as the topology's ACL user
+/// when it has them.
 #[derive(Debug)]
 pub struct RedisNode {
     label: String,
     port: u16,
     pid: u32,
+    access: Access,
     child: Mutex<Child>,
     dir: tempfile::TempDir,
 }
 
 impl RedisNode {
-    /// Starts a node and waits until it answers (`INFO server`, with its pid). `command` gets the node's dir and `ports` free ports (the
-    /// first is the one it serves on) and returns its command line, which should log to [`LOG_FILE`] in that dir.
-    /// When the node exits at once, most likely because someone took a port between our probe and its bind, it is
-    /// started again on fresh ports.
-    pub(crate) fn spawn(label: String, ports: usize, command: impl Fn(&Path, &[u16]) -> Command) -> Self {
+    /// Starts a node and waits until it answers (`INFO server`, with its pid) through `access`. `command` gets the
+    /// node's dir and `ports` free ports (the first is the one it serves on) and returns its command line, which
+    /// should log to [`LOG_FILE`] in that dir; with `netns`, it runs in that network namespace (`ip netns exec`
+    /// execs it: the child is the node). When the node exits at once, most likely because someone took a port
+    /// between our probe and its bind, it is started again on fresh ports.
+    pub(crate) fn spawn(
+        label: String,
+        ports: usize,
+        access: Access,
+        netns: Option<&str>,
+        command: impl Fn(&Path, &[u16]) -> Command,
+    ) -> Self {
         crate::init_tls();
         let dir = tempfile::Builder::new().prefix("mcpfleet-redis-").tempdir().expect("temp dir for a redis node");
+        let host = &access.host;
         for _ in 0..START_ATTEMPTS {
             let ports = free_ports(ports);
             let port = ports[0];
             let stdio = File::create(dir.path().join(STDIO_FILE)).expect("create the node's stdio log");
-            let mut child = command(dir.path(), &ports)
+            let mut command = command(dir.path(), &ports);
+            if let Some(netns) = netns {
+                let mut wrapped = Command::new("ip");
+                wrapped.args(["netns", "exec", netns]).arg(command.get_program()).args(command.get_args());
+                command = wrapped;
+            }
+            let mut child = command
                 .stdin(Stdio::null())
                 .stdout(stdio.try_clone().expect("clone a file handle"))
                 .stderr(stdio)
@@ -67,8 +84,8 @@ impl RedisNode {
             let deadline = Instant::now() + STEP_TIMEOUT;
             loop {
                 // Its pid, not just any answer: whoever took the port from it would answer too.
-                if cli(port, &["--raw"], &["INFO", "server"]).is_some_and(|o| answers_as(&o, pid)) {
-                    return Self { label, port, pid, child: Mutex::new(child), dir };
+                if access.cli(port, &["--raw"], &["INFO", "server"]).is_some_and(|o| answers_as(&o, pid)) {
+                    return Self { label, port, pid, access, child: Mutex::new(child), dir };
                 }
                 if child.try_wait().ok().flatten().is_some() {
                     break; // lost a port: try others
@@ -77,7 +94,7 @@ impl RedisNode {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(
-                        "{label} (127.0.0.1:{port}, pid {pid}) does not answer {} s after its start\n{}",
+                        "{label} ({host}:{port}, pid {pid}) does not answer {} s after its start\n{}",
                         STEP_TIMEOUT.as_secs(),
                         log_tail(dir.path())
                     );
@@ -88,22 +105,29 @@ impl RedisNode {
         panic!("{label} exited at start {START_ATTEMPTS} times, on fresh ports each time\n{}", log_tail(dir.path()));
     }
 
-    /// The port it serves on, on 127.0.0.1.
+    /// The port it serves on (its TLS port when it speaks TLS: then it has no other).
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `127.0.0.1:<port>`.
+    /// The address it serves on: `127.0.0.1`, or the service address of the [`NetLab`](crate::NetLab) it runs in.
     #[must_use]
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+    pub fn host(&self) -> &str {
+        &self.access.host
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `<host>:<port>`.
+    #[must_use]
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.access.host, self.port)
+    }
+
+    /// `redis://<host>:<port>/`, `rediss://` when it speaks TLS, with `user:password@` when its topology has an ACL
+    /// user (a Sentinel has none).
     #[must_use]
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.access.url(&self.access.host, self.port)
     }
 
     /// The process id.
@@ -161,6 +185,12 @@ impl RedisNode {
         self.raw_opt(args)
     }
 
+    /// `redis-cli` for this node, with its host, port, TLS and ACL flags, to add flags and a command to.
+    #[must_use]
+    pub fn redis_cli(&self) -> Command {
+        self.access.redis_cli(self.port)
+    }
+
     /// The last lines of its log, with a header naming it, for panic messages.
     #[must_use]
     pub fn log_tail(&self) -> String {
@@ -169,12 +199,17 @@ impl RedisNode {
 
     /// `redis-cli --raw -e <args>`.
     pub(crate) fn raw_opt(&self, args: &[&str]) -> Option<String> {
-        cli(self.port, &["--raw", "-e"], args)
+        self.cli_result(&["--raw", "-e"], args).ok()
+    }
+
+    /// `redis-cli <flags> <args>` with a deadline, or what went wrong.
+    pub(crate) fn cli_result(&self, flags: &[&str], args: &[&str]) -> Result<String, String> {
+        self.access.cli_result(self.port, flags, args)
     }
 
     /// `redis-cli --json -e <args>` (RESP3: maps are objects), parsed.
     pub(crate) fn json(&self, args: &[&str]) -> Option<serde_json::Value> {
-        serde_json::from_str(&cli(self.port, &["--json", "-e"], args)?).ok()
+        serde_json::from_str(&self.cli_result(&["--json", "-e"], args).ok()?).ok()
     }
 
     /// A `field:value` section (`INFO`, `CLUSTER INFO`) as a lookup.
@@ -195,7 +230,7 @@ impl RedisNode {
 
 impl fmt::Display for RedisNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (127.0.0.1:{}, pid {})", self.label, self.port, self.pid)
+        write!(f, "{} ({}:{}, pid {})", self.label, self.access.host, self.port, self.pid)
     }
 }
 
@@ -229,24 +264,77 @@ fn log_tail(dir: &Path) -> String {
     if out.is_empty() { "(empty)\n".to_owned() } else { out }
 }
 
-/// `n` distinct free loopback ports (each held until all are chosen, so they differ).
-/// `n` distinct free loopback ports (each held until all are picked), for every server the testkit starts.
+/// `n` distinct free loopback ports (each held until all are picked), for every server the testkit starts. They are
+/// free in this process's network namespace: in a [`NetLab`](crate::NetLab)'s, where only the lab's nodes listen,
+/// a node that meets another's port exits at once and [`RedisNode::spawn`] picks again.
 pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<TcpListener> =
         (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port")).collect();
     listeners.iter().map(|l| l.local_addr().expect("a bound address").port()).collect()
 }
 
-/// Runs `redis-cli -p <port> <flags> <args>` and returns its stdout when it exits with 0 within 5 s.
-pub(crate) fn cli(port: u16, flags: &[&str], args: &[&str]) -> Option<String> {
-    cli_result(port, flags, args).ok()
+/// How `redis-cli` and clients reach the nodes of a topology: the host they serve on, the CA that signed their
+/// certificate when they speak TLS only, and the ACL user to log in as (data nodes only: a Sentinel has none).
+#[derive(Debug, Clone)]
+pub(crate) struct Access {
+    pub(crate) host: String,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) auth: Option<(String, String)>,
 }
 
-/// Like [`cli`], with what went wrong otherwise.
-pub(crate) fn cli_result(port: u16, flags: &[&str], args: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new("redis-cli");
-    cmd.args(["-p", &port.to_string()]).args(flags).args(args);
-    run(cmd, CLI_TIMEOUT)
+impl Access {
+    /// `redis-cli -h <host> -p <port>`, with `--tls --cacert <ca>` and `--user <u> --pass <p> --no-auth-warning`
+    /// when they apply.
+    pub(crate) fn redis_cli(&self, port: u16) -> Command {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", &self.host, "-p", &port.to_string()]).args(self.flags());
+        cmd
+    }
+
+    /// The TLS and ACL flags of `redis-cli`, e.g. for `redis-cli --cluster create`.
+    pub(crate) fn flags(&self) -> Vec<std::ffi::OsString> {
+        let mut flags = Vec::new();
+        if let Some(ca) = &self.ca {
+            flags.extend(["--tls".into(), "--cacert".into(), ca.clone().into_os_string()]);
+        }
+        if let Some((user, password)) = &self.auth {
+            flags.extend(["--user", user, "--pass", password, "--no-auth-warning"].map(Into::into));
+        }
+        flags
+    }
+
+    /// Runs `redis-cli <flags> <args>` on `port` and returns its stdout when it exits with 0 within 5 s.
+    pub(crate) fn cli(&self, port: u16, flags: &[&str], args: &[&str]) -> Option<String> {
+        self.cli_result(port, flags, args).ok()
+    }
+
+    /// Like [`cli`](Self::cli), with what went wrong otherwise.
+    pub(crate) fn cli_result(&self, port: u16, flags: &[&str], args: &[&str]) -> Result<String, String> {
+        let mut cmd = self.redis_cli(port);
+        cmd.args(flags).args(args);
+        run(cmd, CLI_TIMEOUT)
+    }
+
+    /// `redis://` or `rediss://`, with `user:password@` (percent-encoded) when there is a user, then `host:port/`.
+    pub(crate) fn url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.ca.is_some() { "rediss" } else { "redis" };
+        let credentials = self
+            .auth
+            .as_ref()
+            .map(|(user, password)| format!("{}:{}@", percent_encode(user), percent_encode(password)))
+            .unwrap_or_default();
+        format!("{scheme}://{credentials}{host}:{port}/")
+    }
+}
+
+/// `text` with every byte but the URL-unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Runs `cmd`, killing it after `timeout`. Its stdout when it exits with 0, else its stdout and stderr (or why it
@@ -331,19 +419,6 @@ pub(crate) fn wait_for<'a, T>(topology: &str, step: &str, mut check: impl FnMut(
     }
 }
 
-/// The `redis-server` arguments every data node gets, the ones [`RedisServer`](crate::RedisServer) passes and a
-/// log file, plus an immediate diskless full sync (the default waits 5 s for more replicas to come).
-pub(crate) fn data_node_command(dir: &Path, port: u16) -> Command {
-    let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .args(["--enable-debug-command", "local", "--repl-diskless-sync-delay", "0"])
-        .arg("--dir")
-        .arg(dir)
-        .arg("--logfile")
-        .arg(dir.join(LOG_FILE));
-    cmd
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +429,20 @@ mod tests {
         assert!(answers_as(info, 4242));
         assert!(!answers_as(info, 424));
         assert!(!answers_as("", 4242));
+    }
+
+    #[test]
+    fn urls_carry_tls_and_credentials() {
+        let mut access = Access { host: "10.9.0.1".to_owned(), ca: None, auth: None };
+        assert_eq!(access.url("10.9.0.1", 7000), "redis://10.9.0.1:7000/");
+        access.ca = Some(PathBuf::from("/tmp/ca.pem"));
+        access.auth = Some(("fleet".to_owned(), "p@ss w/rd".to_owned()));
+        assert_eq!(access.url("localhost", 7000), "rediss://fleet:p%40ss%20w%2Frd@localhost:7000/");
+        let flags: Vec<String> = access.flags().iter().map(|f| f.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            flags,
+            ["--tls", "--cacert", "/tmp/ca.pem", "--user", "fleet", "--pass", "p@ss w/rd", "--no-auth-warning"]
+        );
     }
 
     #[test]

@@ -1,9 +1,9 @@
-use std::fs;
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::redis_node::{self, LOG_FILE, NotYet, RedisNode, Role, wait_for};
+use crate::redis_node::{NotYet, RedisNode, Role, wait_for};
+use crate::redis_options::{RedisOptions, Setup};
 
 const TOPOLOGY: &str = "redis sentinel";
 /// The name the sentinels monitor the master under.
@@ -11,10 +11,14 @@ const MASTER_NAME: &str = "mcpfleet";
 const SENTINELS: usize = 3;
 
 /// A Redis Sentinel deployment of its own: a master, a replica (`--replicaof`) and 3 sentinels that monitor the
-/// master as `mcpfleet` with a quorum of 2, each on a free loopback port in a temp dir of its own (a sentinel's
+/// master as `mcpfleet` with a quorum of 2, each on a free port of one host in a temp dir of its own (a sentinel's
 /// config file is in its dir: Sentinel rewrites it). A master that does not answer for 1 s is down
 /// (`down-after-milliseconds 1000`), so its replica takes over within a few seconds. Every process is killed, and
 /// its dir removed, on drop.
+///
+/// The host is `127.0.0.1`, or the service address of a [`NetLab`](crate::NetLab); with [`RedisOptions::tls`]
+/// every process, sentinels included, serves TLS only; with [`RedisOptions::acl`] the data nodes ask for the ACL
+/// user and the sentinels log in to them as it (`auth-user`, `auth-pass`), while the sentinels ask for nothing.
 ///
 /// Roles change with failovers: [`master`](Self::master) and [`replica`](Self::replica) ask the sentinels each time.
 #[derive(Debug)]
@@ -22,6 +26,7 @@ pub struct RedisSentinel {
     // Declared first, dropped first: no sentinel sees the data nodes go.
     sentinels: Vec<RedisNode>,
     data: [RedisNode; 2],
+    setup: Setup,
 }
 
 impl RedisSentinel {
@@ -33,14 +38,20 @@ impl RedisSentinel {
     /// the step and the node, with the tail of its log.
     #[must_use]
     pub fn start() -> Self {
-        let master = RedisNode::spawn("sentinel's master".to_owned(), 1, |dir, ports| {
-            redis_node::data_node_command(dir, ports[0])
-        });
+        Self::start_with(&RedisOptions::default())
+    }
+
+    /// Like [`start`](Self::start), deployed as `options` say: TLS only, with an ACL user, inside a lab.
+    ///
+    /// # Panics
+    /// Like [`start`](Self::start); also when `openssl` (TLS) or `ip` (a lab) is missing.
+    #[must_use]
+    pub fn start_with(options: &RedisOptions) -> Self {
+        let setup = Setup::new(options);
+        let master = setup.data_node("sentinel's master".to_owned(), 1, |_, _| {});
         let master_port = master.port();
-        let replica = RedisNode::spawn("sentinel's replica".to_owned(), 1, |dir, ports| {
-            let mut cmd = redis_node::data_node_command(dir, ports[0]);
-            cmd.args(["--replicaof", "127.0.0.1", &master_port.to_string()]);
-            cmd
+        let replica = setup.data_node("sentinel's replica".to_owned(), 1, |cmd, _| {
+            cmd.args(["--replicaof", setup.host(), &master_port.to_string()]);
         });
         wait_for(TOPOLOGY, "the replica attaches", || match replica.role() {
             Some(Role::Replica { master_port: p, link_up: true }) if p == master_port => Ok(()),
@@ -48,26 +59,18 @@ impl RedisSentinel {
         });
         let sentinels = (1..=SENTINELS)
             .map(|i| {
-                RedisNode::spawn(format!("sentinel {i}"), 1, |dir, ports| {
-                    let conf = dir.join("sentinel.conf");
-                    let text = format!(
-                        "port {port}\nbind 127.0.0.1\ndir \"{dir}\"\nlogfile \"{log}\"\n\
-                         sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                setup.sentinel_node(format!("sentinel {i}"), |host| {
+                    format!(
+                        "sentinel monitor {MASTER_NAME} {host} {master_port} 2\n{auth}\
                          sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                          sentinel failover-timeout {MASTER_NAME} 3000\n\
                          sentinel parallel-syncs {MASTER_NAME} 1\n",
-                        port = ports[0],
-                        dir = dir.display(),
-                        log = dir.join(LOG_FILE).display(),
-                    );
-                    fs::write(&conf, text).expect("write sentinel.conf");
-                    let mut cmd = Command::new("redis-server");
-                    cmd.arg(conf).arg("--sentinel");
-                    cmd
+                        auth = setup.sentinel_auth(MASTER_NAME),
+                    )
                 })
             })
             .collect();
-        let me = Self { sentinels, data: [master, replica] };
+        let me = Self { sentinels, data: [master, replica], setup };
         wait_for(TOPOLOGY, "every sentinel knows the master, the replica and the other sentinels", || me.check_ok());
         me
     }
@@ -78,10 +81,34 @@ impl RedisSentinel {
         MASTER_NAME
     }
 
-    /// `127.0.0.1:<port>` of every sentinel, running or not.
+    /// `<host>:<port>` of every sentinel, running or not.
     #[must_use]
     pub fn sentinels(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisNode::addr).collect()
+    }
+
+    /// The address every process serves on: `127.0.0.1`, or the service address of its lab.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        self.setup.host()
+    }
+
+    /// The CA that signed the certificate of every process, sentinels included (PEM), with TLS.
+    #[must_use]
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.setup.ca_file()
+    }
+
+    /// The data nodes' ACL user, if they have one (the sentinels ask for no password).
+    #[must_use]
+    pub fn user(&self) -> Option<&str> {
+        self.setup.user()
+    }
+
+    /// The ACL user's password, if there is one.
+    #[must_use]
+    pub fn password(&self) -> Option<&str> {
+        self.setup.password()
     }
 
     /// The sentinel processes, to kill or stop one.
@@ -147,7 +174,7 @@ impl RedisSentinel {
         let old = self.master().addr();
         let sentinel = self.running_sentinels().next().unwrap_or_else(|| panic!("{TOPOLOGY}: no sentinel is running"));
         let command = ["SENTINEL", "FAILOVER", MASTER_NAME];
-        if let Err(e) = redis_node::cli_result(sentinel.port(), &["--raw", "-e"], &command) {
+        if let Err(e) = sentinel.cli_result(&["--raw", "-e"], &command) {
             panic!("{TOPOLOGY}: SENTINEL FAILOVER on {sentinel}: {e}\n{}", sentinel.log_tail());
         }
         wait_for(TOPOLOGY, &format!("failover away from {old}"), || {

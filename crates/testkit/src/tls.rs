@@ -1,14 +1,18 @@
 //! Test certificates: a CA and a server certificate it signed, for the servers the testkit starts with TLS
 //! (PostgreSQL, Redis).
 
+use std::fmt::Write as _;
 use std::fs;
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// A test CA (`ca.pem`, `ca.key`) and a server certificate it signed for `localhost` and `127.0.0.1`
+/// A test CA (`ca.pem`, `ca.key`) and a server certificate it signed for `localhost`, `127.0.0.1` and `more_ips`
 /// (`server.crt`, `server.key`, mode 0600 as PostgreSQL requires), all ECDSA P-256, made with the `openssl` CLI.
-pub(crate) fn make_certificates(dir: &Path) {
+/// The server certificate serves as a client certificate too: the nodes of a TLS Redis Cluster present theirs to
+/// each other on the cluster bus, which always asks for one.
+pub(crate) fn make_certificates(dir: &Path, more_ips: &[IpAddr]) {
     fs::create_dir(dir).expect("create the tls dir");
     let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     openssl(
@@ -17,8 +21,14 @@ pub(crate) fn make_certificates(dir: &Path) {
         &["-addext=basicConstraints=critical,CA:TRUE", "-addext=keyUsage=critical,keyCertSign,cRLSign"],
     );
     openssl(dir, &format!("req -new {key} -keyout server.key -out server.csr -subj /CN=localhost"), &[]);
-    let ext = "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
-               extendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n";
+    let mut names = "DNS:localhost, IP:127.0.0.1".to_owned();
+    for ip in more_ips {
+        let _ = write!(names, ", IP:{ip}");
+    }
+    let ext = format!(
+        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\n\
+         extendedKeyUsage = serverAuth, clientAuth\nsubjectAltName = {names}\n"
+    );
     fs::write(dir.join("server.ext"), ext).expect("write server.ext");
     openssl(
         dir,

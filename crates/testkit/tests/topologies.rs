@@ -1,10 +1,13 @@
 //! The Redis topologies of the testkit, against the installed Redis: a 6-node cluster and a Sentinel deployment,
-//! each started, checked, and failed over by a kill and on request. The failover times are printed (`--nocapture`).
+//! each started, checked, and failed over by a kill and on request, plain and with TLS and an ACL user. The
+//! failover times are printed (`--nocapture`).
+#![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mcpfleet_testkit::{RedisCluster, RedisNode, RedisSentinel, Role};
+use mcpfleet_testkit::{RedisCluster, RedisNode, RedisOptions, RedisSentinel, Role};
 
 /// Polls `done` every 50 ms until it holds, and returns how long that took.
 ///
@@ -163,4 +166,103 @@ fn sentinel_fails_over_on_request() {
     demoted.stop();
     assert!(!demoted.is_running());
     assert_eq!(sentinel.master_addr(), new_master, "stopping a replica changes nothing");
+}
+
+/// The ACL user and password of the secured topologies.
+const USER: &str = "fleet";
+const PASSWORD: &str = "s3cret-Pa55";
+
+/// `redis-cli -h <host> -p <port> <flags> <args>`, built by hand (not through the topology's helpers, which know
+/// the way in): whether it exited with 0, and its stdout and stderr.
+fn redis_cli(node: &RedisNode, flags: &[&str], args: &[&str]) -> (bool, String) {
+    let out = Command::new("redis-cli")
+        .args(["-h", node.host(), "-p", &node.port().to_string()])
+        .args(flags)
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Checks that a TLS-only data node refuses plaintext, answers a stranger over TLS only with `NOAUTH`, refuses a
+/// wrong password, and answers the ACL user over TLS.
+fn assert_secured_data_node(node: &RedisNode, ca: &Path) {
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let tls = ["--tls", "--cacert", ca];
+    let (_, plain) = redis_cli(node, &["-e"], &["PING"]);
+    assert!(!plain.contains("PONG"), "{node} answers plaintext: {plain}");
+    let (_, stranger) = redis_cli(node, &tls, &["PING"]);
+    assert!(stranger.contains("NOAUTH"), "{node} answers a stranger over TLS with {stranger:?}");
+    let (_, wrong) =
+        redis_cli(node, &[&tls[..], &["--user", USER, "--pass", "wrong", "--no-auth-warning"]].concat(), &["PING"]);
+    assert!(wrong.contains("WRONGPASS") || wrong.contains("AUTH failed"), "{node} takes a wrong password: {wrong:?}");
+    let login = [&tls[..], &["--user", USER, "--pass", PASSWORD, "--no-auth-warning"]].concat();
+    let (ok, pong) = redis_cli(node, &login, &["PING"]);
+    assert!(ok && pong.trim() == "PONG", "{node} does not answer its ACL user over TLS: {pong:?}");
+    let (_, default) = redis_cli(node, &login, &["ACL", "LIST"]);
+    assert!(default.lines().any(|l| l.starts_with("user default off")), "{node}: the default user is on: {default}");
+}
+
+#[test]
+fn cluster_with_tls_and_an_acl_user_refuses_strangers_and_fails_over() {
+    let started = Instant::now();
+    let cluster = RedisCluster::start_with(&RedisOptions::default().with_tls().with_acl(USER, PASSWORD));
+    println!("tls+acl cluster: up in {:?}", started.elapsed());
+    let ca = cluster.ca_file().expect("a CA with TLS");
+    assert_eq!((cluster.user(), cluster.password()), (Some(USER), Some(PASSWORD)));
+    assert_eq!(cluster.host(), "127.0.0.1");
+    assert!(cluster.seeds().iter().all(|s| s.starts_with("127.0.0.1:")));
+    assert!(cluster.urls().iter().all(|u| u.starts_with(&format!("rediss://{USER}:{PASSWORD}@127.0.0.1:"))));
+    for node in cluster.nodes() {
+        assert_secured_data_node(node, &ca);
+    }
+
+    let key = "mcpfleet:ha:secured";
+    assert_eq!(cluster.cli(&["SET", key, "hello"]).as_deref(), Some("OK\n"));
+    let master = cluster.master_of_key(key);
+    let replica = cluster.replicas_of(master)[0];
+    assert_eq!(master.cli(&["WAIT", "1", "5000"]).as_deref(), Some("1\n"), "the write reached {replica} (over TLS)");
+    master.kill();
+    let took = eventually(15, "the replica to take over the killed master's key", || {
+        replica.role() == Some(Role::Master) && cluster.cli(&["GET", key]).as_deref() == Some("hello\n")
+    });
+    println!("tls+acl cluster: SIGKILL of master {master}: {replica} took over after {took:?}");
+    cluster.wait_ok();
+    assert_eq!(cluster.masters().len(), 3);
+}
+
+#[test]
+fn sentinel_with_tls_and_an_acl_user_refuses_strangers_and_fails_over() {
+    let started = Instant::now();
+    let sentinel = RedisSentinel::start_with(&RedisOptions::default().with_tls().with_acl(USER, PASSWORD));
+    println!("tls+acl sentinel: up in {:?}", started.elapsed());
+    let ca = sentinel.ca_file().expect("a CA with TLS");
+    assert_eq!((sentinel.user(), sentinel.password()), (Some(USER), Some(PASSWORD)));
+    let (master, replica) = (sentinel.master(), sentinel.replica());
+    assert_secured_data_node(master, &ca);
+    assert_secured_data_node(replica, &ca);
+    let ca_text = ca.to_str().expect("a UTF-8 path");
+    let ask = ["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mcpfleet"];
+    for s in sentinel.sentinel_nodes() {
+        let (_, plain) = redis_cli(s, &["-e"], &ask);
+        assert!(!plain.contains(&master.port().to_string()), "{s} answers plaintext: {plain}");
+        // A sentinel asks for no password, over TLS.
+        let (ok, addr) = redis_cli(s, &["--tls", "--cacert", ca_text, "-e"], &ask);
+        assert!(ok, "{s} does not answer over TLS: {addr}");
+        assert_eq!(addr.split_whitespace().collect::<Vec<_>>(), ["127.0.0.1", master.port().to_string().as_str()]);
+    }
+    assert_eq!(master.cli(&["SET", "greeting", "hello"]).as_deref(), Some("OK\n"));
+    assert_eq!(master.cli(&["WAIT", "1", "5000"]).as_deref(), Some("1\n"));
+
+    master.kill();
+    let started = Instant::now();
+    sentinel.wait_for_master(&replica.addr());
+    println!(
+        "tls+acl sentinel: SIGKILL of master {master}: every sentinel reports {replica} after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(replica.role(), Some(Role::Master));
+    assert_eq!(replica.cli(&["GET", "greeting"]).as_deref(), Some("hello\n"));
+    assert_eq!(replica.cli(&["SET", "greeting", "again"]).as_deref(), Some("OK\n"));
 }
