@@ -696,3 +696,66 @@ async fn sentinel_setup_cut_from_every_replica_for_5_s() {
     drop(fleet);
     drop(sentinel);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// TLS and an ACL user, on a cluster and behind Sentinel
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_cluster_over_tls_as_an_acl_user() {
+    let cluster = RedisCluster::start_with(&RedisOptions::default().with_tls().with_acl("fleet", "s3cret-fleet"));
+    shares_state_and_refuses_wrong_access(cluster.serve_flags(), "cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_sentinel_setup_over_tls_as_an_acl_user() {
+    let sentinel = RedisSentinel::start_with(&RedisOptions::default().with_tls().with_acl("fleet", "s3cret-fleet"));
+    shares_state_and_refuses_wrong_access(sentinel.serve_flags(), "sentinel").await;
+}
+
+/// Two replicas on `flags` (TLS, an ACL user): a session opened on A is served on B, and a notification published
+/// on A reaches a GET stream on B. A replica with a wrong password, or without TLS, does not start (exit 69), and
+/// says so without the password.
+async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) {
+    const T: Duration = Duration::from_secs(5);
+    assert!(flags.iter().any(|f| f == "--redis-tls") && flags.iter().any(|f| f == "--redis-password"), "{flags:?}");
+    let tokens = Tokens::new();
+    let (_d, log) = log_file(label);
+    let fleet = fleet(2, flags.clone(), &tokens, &log, None).await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut client = mcpfleet_fleetkit::McpClient::new().with_token(&tokens.token("alice"));
+    client.initialize(&a).await;
+    let mut stream = SseStream::new(client.get(&b, None).await);
+    assert_eq!(stream.next(T).await.expect("priming").expect("an event").data, "", "{label}: the priming event");
+    let r =
+        client.request(&a, 2, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} })).await;
+    assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated", "{label}");
+    let note = stream.next(T).await.expect("the notice").expect("an event").json().expect("json");
+    assert_eq!(note["method"], "notifications/resources/updated", "{label}: published on A, heard on B");
+
+    let wrong_password: Vec<String> = flags
+        .iter()
+        .scan(false, |after, f| {
+            let out = if *after { "wrong-password".to_owned() } else { f.clone() };
+            *after = f == "--redis-password";
+            Some(out)
+        })
+        .collect();
+    let without_tls: Vec<String> = flags.iter().filter(|f| *f != "--redis-tls").cloned().collect();
+    let without_tls: Vec<String> = without_tls
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| *f != "--redis-ca-file" && (*i == 0 || without_tls[i - 1] != "--redis-ca-file"))
+        .map(|(_, f)| f.clone())
+        .collect();
+    for (what, flags) in [("a wrong password", wrong_password), ("no TLS", without_tls)] {
+        let out = std::process::Command::new(mcpfleet_fleetkit::server_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--redis-timeout", "1s"])
+            .args(["--request-state-key", mcpfleet_fleetkit::TEST_STATE_KEY])
+            .args(&flags)
+            .output()
+            .expect("run the server");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{label} with {what}: {stderr}");
+        assert!(stderr.contains("cannot reach Redis") && !stderr.contains("s3cret"), "{label} with {what}: {stderr}");
+    }
+}
