@@ -154,6 +154,35 @@ impl Harness {
         }
     }
 
+    /// Empties the script cache of every data node (a restart or a failover does that); false for the memory store.
+    fn flush_scripts(&self) -> bool {
+        match &self.backend {
+            Backend::Memory(_) => false,
+            Backend::Redis { server, .. } => {
+                assert_eq!(server.raw(&["SCRIPT", "FLUSH"]).trim(), "OK");
+                true
+            }
+            Backend::Shared { cfg } => {
+                let nodes = match &cfg.topology {
+                    RedisTopology::Cluster { nodes } => nodes.clone(),
+                    _ => Vec::new(),
+                };
+                if nodes.is_empty() {
+                    assert_eq!(self.raw(&["SCRIPT", "FLUSH"]).expect("flush").trim(), "OK");
+                }
+                for n in nodes {
+                    let (host, port) = n.rsplit_once(':').expect("host:port");
+                    let out = std::process::Command::new("redis-cli")
+                        .args(["-h", host, "-p", port, "SCRIPT", "FLUSH"])
+                        .output()
+                        .expect("redis-cli");
+                    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "SCRIPT FLUSH on {n}");
+                }
+                true
+            }
+        }
+    }
+
     /// The Redis key of a session's event log.
     fn redis_events_key(&self, key: &SessionKey) -> Option<String> {
         match &self.backend {
@@ -257,6 +286,7 @@ contract!(
     tasks_read_beside_an_admission,
     tasks_queue_consumers_are_tidied,
     tasks_queue_bell_rings_every_replica,
+    scripts_reload_after_the_cache_empties,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1748,4 +1778,68 @@ async fn tasks_queue_bell_rings_every_replica(kind: Kind) {
         let ring = tokio::time::timeout(Duration::from_secs(2), sub.recv()).await.expect("rung in time");
         assert_eq!(ring, Some(Ring::Event(7)), "the shard that got work");
     }
+}
+
+/// A restart or a failover empties the script cache (`NOSCRIPT`): every call reloads what it needs and goes on,
+/// the plain scripts and the admission pipelined with a task's read alike.
+async fn scripts_reload_after_the_cache_empties(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = task_key("alice");
+    create_task(s, &new_task(&key)).await;
+    let session = session(s, LONG).await;
+    let a = Admission { read_task: Some(&key), ..admission(&key.user) };
+    for round in 0..2 {
+        let r = admit(s, &a).await;
+        assert_eq!(r.refused, None, "round {round}");
+        assert_eq!(r.task.expect("read").expect("the task").status, TaskStatus::Queued, "round {round}");
+        let (k, _) = open_post(s, &session, &format!("r{round}"), LONG).await;
+        append(s, &session, k, "an event").await;
+        assert!(s.touch_session(&session).await.expect("touch").is_some(), "round {round}");
+        if !h.flush_scripts() {
+            break;
+        }
+    }
+}
+
+/// `--redis-durable-replicas`: a task's creation waits for a replica to hold it. With the replica gone it waits
+/// half the deadline, then goes ahead (the task stands) and counts the write in
+/// `mcp_redis_unreplicated_writes_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_writes_wait_for_a_replica() {
+    let sentinel = RedisSentinel::start();
+    let registry = prometheus::Registry::new();
+    let metrics = mcpfleet_state::StoreMetrics::register(&registry).expect("metrics");
+    let cfg = RedisConfig {
+        durable_replicas: 1,
+        timeout: Duration::from_millis(800),
+        metrics: Some(metrics),
+        prefix: format!("contract{}:", next()),
+        ..RedisConfig::with_topology(RedisTopology::Sentinel {
+            sentinels: sentinel.sentinels(),
+            master: sentinel.master_name().to_owned(),
+        })
+    };
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    let unreplicated = || {
+        registry
+            .gather()
+            .iter()
+            .find(|f| f.name() == "mcp_redis_unreplicated_writes_total")
+            .map_or(0.0, |f| f.get_metric()[0].get_counter().get_value())
+    };
+    let first = task_key("alice");
+    let started = std::time::Instant::now();
+    create_task(&store, &new_task(&first)).await;
+    assert!(started.elapsed() < Duration::from_millis(300), "a replica acknowledged at once: {:?}", started.elapsed());
+    assert_eq!(unreplicated(), 0.0);
+
+    sentinel.replica().kill();
+    let second = task_key("alice");
+    let started = std::time::Instant::now();
+    create_task(&store, &new_task(&second)).await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(350) && waited < Duration::from_millis(800), "waited {waited:?}");
+    assert_eq!(unreplicated(), 1.0, "counted");
+    assert_eq!(task(&store, &second).await.status, TaskStatus::Queued, "the task stands");
 }
