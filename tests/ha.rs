@@ -716,20 +716,43 @@ async fn sentinel_setup_cut_from_every_replica_for_5_s() {
 // ---------------------------------------------------------------------------------------------------------------
 // TLS and an ACL user, on a cluster and behind Sentinel
 
+/// The ACL rules docs/REDIS.md gives the fleet's user, exactly: the tests below run the fleet as such a user.
+const APP_RULES: &str = "~mcp:* &mcp:* +@read +@write +@scripting +@pubsub +@connection +time +wait +cluster|slots";
+
+/// TLS, an admin user for the topology itself, and the fleet's own user with only [`APP_RULES`].
+fn secured() -> RedisOptions {
+    RedisOptions::default()
+        .with_tls()
+        .with_acl("admin", "s3cret-admin")
+        .with_user(format!("fleet on >s3cret-fleet {APP_RULES}"))
+}
+
+/// `flags` with the fleet's user instead of the topology's admin.
+fn as_fleet(flags: Vec<String>) -> Vec<String> {
+    flags
+        .into_iter()
+        .map(|f| match f.as_str() {
+            "admin" => "fleet".to_owned(),
+            "s3cret-admin" => "s3cret-fleet".to_owned(),
+            _ => f,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_a_cluster_over_tls_as_an_acl_user() {
-    let cluster = RedisCluster::start_with(&RedisOptions::default().with_tls().with_acl("fleet", "s3cret-fleet"));
-    shares_state_and_refuses_wrong_access(cluster.serve_flags(), "cluster").await;
+    let cluster = RedisCluster::start_with(&secured());
+    shares_state_and_refuses_wrong_access(as_fleet(cluster.serve_flags()), "cluster").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_a_sentinel_setup_over_tls_as_an_acl_user() {
-    let sentinel = RedisSentinel::start_with(&RedisOptions::default().with_tls().with_acl("fleet", "s3cret-fleet"));
-    shares_state_and_refuses_wrong_access(sentinel.serve_flags(), "sentinel").await;
+    let sentinel = RedisSentinel::start_with(&secured());
+    shares_state_and_refuses_wrong_access(as_fleet(sentinel.serve_flags()), "sentinel").await;
 }
 
-/// Two replicas on `flags` (TLS, an ACL user): a session opened on A is served on B, and a notification published
-/// on A reaches a GET stream on B. A replica with a wrong password, or without TLS, does not start (exit 69), and
+/// Two replicas on `flags` (TLS, the fleet's ACL user): a session opened on A is served on B, a notification
+/// published on A reaches a GET stream on B, and a 2026-07-28 task created on A is run and polled on B. A replica with a wrong password, or without TLS, does not start (exit 69), and
 /// says so without the password.
 async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) {
     const T: Duration = Duration::from_secs(5);
@@ -747,6 +770,22 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
     assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated", "{label}");
     let note = stream.next(T).await.expect("the notice").expect("an event").json().expect("json");
     assert_eq!(note["method"], "notifications/resources/updated", "{label}: published on A, heard on B");
+    // A task: created on A (its record, queue entry and WAIT), run by whichever replica takes it, polled on B.
+    let tasks = mcpfleet_fleetkit::ModernClient::new()
+        .with_token(&tokens.token("alice"))
+        .with_capabilities(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
+    let r = tasks.call(&a, 1, "slow_job", json!({ "seconds": 0 }), json!({})).await;
+    let id = r["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{label}: no task: {r}")).to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, t) = tasks.request(&b, 2, "tasks/get", json!({ "taskId": id })).await;
+        assert_eq!(status, 200, "{label}: {t}");
+        if t["result"]["status"] == "completed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{label}: the task never completed: {t}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let wrong_password: Vec<String> = flags
         .iter()
@@ -773,5 +812,9 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(69), "{label} with {what}: {stderr}");
         assert!(stderr.contains("cannot reach Redis") && !stderr.contains("s3cret"), "{label} with {what}: {stderr}");
+    }
+    // Everything the fleet did, it did with the rights the docs give it: nothing was refused.
+    for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+        assert!(!line.contains("NOPERM") && !line.contains("no permissions"), "{label}: {line}");
     }
 }

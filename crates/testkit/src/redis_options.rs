@@ -23,6 +23,10 @@ pub struct RedisOptions {
     /// (`~* &* +@all`); replicas log in as it (`masteruser`/`masterauth`), so do the sentinels (`auth-user`,
     /// `auth-pass`). The sentinels themselves ask for no password. Neither may hold whitespace, `"`, `'` or `\`.
     pub acl: Option<(String, String)>,
+    /// More ACL users for the data nodes, as `user` lines of an ACL config (`<name> on ><password> <rules>`),
+    /// beside [`acl`](Self::acl) (which they need): a test can give the application a user with only the rights
+    /// its docs say it needs.
+    pub users: Vec<String>,
     /// Inside a [`NetLab`]: every node runs in the lab's Redis namespace and serves on its service address, which
     /// the test process reaches over the lab's management link. See [`NetLab`] for the order of drops.
     pub lab: Option<LabSite>,
@@ -43,6 +47,13 @@ impl RedisOptions {
         self
     }
 
+    /// With one more ACL user (see [`users`](Self::users)): `line` is what follows `user ` in an ACL config.
+    #[must_use]
+    pub fn with_user(mut self, line: impl Into<String>) -> Self {
+        self.users.push(line.into());
+        self
+    }
+
     /// Inside `lab` (see [`lab`](Self::lab)).
     #[must_use]
     pub fn in_lab(mut self, lab: &NetLab) -> Self {
@@ -57,6 +68,8 @@ pub(crate) struct Setup {
     /// How to reach a data node (a sentinel: the same without the user).
     access: Access,
     netns: Option<String>,
+    /// More `user` lines for the data nodes' ACL.
+    users: Vec<String>,
     /// The CA, the server certificate and its key (`ca.pem`, `server.crt`, `server.key`) in `tls/`.
     certs: Option<tempfile::TempDir>,
 }
@@ -68,6 +81,7 @@ impl Setup {
     /// If the ACL user or password is empty or holds a character a config line would need to quote, or `openssl`
     /// fails.
     pub(crate) fn new(options: &RedisOptions) -> Self {
+        assert!(options.users.is_empty() || options.acl.is_some(), "more ACL users need an acl user (the admin)");
         if let Some((user, password)) = &options.acl {
             for (what, text) in [("user", user), ("password", password)] {
                 assert!(
@@ -87,6 +101,7 @@ impl Setup {
         Self {
             access: Access { host: host.to_string(), ca, auth: options.acl.clone() },
             netns: options.lab.as_ref().map(|site| site.netns.clone()),
+            users: options.users.clone(),
             certs,
         }
     }
@@ -167,9 +182,12 @@ impl Setup {
         let mut cmd = Command::new("redis-server");
         if let Some((user, password)) = &self.access.auth {
             let conf = dir.join("node.conf");
-            let text = format!(
+            let mut text = format!(
                 "user default off\nuser {user} on >{password} ~* &* +@all\nmasteruser {user}\nmasterauth {password}\n"
             );
+            for line in &self.users {
+                text.push_str(&format!("user {line}\n"));
+            }
             fs::write(&conf, text).expect("write node.conf");
             cmd.arg(conf);
         }
