@@ -15,6 +15,8 @@ apt_install() {
 # /bin/kill (procps), not the shell builtin; npm fetches Node 22 and the conformance suite.
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then apt_install redis-server; fi
 if ! type -P kill >/dev/null 2>&1; then apt_install procps; fi
+# The partition tests cut links between network namespaces of their own (ip netns, veth).
+if ! type -P ip >/dev/null 2>&1; then apt_install iproute2; fi
 if [ ! -x /usr/lib/postgresql/15/bin/initdb ] || ! type -P openssl >/dev/null; then apt_install postgresql-15 openssl; fi
 if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
 
