@@ -30,12 +30,9 @@ const PRINCIPALS: usize = 6;
 /// to an issuer).
 const ISSUER: &str = "https://issuer.ha.test";
 
-/// What a replica is told about Redis, besides the topology flags.
-fn common_flags() -> Vec<String> {
-    ["--redis-timeout", "1s", "--lease-ttl", "3s", "--task-lease", "3s", "--rate-fail-mode", "closed"]
-        .map(String::from)
-        .to_vec()
-}
+/// What a replica is told about Redis, besides the topology flags (a test's own flags replace these).
+const COMMON_FLAGS: [(&str, &str); 4] =
+    [("--redis-timeout", "1s"), ("--lease-ttl", "3s"), ("--task-lease", "3s"), ("--rate-fail-mode", "closed")];
 
 /// Signing keys and the JWKS file the replicas verify with.
 struct Tokens {
@@ -78,8 +75,21 @@ impl Tokens {
 
 /// `n` replicas with `redis` flags, logging to a file each test reads for panics.
 async fn fleet(n: usize, redis: Vec<String>, tokens: &Tokens, log: &std::path::Path, lab: Option<&NetLab>) -> Fleet {
+    fleet_with(n, redis, &[], tokens, log, lab).await
+}
+
+/// [`fleet`], with `extra` serve flags.
+async fn fleet_with(
+    n: usize,
+    redis: Vec<String>,
+    extra: &[&str],
+    tokens: &Tokens,
+    log: &std::path::Path,
+    lab: Option<&NetLab>,
+) -> Fleet {
     let mut b: FleetBuilder = Fleet::builder().replicas(n).redis_flags(redis).log_to(log, "warn");
-    for f in tokens.flags().into_iter().chain(common_flags()) {
+    let common = COMMON_FLAGS.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(f, v)| [*f, *v]);
+    for f in tokens.flags().into_iter().chain(common.chain(extra.iter().copied()).map(str::to_owned)) {
         b = b.arg(f);
     }
     if let Some(lab) = lab {
@@ -817,4 +827,74 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
     for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
         assert!(!line.contains("NOPERM") && !line.contains("no permissions"), "{label}: {line}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// A principal's doorbells and bucket across a slot move and a master's death
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doorbells_ring_and_buckets_limit_across_a_slot_move_and_a_failover() {
+    const T: Duration = Duration::from_secs(8);
+    let cluster = RedisCluster::start();
+    let tokens = Tokens::new();
+    let (_d, log) = log_file("doorbells");
+    // A bucket of 8 that refills one token every 50 s: within this test it only drains. A lease of a minute: B's
+    // stream re-reads the log only every half lease, so within this test it hears only through its doorbell.
+    let limits = ["--rate-burst", "8", "--rate-per-second", "0.02", "--lease-ttl", "60s", "--session-idle-ttl", "5m"];
+    let fleet = fleet_with(2, cluster.serve_flags(), &limits, &tokens, &log, None).await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut alice = mcpfleet_fleetkit::McpClient::new().with_token(&tokens.token("alice"));
+    alice.initialize(&a).await;
+    let mut stream = SseStream::new(alice.get(&b, None).await);
+    stream.next(T).await.expect("priming").expect("an event");
+    let update = json!({ "name": "test_update_watched_resource", "arguments": {} });
+    // Rings alice's doorbell from A until it answers (a 503 while the slot has no master), and returns once B's
+    // stream heard it.
+    let ring_and_hear = async |stream: &mut SseStream, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r =
+                alice.post(&a, &json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": update })).await;
+            if r.status() == 200 {
+                break;
+            }
+            assert_eq!(r.status(), 503, "{what}: only a 503 while the slot moves or fails over");
+            assert!(Instant::now() < deadline, "{what}: A never served again");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        loop {
+            let e = stream.next(T).await.unwrap_or_else(|e| panic!("{what}: B's stream heard nothing: {e}"));
+            let e = e.unwrap_or_else(|| panic!("{what}: B's stream ended"));
+            if e.json().is_some_and(|m| m["method"] == "notifications/resources/updated") {
+                return;
+            }
+        }
+    };
+    ring_and_hear(&mut stream, "before").await;
+
+    // The slot of alice's keys moves to another master: B's subscription there is dropped by the old owner and
+    // made again on the new one.
+    let key = principal_key(&cluster);
+    let slot = cluster.slot_of(&key);
+    let from = cluster.master_for_slot(slot);
+    let to = cluster.masters().into_iter().find(|m| m.port() != from.port()).expect("another master");
+    migrate_slot(&cluster, slot, from, to);
+    ring_and_hear(&mut stream, "after the slot moved").await;
+
+    // Its new master dies; its replica takes over: B subscribes there, and the bucket is still a bucket.
+    cluster.master_for_slot(slot).kill();
+    cluster.wait_ok();
+    ring_and_hear(&mut stream, "after the failover").await;
+    // The requests so far took tokens; whatever the failover lost of them, the bucket admits at most a full bucket
+    // again, and once it refuses it keeps refusing: over-admission is bounded, the limit is never broken.
+    let mut answers = Vec::new();
+    for id in 100..116 {
+        let r = alice.post(&a, &json!({ "jsonrpc": "2.0", "id": id, "method": "ping" })).await;
+        answers.push(r.status().as_u16());
+    }
+    let answered = answers.iter().filter(|s| **s == 200).count();
+    let first_refusal = answers.iter().position(|s| *s == 429).expect("the bucket refuses again");
+    assert!(answered <= 8, "at most a bucket: {answers:?}");
+    assert!(answers[first_refusal..].iter().all(|s| *s == 429), "refusing, it keeps refusing: {answers:?}");
+    drop(fleet);
 }

@@ -334,13 +334,20 @@ impl RedisStore {
 
     /// For the writes that make a promise (a task's creation, queue entry, run lease and end; an idempotent
     /// call's result): waits until `--redis-durable-replicas` replicas hold every write so far to `key`'s node.
-    /// Too few in time is counted and logged, not failed: the write stands on the master.
+    /// Too few in time, or a `WAIT` that fails, is counted and logged, never failed: the write stands on the master,
+    /// and failing the call now would make its client retry a write that was made.
     async fn durable(&self, key: &str) -> Result<()> {
         let want = self.inner.cfg.durable_replicas;
         if want == 0 {
             return Ok(());
         }
-        let acked = self.wait_replicas(key, want).await?;
+        let acked = match self.wait_replicas(key, want).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "WAIT for redis replicas failed");
+                0
+            }
+        };
         if acked < want {
             tracing::warn!(acked, want, "a durable write is not yet on enough redis replicas");
             if let Some(m) = &self.inner.cfg.metrics {
