@@ -7,9 +7,11 @@
 //! - **sentinel**: a [`ConnectionManager`] to the master the sentinels name, and a watcher that asks them again
 //!   every second, at once when a sentinel announces `+switch-master`, and at once when a command fails as a
 //!   master's would not (`READONLY`, a dropped or refused connection). When the answer changes, the watcher
-//!   connects to the new master and swaps it in; the subscriber follows through a [`watch`] channel. Between a
-//!   promotion and the old master's demotion, writes that still reach the old master are lost when it resyncs:
-//!   hearing `+switch-master` keeps that window to the sentinels' own announcement delay.
+//!   connects to the new master and swaps it in; the subscriber follows through a [`watch`] channel. Writes that
+//!   reach the old master after a replica was promoted would be lost when it resyncs, so commands are **held**
+//!   from the moment a sentinel announces it is promoting one (`+failover-state-send-slaveof-noone`) until the
+//!   new master is followed (or the failover is aborted, or [`HOLD_MAX`] passed); the store's deadline still
+//!   bounds each call, so a held call that outlasts it is a 503 like any other.
 //!
 //! Credentials come from the URL or from [`RedisConfig::username`]/[`RedisConfig::password`]; they are never logged.
 
@@ -27,6 +29,17 @@ use tokio::sync::{Notify, watch};
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
 /// The least time between two asks that failed commands triggered.
 const SENTINEL_NUDGE_GAP: Duration = Duration::from_millis(100);
+/// The longest commands are held for a failover the sentinels announced, should its end never be heard.
+const HOLD_MAX: Duration = Duration::from_secs(10);
+/// What the sentinels announce about a failover, on the channels of the same names.
+const FAILOVER_EVENTS: [&str; 6] = [
+    "+failover-state-send-slaveof-noone",
+    "+switch-master",
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
+    "+failover-end-for-timeout",
+];
 
 /// The connection info of one data node at `host:port` (or of the standalone URL), with the configured TLS,
 /// certificate authority and credentials.
@@ -119,6 +132,7 @@ impl ConnectionLike for Link {
             Self::Sentinel(f) => {
                 let f = f.clone();
                 Box::pin(async move {
+                    f.unheld().await;
                     let mut c = f.current();
                     let r = c.req_packed_command(cmd).await;
                     f.check(r.as_ref().err());
@@ -140,6 +154,7 @@ impl ConnectionLike for Link {
             Self::Sentinel(f) => {
                 let f = f.clone();
                 Box::pin(async move {
+                    f.unheld().await;
                     let mut c = f.current();
                     let r = c.req_packed_commands(pipeline, offset, count).await;
                     f.check(r.as_ref().err());
@@ -163,6 +178,8 @@ impl ConnectionLike for Link {
 pub(super) struct Follower {
     current: RwLock<(String, ConnectionManager)>,
     nudge: Notify,
+    /// Since when commands are held for a failover under way (`None`: not held).
+    hold: watch::Sender<Option<std::time::Instant>>,
     metrics: Option<crate::StoreMetrics>,
 }
 
@@ -177,9 +194,16 @@ impl Follower {
         let info = node_info(cfg, &addr)?;
         let conn = connect_manager(cfg, info.clone()).await?;
         let (tx, rx) = watch::channel(info);
-        let me =
-            Arc::new(Self { current: RwLock::new((addr, conn)), nudge: Notify::new(), metrics: cfg.metrics.clone() });
-        tokio::spawn(hear_switches(Arc::downgrade(&me), ask.infos.clone(), master.to_owned()));
+        let me = Arc::new(Self {
+            current: RwLock::new((addr, conn)),
+            nudge: Notify::new(),
+            hold: watch::Sender::new(None),
+            metrics: cfg.metrics.clone(),
+        });
+        // The sentinel that leads a failover is the one that announces its steps: listen to every one.
+        for info in &ask.infos {
+            tokio::spawn(hear_failovers(Arc::downgrade(&me), info.clone(), master.to_owned()));
+        }
         tokio::spawn(watch_master(Arc::downgrade(&me), ask, cfg.clone(), tx));
         Ok((me, rx))
     }
@@ -190,6 +214,26 @@ impl Follower {
 
     fn addr(&self) -> String {
         self.current.read().unwrap_or_else(PoisonError::into_inner).0.clone()
+    }
+
+    /// Waits while commands are held for a failover (at most until [`HOLD_MAX`] after it began).
+    async fn unheld(&self) {
+        let mut rx = self.hold.subscribe();
+        let since = *rx.borrow_and_update();
+        let Some(since) = since else { return };
+        let left = HOLD_MAX.saturating_sub(since.elapsed());
+        let _ = tokio::time::timeout(left, rx.wait_for(Option::is_none)).await;
+    }
+
+    /// Holds commands from now, or lets them go.
+    fn set_hold(&self, on: bool) {
+        self.hold.send_if_modified(|h| {
+            let changed = h.is_some() != on;
+            if changed {
+                *h = on.then(std::time::Instant::now);
+            }
+            changed
+        });
     }
 
     /// A command failed in a way that suggests the master moved: ask the sentinels now.
@@ -226,6 +270,10 @@ async fn watch_master(
             () = tokio::time::sleep(SENTINEL_POLL) => false,
             () = f.nudge.notified() => true,
         };
+        if f.hold.borrow().is_some_and(|since| since.elapsed() >= HOLD_MAX) {
+            tracing::warn!("no end heard of the failover the sentinels announced: releasing redis commands");
+            f.set_hold(false);
+        }
         drop(f);
         if nudged {
             // Let a burst of failing commands settle into one ask.
@@ -236,6 +284,7 @@ async fn watch_master(
         if addr == f.addr() {
             continue;
         }
+        // Held commands go to the new master only: the old one is let go once the new one is in place.
         let info = match node_info(&cfg, &addr) {
             Ok(i) => i,
             Err(e) => {
@@ -247,6 +296,7 @@ async fn watch_master(
             Ok(conn) => {
                 tracing::warn!(master = %addr, "redis master changed; following it");
                 *f.current.write().unwrap_or_else(PoisonError::into_inner) = (addr, conn);
+                f.set_hold(false);
                 if let Some(m) = &f.metrics {
                     m.master_changed();
                 }
@@ -257,24 +307,34 @@ async fn watch_master(
     }
 }
 
-/// Listens to the sentinels' `+switch-master` announcements (one sentinel at a time, the next when it fails) and
-/// nudges the watcher on each one for `master`. Ends when the store is dropped.
-async fn hear_switches(me: std::sync::Weak<Follower>, sentinels: Vec<ConnectionInfo>, master: String) {
+/// Listens to one sentinel's failover announcements for `master` (again after a second when the connection
+/// fails): commands are held from a promotion's start until its end, and the watcher asks at once on
+/// `+switch-master`. Ends when the store is dropped.
+async fn hear_failovers(me: std::sync::Weak<Follower>, sentinel: ConnectionInfo, master: String) {
     use futures::StreamExt as _;
-    let mut next = 0;
     loop {
-        let info = sentinels[next % sentinels.len()].clone();
-        next += 1;
         let heard = async {
-            let mut pubsub = redis::Client::open(info)?.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
+            let mut pubsub = redis::Client::open(sentinel.clone())?.get_async_pubsub().await?;
+            pubsub.subscribe(&FAILOVER_EVENTS[..]).await?;
             let mut messages = pubsub.into_on_message();
-            // "<master name> <old ip> <old port> <new ip> <new port>"
             while let Some(msg) = messages.next().await {
                 let Some(f) = me.upgrade() else { return Ok(()) };
+                // "+switch-master <master> <old ip> <old port> <new ip> <new port>"; the others end with
+                // "@ <master> <ip> <port>".
                 let payload: String = msg.get_payload().unwrap_or_default();
-                if payload.split(' ').next() == Some(master.as_str()) {
-                    f.nudge.notify_one();
+                let words: Vec<&str> = payload.split(' ').collect();
+                let ours =
+                    words.first() == Some(&master.as_str()) || words.windows(2).any(|w| w[0] == "@" && w[1] == master);
+                if !ours {
+                    continue;
+                }
+                match msg.get_channel_name() {
+                    "+failover-state-send-slaveof-noone" => {
+                        tracing::warn!("the sentinels are promoting a replica: holding redis commands");
+                        f.set_hold(true);
+                    }
+                    "+switch-master" => f.nudge.notify_one(),
+                    _ => f.set_hold(false),
                 }
             }
             Ok::<(), redis::RedisError>(())
