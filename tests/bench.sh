@@ -151,7 +151,7 @@ pg_cpu_ms() {
 }
 
 KEY="$TMP/dev-key.pem"
-# Every replica of a fleet shares one requestState key (required with --redis-url).
+# Every replica of a fleet shares one requestState key (required with Redis).
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
 

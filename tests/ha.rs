@@ -11,7 +11,8 @@
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
 use mcpfleet_fleetkit::{
-    Fleet, FleetBuilder, NetLab, RedisCluster, RedisOptions, RedisSentinel, RedisTopology as _, SseStream, TestKey,
+    Fleet, FleetBuilder, Issuer, NetLab, RedisCluster, RedisOptions, RedisSentinel, RedisTopology as _, SseStream,
+    TestKey,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -26,50 +27,30 @@ const REDIS_TIMEOUT: Duration = Duration::from_millis(1000);
 const SLACK: Duration = Duration::from_secs(2);
 /// Principals of a load: enough that every master of the cluster holds some.
 const PRINCIPALS: usize = 6;
-/// The issuer of the test tokens (the replicas read its key from a file, so replicas in namespaces need no route
-/// to an issuer).
-const ISSUER: &str = "https://issuer.ha.test";
-
 /// What a replica is told about Redis, besides the topology flags (a test's own flags replace these).
 const COMMON_FLAGS: [(&str, &str); 4] =
     [("--redis-timeout", "1s"), ("--lease-ttl", "3s"), ("--task-lease", "3s"), ("--rate-fail-mode", "closed")];
 
-/// Signing keys and the JWKS file the replicas verify with.
+/// The principals' tokens: an issuer's key, which the replicas read from a file (replicas in namespaces have no
+/// route to the issuer, which listens on loopback).
 struct Tokens {
     key: TestKey,
+    issuer: Issuer,
     _dir: tempfile::TempDir,
     jwks: PathBuf,
 }
 
 impl Tokens {
-    fn new() -> Self {
+    async fn new() -> Self {
         let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+        let issuer = Issuer::start(&[&key]).await;
         let dir = tempfile::tempdir().expect("temp dir");
         let jwks = dir.path().join("jwks.json");
-        std::fs::write(&jwks, json!({ "keys": [key.jwk(true)] }).to_string()).expect("write jwks");
-        Self { key, _dir: dir, jwks }
+        Self { key, issuer, _dir: dir, jwks }
     }
 
     fn token(&self, sub: &str) -> String {
-        self.key.token(ISSUER, sub).sign()
-    }
-
-    fn flags(&self) -> Vec<String> {
-        let jwks = self.jwks.to_string_lossy().into_owned();
-        [
-            "--auth",
-            "jwt",
-            "--jwt-issuer",
-            ISSUER,
-            "--jwt-audience",
-            mcpfleet_fleetkit::issuer::AUDIENCE,
-            "--jwks-file",
-            &jwks,
-            "--resource-url",
-            "https://mcp.test/mcp",
-        ]
-        .map(String::from)
-        .to_vec()
+        self.key.token(&self.issuer.id(), sub).sign()
     }
 }
 
@@ -87,9 +68,10 @@ async fn fleet_with(
     log: &std::path::Path,
     lab: Option<&NetLab>,
 ) -> Fleet {
-    let mut b: FleetBuilder = Fleet::builder().replicas(n).redis_flags(redis).log_to(log, "warn");
+    let mut b: FleetBuilder =
+        Fleet::builder().replicas(n).redis_flags(redis).log_to(log, "warn").jwt_file(&tokens.issuer, &tokens.jwks);
     let common = COMMON_FLAGS.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(f, v)| [*f, *v]);
-    for f in tokens.flags().into_iter().chain(common.chain(extra.iter().copied()).map(str::to_owned)) {
+    for f in common.chain(extra.iter().copied()) {
         b = b.arg(f);
     }
     if let Some(lab) = lab {
@@ -500,7 +482,7 @@ fn log_file(label: &str) -> (tempfile::TempDir, PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_master_killed_under_load() {
     let cluster = RedisCluster::start();
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("kill");
     let fleet = fleet(3, cluster.serve_flags(), &tokens, &log, None).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -521,7 +503,7 @@ async fn cluster_master_killed_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_manual_failover_under_load() {
     let cluster = RedisCluster::start();
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("failover");
     let fleet = fleet(3, cluster.serve_flags(), &tokens, &log, None).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -542,7 +524,7 @@ async fn cluster_manual_failover_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_slot_migrated_while_in_use() {
     let cluster = RedisCluster::start();
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("migrate");
     let fleet = fleet(3, cluster.serve_flags(), &tokens, &log, None).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -620,7 +602,7 @@ fn migrate_slot(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_under_load() {
     let sentinel = RedisSentinel::start();
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("sentinel");
     let fleet = fleet(3, sentinel.serve_flags(), &tokens, &log, None).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -665,7 +647,7 @@ const LONG_CUT: Duration = Duration::from_millis(4500);
 async fn replica_cut_from_a_cluster_longer_than_its_lease() {
     let Some(lab) = NetLab::require(3) else { return };
     let cluster = RedisCluster::start_with(&RedisOptions::default().in_lab(&lab));
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("cut-one");
     let fleet = fleet(3, cluster.serve_flags(), &tokens, &log, Some(&lab)).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -702,7 +684,7 @@ async fn replica_cut_from_a_cluster_longer_than_its_lease() {
 async fn sentinel_setup_cut_from_every_replica_for_5_s() {
     let Some(lab) = NetLab::require(3) else { return };
     let sentinel = RedisSentinel::start_with(&RedisOptions::default().in_lab(&lab));
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("cut-all");
     let fleet = fleet(3, sentinel.serve_flags(), &tokens, &log, Some(&lab)).await;
     let load = Load::start(&fleet.urls(), &tokens);
@@ -770,7 +752,7 @@ async fn replicas_share_a_sentinel_setup_over_tls_as_an_acl_user() {
 async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) {
     const T: Duration = Duration::from_secs(5);
     assert!(flags.iter().any(|f| f == "--redis-tls") && flags.iter().any(|f| f == "--redis-password"), "{flags:?}");
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file(label);
     let fleet = fleet(2, flags.clone(), &tokens, &log, None).await;
     let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
@@ -839,7 +821,7 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
 async fn doorbells_ring_and_buckets_limit_across_a_slot_move_and_a_failover() {
     const T: Duration = Duration::from_secs(8);
     let cluster = RedisCluster::start();
-    let tokens = Tokens::new();
+    let tokens = Tokens::new().await;
     let (_d, log) = log_file("doorbells");
     // A bucket of 8 that refills one token every 50 s: within this test it only drains. A lease of a minute: B's
     // stream re-reads the log only every half lease, so within this test it hears only through its doorbell.

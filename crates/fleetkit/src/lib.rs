@@ -348,24 +348,8 @@ impl FleetBuilder {
     /// one-second JWKS refresh interval.
     #[must_use]
     pub fn jwt(self, issuer: &mcpfleet_testkit::Issuer) -> Self {
-        let mut b = self;
-        for a in [
-            "--auth",
-            "jwt",
-            "--jwt-issuer",
-            &issuer.id(),
-            "--jwt-audience",
-            mcpfleet_testkit::issuer::AUDIENCE,
-            "--jwks-url",
-            &issuer.jwks_url(),
-            "--resource-url",
-            "https://mcp.test/mcp",
-            "--jwks-refresh-interval",
-            "1s",
-        ] {
-            b = b.arg(a);
-        }
-        b
+        let url = issuer.jwks_url();
+        self.jwt_with(issuer, &["--jwks-url", &url, "--jwks-refresh-interval", "1s"])
     }
 
     /// Like [`jwt`](Self::jwt), with the keys `issuer` publishes now written to `jwks_file` and read from there
@@ -375,20 +359,17 @@ impl FleetBuilder {
     #[must_use]
     pub fn jwt_file(self, issuer: &mcpfleet_testkit::Issuer, jwks_file: &std::path::Path) -> Self {
         issuer.write_jwks(jwks_file);
+        self.jwt_with(issuer, &["--jwks-file", &jwks_file.to_string_lossy()])
+    }
+
+    /// `--auth jwt` against `issuer`'s id and audience, with the keys from `keys` (the flags that say where).
+    fn jwt_with(self, issuer: &mcpfleet_testkit::Issuer, keys: &[&str]) -> Self {
+        let id = issuer.id();
+        let common = ["--auth", "jwt", "--jwt-issuer", &id, "--jwt-audience", mcpfleet_testkit::issuer::AUDIENCE];
+        let resource = ["--resource-url", "https://mcp.test/mcp"];
         let mut b = self;
-        for a in [
-            "--auth",
-            "jwt",
-            "--jwt-issuer",
-            &issuer.id(),
-            "--jwt-audience",
-            mcpfleet_testkit::issuer::AUDIENCE,
-            "--jwks-file",
-            &jwks_file.to_string_lossy(),
-            "--resource-url",
-            "https://mcp.test/mcp",
-        ] {
-            b = b.arg(a);
+        for a in common.iter().chain(keys).chain(&resource) {
+            b = b.arg(*a);
         }
         b
     }

@@ -1,4 +1,3 @@
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::redis_node::RedisNode;
@@ -49,12 +48,6 @@ impl RedisServer {
         self.node.port()
     }
 
-    /// The address it serves on: `127.0.0.1`, or the service address of its lab.
-    #[must_use]
-    pub fn host(&self) -> &str {
-        self.node.host()
-    }
-
     /// `<host>:<port>`.
     #[must_use]
     pub fn addr(&self) -> String {
@@ -67,24 +60,6 @@ impl RedisServer {
     pub fn url(&self) -> String {
         let host = if self.setup.tls() && !self.setup.in_lab() { "localhost" } else { self.host() };
         self.setup.data_access().url(host, self.port())
-    }
-
-    /// The CA that signed a TLS server's certificate (PEM); `None` without TLS.
-    #[must_use]
-    pub fn ca_file(&self) -> Option<PathBuf> {
-        self.setup.ca_file()
-    }
-
-    /// The ACL user, if it has one.
-    #[must_use]
-    pub fn user(&self) -> Option<&str> {
-        self.setup.user()
-    }
-
-    /// The ACL user's password, if it has one.
-    #[must_use]
-    pub fn password(&self) -> Option<&str> {
-        self.setup.password()
     }
 
     /// The process, e.g. for its log.
@@ -140,3 +115,5 @@ impl RedisServer {
         let _ = Command::new("kill").args([sig, &self.node.pid().to_string()]).status();
     }
 }
+
+crate::redis_options::setup_accessors!(RedisServer);

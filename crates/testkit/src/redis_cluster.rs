@@ -1,4 +1,3 @@
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::redis_node::{self, NotYet, RedisNode, Role, STEP_TIMEOUT, wait_for};
@@ -83,30 +82,6 @@ impl RedisCluster {
     #[must_use]
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisNode::url).collect()
-    }
-
-    /// The address every node serves on and announces: `127.0.0.1`, or the service address of its lab.
-    #[must_use]
-    pub fn host(&self) -> &str {
-        self.setup.host()
-    }
-
-    /// The CA that signed the nodes' certificate (PEM), with TLS.
-    #[must_use]
-    pub fn ca_file(&self) -> Option<PathBuf> {
-        self.setup.ca_file()
-    }
-
-    /// The ACL user, if it has one.
-    #[must_use]
-    pub fn user(&self) -> Option<&str> {
-        self.setup.user()
-    }
-
-    /// The ACL user's password, if it has one.
-    #[must_use]
-    pub fn password(&self) -> Option<&str> {
-        self.setup.password()
     }
 
     /// Every node, running or not, in the order they were started.
@@ -361,3 +336,5 @@ mod tests {
         assert_eq!(shard_master_port(&shards, 16383), Some(41003));
     }
 }
+
+crate::redis_options::setup_accessors!(RedisCluster);

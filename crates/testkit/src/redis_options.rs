@@ -62,6 +62,39 @@ impl RedisOptions {
     }
 }
 
+/// The accessors every topology has from its [`Setup`]: where it serves, its CA, its ACL user and password.
+macro_rules! setup_accessors {
+    ($topology:ty) => {
+        impl $topology {
+            /// The address every node serves on (and a cluster's nodes announce): `127.0.0.1`, or the service
+            /// address of its lab.
+            #[must_use]
+            pub fn host(&self) -> &str {
+                self.setup.host()
+            }
+
+            /// The CA that signed the certificate of every node, sentinels included (PEM); `None` without TLS.
+            #[must_use]
+            pub fn ca_file(&self) -> Option<std::path::PathBuf> {
+                self.setup.ca_file()
+            }
+
+            /// The data nodes' ACL user, if they have one (sentinels ask for no password).
+            #[must_use]
+            pub fn user(&self) -> Option<&str> {
+                self.setup.user()
+            }
+
+            /// The ACL user's password, if there is one.
+            #[must_use]
+            pub fn password(&self) -> Option<&str> {
+                self.setup.password()
+            }
+        }
+    };
+}
+pub(crate) use setup_accessors;
+
 /// [`RedisOptions`] put to work for one topology: its certificates, how to reach its nodes, where they run.
 #[derive(Debug)]
 pub(crate) struct Setup {

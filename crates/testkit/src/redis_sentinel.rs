@@ -1,5 +1,3 @@
-use std::path::PathBuf;
-
 use serde_json::Value;
 
 use crate::redis_node::{NotYet, RedisNode, Role, wait_for};
@@ -85,30 +83,6 @@ impl RedisSentinel {
     #[must_use]
     pub fn sentinels(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisNode::addr).collect()
-    }
-
-    /// The address every process serves on: `127.0.0.1`, or the service address of its lab.
-    #[must_use]
-    pub fn host(&self) -> &str {
-        self.setup.host()
-    }
-
-    /// The CA that signed the certificate of every process, sentinels included (PEM), with TLS.
-    #[must_use]
-    pub fn ca_file(&self) -> Option<PathBuf> {
-        self.setup.ca_file()
-    }
-
-    /// The data nodes' ACL user, if they have one (the sentinels ask for no password).
-    #[must_use]
-    pub fn user(&self) -> Option<&str> {
-        self.setup.user()
-    }
-
-    /// The ACL user's password, if there is one.
-    #[must_use]
-    pub fn password(&self) -> Option<&str> {
-        self.setup.password()
     }
 
     /// The sentinel processes, to kill or stop one.
@@ -289,3 +263,5 @@ fn text<'a>(reply: &'a Value, field: &str) -> &'a str {
 fn port_of(reply: &Value) -> Option<u16> {
     text(reply, "port").parse().ok()
 }
+
+crate::redis_options::setup_accessors!(RedisSentinel);

@@ -132,7 +132,7 @@ pub(super) struct TransportArgs {
     tool_timeout_secs: Option<u64>,
     /// A key that signs and verifies the requestState of 2026-07-28 multi round-trip requests, as
     /// `KID:BASE64SECRET` (the secret at least 32 bytes). Repeat it to rotate: the first signs, every one listed
-    /// verifies. Every replica of a fleet needs the same keys; required with --redis-url. Without Redis, a random
+    /// verifies. Every replica of a fleet needs the same keys; required with Redis. Without Redis, a random
     /// key is made at start.
     #[arg(
         long = "request-state-key",
@@ -464,10 +464,11 @@ mod tests {
     #[test]
     fn request_state_keys_are_checked() {
         let err = |args: &[&str]| serve(args).unwrap_err().to_string();
-        assert!(
-            err(&["--redis-url", "redis://127.0.0.1:1/"])
-                .starts_with("--request-state-key is required with --redis-url")
-        );
+        for redis in
+            [&["--redis-url", "redis://127.0.0.1:1/"][..], &["--redis-mode", "cluster", "--redis-nodes", "a:1"]]
+        {
+            assert!(err(redis).starts_with("--request-state-key is required with Redis"), "{redis:?}");
+        }
         assert_eq!(err(&["--request-state-key", "nocolon"]), "--request-state-key must be KID:BASE64SECRET");
         assert_eq!(err(&["--request-state-key", "k:!!"]), "--request-state-key \"k\": the secret is not base64");
         assert!(err(&["--request-state-key", "k:c2hvcnQ="]).starts_with("--request-state-key: "));
