@@ -29,6 +29,8 @@ use tokio::sync::{Notify, watch};
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
 /// The least time between two asks that failed commands triggered.
 const SENTINEL_NUDGE_GAP: Duration = Duration::from_millis(100);
+/// How often an idle listener to a sentinel's announcements checks its connection.
+const SENTINEL_LISTEN_PING: Duration = Duration::from_secs(5);
 /// The longest commands are held for a failover the sentinels announced, should its end never be heard.
 const HOLD_MAX: Duration = Duration::from_secs(10);
 /// What the sentinels announce about a failover, on the channels of the same names.
@@ -202,7 +204,7 @@ impl Follower {
         });
         // The sentinel that leads a failover is the one that announces its steps: listen to every one.
         for info in &ask.infos {
-            tokio::spawn(hear_failovers(Arc::downgrade(&me), info.clone(), master.to_owned()));
+            tokio::spawn(hear_failovers(Arc::downgrade(&me), info.clone(), master.to_owned(), cfg.timeout));
         }
         tokio::spawn(watch_master(Arc::downgrade(&me), ask, cfg.clone(), tx));
         Ok((me, rx))
@@ -310,14 +312,24 @@ async fn watch_master(
 /// Listens to one sentinel's failover announcements for `master` (again after a second when the connection
 /// fails): commands are held from a promotion's start until its end, and the watcher asks at once on
 /// `+switch-master`. Ends when the store is dropped.
-async fn hear_failovers(me: std::sync::Weak<Follower>, sentinel: ConnectionInfo, master: String) {
+async fn hear_failovers(me: std::sync::Weak<Follower>, sentinel: ConnectionInfo, master: String, timeout: Duration) {
     use futures::StreamExt as _;
     loop {
         let heard = async {
-            let mut pubsub = redis::Client::open(sentinel.clone())?.get_async_pubsub().await?;
-            pubsub.subscribe(&FAILOVER_EVENTS[..]).await?;
-            let mut messages = pubsub.into_on_message();
-            while let Some(msg) = messages.next().await {
+            let mut pubsub =
+                with_deadline(timeout, redis::Client::open(sentinel.clone())?.get_async_pubsub()).await??;
+            with_deadline(timeout, pubsub.subscribe(&FAILOVER_EVENTS[..])).await??;
+            let (mut sink, mut messages) = pubsub.split();
+            loop {
+                // Events are rare: a PING every few seconds finds a connection a partition left half open.
+                let msg = tokio::select! {
+                    msg = messages.next() => msg,
+                    () = tokio::time::sleep(SENTINEL_LISTEN_PING) => {
+                        with_deadline(timeout, sink.ping::<Value>()).await??;
+                        continue;
+                    }
+                };
+                let Some(msg) = msg else { return Ok(()) };
                 let Some(f) = me.upgrade() else { return Ok(()) };
                 // "+switch-master <master> <old ip> <old port> <new ip> <new port>"; the others end with
                 // "@ <master> <ip> <port>".
@@ -337,9 +349,8 @@ async fn hear_failovers(me: std::sync::Weak<Follower>, sentinel: ConnectionInfo,
                     _ => f.set_hold(false),
                 }
             }
-            Ok::<(), redis::RedisError>(())
         };
-        let _ = heard.await;
+        let _: Result<()> = heard.await;
         if me.upgrade().is_none() {
             return;
         }
