@@ -754,6 +754,20 @@ async fn replicas_share_a_sentinel_setup_over_tls_as_an_acl_user() {
     shares_state_and_refuses_wrong_access(as_fleet(sentinel.serve_flags()), "sentinel").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_standalone_redis_over_tls_as_an_acl_user() {
+    // The URL names no user: --redis-username and --redis-password give the fleet's.
+    let redis = mcpfleet_fleetkit::RedisServer::start_with(&secured());
+    let ca = redis.ca_file().expect("a CA").to_string_lossy().into_owned();
+    let url = format!("rediss://{}/", redis.addr());
+    let flags = ["--redis-url", &url, "--redis-tls", "--redis-ca-file", &ca]
+        .into_iter()
+        .chain(["--redis-username", "fleet", "--redis-password", "s3cret-fleet"])
+        .map(str::to_owned)
+        .collect();
+    shares_state_and_refuses_wrong_access(flags, "standalone").await;
+}
+
 /// Two replicas on `flags` (TLS, the fleet's ACL user): a session opened on A is served on B, a notification
 /// published on A reaches a GET stream on B, and a 2026-07-28 task created on A is run and polled on B. A replica with a wrong password, or without TLS, does not start (exit 69), and
 /// says so without the password.
@@ -798,7 +812,8 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
             Some(out)
         })
         .collect();
-    let without_tls: Vec<String> = flags.iter().filter(|f| *f != "--redis-tls").cloned().collect();
+    let without_tls: Vec<String> =
+        flags.iter().filter(|f| *f != "--redis-tls").map(|f| f.replace("rediss://", "redis://")).collect();
     let without_tls: Vec<String> = without_tls
         .iter()
         .enumerate()
