@@ -200,12 +200,8 @@ pub async fn build_state_with(
             let rc = RedisConfig { max_events: cfg.max_events, metrics: Some(store_metrics), ..r.store_config() };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
             store.ping().await.map_err(ServerError::Store)?;
-            let mode = match &r.topology {
-                mcpfleet_state::RedisTopology::Standalone { .. } => "standalone",
-                mcpfleet_state::RedisTopology::Cluster { .. } => "cluster",
-                mcpfleet_state::RedisTopology::Sentinel { .. } => "sentinel",
-            };
-            tracing::info!(prefix = %r.prefix, mode, "using the Redis store: replicas share sessions");
+            let topology = r.topology.redacted();
+            tracing::info!(prefix = %r.prefix, %topology, "using the Redis store: replicas share sessions");
             Arc::new(store)
         }
         None => {

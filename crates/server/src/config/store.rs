@@ -88,13 +88,8 @@ pub struct RedisSettings {
 
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let topology = match &self.topology {
-            RedisTopology::Standalone { .. } => "standalone, url [redacted]".to_owned(),
-            RedisTopology::Cluster { nodes } => format!("cluster {nodes:?}"),
-            RedisTopology::Sentinel { sentinels, master } => format!("sentinel {master:?} {sentinels:?}"),
-        };
         f.debug_struct("RedisSettings")
-            .field("topology", &topology)
+            .field("topology", &self.topology.redacted())
             .field("username", &self.username)
             .field("password", &self.password)
             .field("tls", &self.tls)

@@ -52,6 +52,18 @@ pub enum RedisTopology {
     Sentinel { sentinels: Vec<String>, master: String },
 }
 
+impl RedisTopology {
+    /// The topology for logs and `Debug`: the nodes, but never a standalone URL (it may hold a password).
+    #[must_use]
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Standalone { .. } => "standalone, url [redacted]".to_owned(),
+            Self::Cluster { nodes } => format!("cluster {nodes:?}"),
+            Self::Sentinel { sentinels, master } => format!("sentinel {master:?} {sentinels:?}"),
+        }
+    }
+}
+
 /// How to reach Redis and how to use it.
 #[derive(Clone)]
 pub struct RedisConfig {
@@ -85,13 +97,8 @@ pub struct RedisConfig {
 impl std::fmt::Debug for RedisConfig {
     // The URL and the password are secrets: never print them.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let topology = match &self.topology {
-            RedisTopology::Standalone { .. } => "standalone".to_owned(),
-            RedisTopology::Cluster { nodes } => format!("cluster {nodes:?}"),
-            RedisTopology::Sentinel { sentinels, master } => format!("sentinel {master} {sentinels:?}"),
-        };
         f.debug_struct("RedisConfig")
-            .field("topology", &topology)
+            .field("topology", &self.topology.redacted())
             .field("username", &self.username)
             .field("tls", &self.tls)
             .field("prefix", &self.prefix)
