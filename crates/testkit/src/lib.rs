@@ -78,3 +78,19 @@ pub async fn eventually<F: FnMut() -> Fut, Fut: std::future::Future<Output = boo
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The blocking [`eventually`]: polls `done` every 50 ms until it holds, and returns how long that took.
+///
+/// # Panics
+/// After `secs` seconds, naming `what`.
+pub fn wait_until(secs: u64, what: &str, mut done: impl FnMut() -> bool) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(secs),
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    started.elapsed()
+}

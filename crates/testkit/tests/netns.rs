@@ -6,7 +6,7 @@ use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mcpfleet_testkit::{NetLab, RedisCluster, RedisOptions, RedisSentinel, RedisServer, Role};
+use mcpfleet_testkit::{NetLab, RedisCluster, RedisOptions, RedisSentinel, RedisServer, Role, wait_until};
 
 const USER: &str = "fleet";
 /// How long a `redis-cli PING` may take before it counts as unanswered.
@@ -55,16 +55,6 @@ impl Drop for Owned {
     }
 }
 
-/// Polls `done` every 50 ms for at most `secs`; how long it took.
-fn eventually(secs: u64, what: &str, mut done: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < Duration::from_secs(secs), "timed out after {secs} s waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    started.elapsed()
-}
-
 #[test]
 fn a_cut_replica_loses_redis_but_keeps_its_front_until_healed() {
     let started = Instant::now();
@@ -97,7 +87,7 @@ fn a_cut_replica_loses_redis_but_keeps_its_front_until_healed() {
         cmd.args(["-h", &front, "-p", front_port, "PING"]);
         output_within(cmd, Duration::from_secs(2)).is_some_and(|o| o.trim() == "PONG")
     };
-    eventually(5, "the listener on replica 0's front address", front_answers);
+    wait_until(5, "the listener on replica 0's front address", front_answers);
 
     lab.cut(0);
     let cut_at = Instant::now();
@@ -108,14 +98,14 @@ fn a_cut_replica_loses_redis_but_keeps_its_front_until_healed() {
     assert_eq!(redis.cli(&["GET", "k"]).as_deref(), Some("\"v\"\n"), "the root namespace still reaches Redis");
 
     lab.heal(0);
-    let took = eventually(5, "replica 0 to reach Redis again", || ping(&r0));
+    let took = wait_until(5, "replica 0 to reach Redis again", || ping(&r0));
     println!("replica 0 reaches Redis {took:?} after the heal");
 
     lab.cut_all();
     assert!(!ping(&r0) && !ping(&r1), "cut_all cuts every replica off");
     assert!(front_answers());
     lab.heal_all();
-    eventually(5, "every replica to reach Redis again", || ping(&r0) && ping(&r1));
+    wait_until(5, "every replica to reach Redis again", || ping(&r0) && ping(&r1));
     drop(listener);
     println!("the whole test took {:?}", started.elapsed());
 }
@@ -150,7 +140,7 @@ fn a_tls_cluster_inside_a_lab_fails_over_for_its_replicas() {
     let from_replica =
         |args: &[&str]| output_within(cli_in(&lab, &ns, (&service, seed), &flags, args), Duration::from_secs(3));
     master.kill();
-    let took = eventually(15, "the key back, served by the promoted replica", || {
+    let took = wait_until(15, "the key back, served by the promoted replica", || {
         replica.role() == Some(Role::Master) && from_replica(&["GET", key]).as_deref() == Some("hello\n")
     });
     println!("tls+acl cluster in a lab: SIGKILL of {master}: {replica} serves the key after {took:?}");
@@ -160,7 +150,7 @@ fn a_tls_cluster_inside_a_lab_fails_over_for_its_replicas() {
     assert_eq!(from_replica(&["GET", key]), None, "a cut replica reads nothing");
     assert_eq!(cluster.cli(&["GET", key]).as_deref(), Some("hello\n"), "the root namespace still reads");
     lab.heal(0);
-    eventually(5, "the replica namespace to read again", || from_replica(&["GET", key]).as_deref() == Some("hello\n"));
+    wait_until(5, "the replica namespace to read again", || from_replica(&["GET", key]).as_deref() == Some("hello\n"));
     println!("the whole test took {:?}", started.elapsed());
 }
 

@@ -5,22 +5,9 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mcpfleet_testkit::{RedisCluster, RedisNode, RedisOptions, RedisSentinel, Role};
-
-/// Polls `done` every 50 ms until it holds, and returns how long that took.
-///
-/// # Panics
-/// After `secs` seconds, naming `what`.
-fn eventually(secs: u64, what: &str, mut done: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < Duration::from_secs(secs), "timed out after {secs} s waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    started.elapsed()
-}
+use mcpfleet_testkit::{RedisCluster, RedisNode, RedisOptions, RedisSentinel, Role, wait_until};
 
 /// The pids of `nodes`, to check after a drop that they are gone.
 fn pids<'a>(nodes: impl IntoIterator<Item = &'a RedisNode>) -> Vec<u32> {
@@ -78,7 +65,7 @@ fn cluster_survives_a_killed_master_and_fails_over_on_request() {
 
     master.kill();
     assert!(!master.is_running());
-    let took = eventually(15, "the replica to take over the killed master's key", || {
+    let took = wait_until(15, "the replica to take over the killed master's key", || {
         replica.role() == Some(Role::Master) && cluster.cli(&["GET", key]).as_deref() == Some("hello\n")
     });
     println!("cluster: SIGKILL of master {master}: {replica} promoted and the key readable again after {took:?}");
@@ -224,7 +211,7 @@ fn cluster_with_tls_and_an_acl_user_refuses_strangers_and_fails_over() {
     let replica = cluster.replicas_of(master)[0];
     assert_eq!(master.cli(&["WAIT", "1", "5000"]).as_deref(), Some("1\n"), "the write reached {replica} (over TLS)");
     master.kill();
-    let took = eventually(15, "the replica to take over the killed master's key", || {
+    let took = wait_until(15, "the replica to take over the killed master's key", || {
         replica.role() == Some(Role::Master) && cluster.cli(&["GET", key]).as_deref() == Some("hello\n")
     });
     println!("tls+acl cluster: SIGKILL of master {master}: {replica} took over after {took:?}");
