@@ -8,10 +8,14 @@ const MASTERS: usize = 3;
 const SLOTS: u16 = 16384;
 /// `cluster-node-timeout`: a master that does not answer for 1 s is failing, and its replica takes over soon after.
 const NODE_TIMEOUT_MS: &str = "1000";
+/// The node timeout while the cluster forms: a handshake between two nodes must finish within the node timeout, and
+/// on a loaded machine (a whole test suite on 2 cores) 1 s is not always enough; the nodes forget a peer whose
+/// handshake timed out. It is lowered to [`NODE_TIMEOUT_MS`] once every node knows every other.
+const FORMING_NODE_TIMEOUT_MS: &str = "10000";
 
 /// A Redis Cluster of its own: 6 `redis-server` nodes, 3 masters with one replica each, on free ports of one host
 /// (and free cluster bus ports, through `cluster-port`), each in a temp dir of its own, made with
-/// `redis-cli --cluster create --cluster-replicas 1`. The node timeout is 1 s, so a killed master's replica takes
+/// `redis-cli --cluster create --cluster-replicas 1`. The node timeout is 1 s (10 s while the cluster forms), so a killed master's replica takes
 /// over within a few seconds. Every node is killed, and its dir removed, on drop.
 ///
 /// The host is `127.0.0.1`, or the service address of a [`NetLab`](crate::NetLab), which every node announces
@@ -50,7 +54,7 @@ impl RedisCluster {
                 setup.data_node(format!("cluster node {i}"), 2, |cmd, ports| {
                     let bus_port = ports[1].to_string();
                     cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
-                    cmd.args(["--cluster-port", &bus_port, "--cluster-node-timeout", NODE_TIMEOUT_MS]);
+                    cmd.args(["--cluster-port", &bus_port, "--cluster-node-timeout", FORMING_NODE_TIMEOUT_MS]);
                     if setup.tls() {
                         cmd.args(["--tls-cluster", "yes"]);
                     }
@@ -68,6 +72,13 @@ impl RedisCluster {
             panic!("{TOPOLOGY}: redis-cli --cluster create failed: {e}");
         }
         wait_for(TOPOLOGY, "start (3 masters with a replica each, all agreeing)", || me.check(true));
+        for node in &me.nodes {
+            if let Err(e) =
+                node.cli_result(&["--raw", "-e"], &["CONFIG", "SET", "cluster-node-timeout", NODE_TIMEOUT_MS])
+            {
+                panic!("{TOPOLOGY}: lowering the node timeout on {node}: {e}");
+            }
+        }
         me
     }
 
