@@ -123,7 +123,7 @@ async fn metrics_count_exactly_what_happened() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_streams_are_counted_while_they_live() {
+async fn open_streams_and_running_calls_are_counted_while_they_live() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().redis(redis.url()).start().await;
     let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
@@ -135,6 +135,7 @@ async fn open_streams_are_counted_while_they_live() {
     let m = scrape(&admin).await;
     assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="call"}"#), 1.0);
     assert_eq!(metric(&m, r#"mcp_sse_streams_open{kind="listen"}"#), 1.0);
+    assert_eq!(metric(&m, "mcp_tool_calls_in_flight"), 1.0, "the countdown runs");
     drop(listen);
     s.collect(T).await.unwrap();
     let admin2 = admin.clone();
@@ -144,6 +145,7 @@ async fn open_streams_are_counted_while_they_live() {
             let m = scrape(&a).await;
             metric(&m, r#"mcp_sse_streams_open{kind="call"}"#) == 0.0
                 && metric(&m, r#"mcp_sse_streams_open{kind="listen"}"#) == 0.0
+                && metric(&m, "mcp_tool_calls_in_flight") == 0.0
         }
     })
     .await;

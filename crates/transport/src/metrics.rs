@@ -52,6 +52,7 @@ pub struct TransportMetrics {
     pub(crate) tool_calls: IntCounterVec,
     pub(crate) tool_duration: HistogramVec,
     pub(crate) sse_open: IntGaugeVec,
+    pub(crate) calls_in_flight: IntGauge,
     pub(crate) sessions_created: IntCounter,
     pub(crate) sessions_deleted: IntCounter,
     pub(crate) auth_refusals: IntCounterVec,
@@ -104,6 +105,10 @@ impl TransportMetrics {
                 ),
                 &["kind"],
             )?,
+            calls_in_flight: IntGauge::new(
+                "mcp_tool_calls_in_flight",
+                "Tool calls running on this replica now, of every generation, whether their client still listens or not, calls run as tasks included: the per-pod load signal for an autoscaler.",
+            )?,
             sessions_created: IntCounter::new("mcp_sessions_created_total", "Sessions created by initialize.")?,
             sessions_deleted: IntCounter::new(
                 "mcp_sessions_deleted_total",
@@ -137,6 +142,7 @@ impl TransportMetrics {
         registry.register(Box::new(m.tool_calls.clone()))?;
         registry.register(Box::new(m.tool_duration.clone()))?;
         registry.register(Box::new(m.sse_open.clone()))?;
+        registry.register(Box::new(m.calls_in_flight.clone()))?;
         registry.register(Box::new(m.sessions_created.clone()))?;
         registry.register(Box::new(m.sessions_deleted.clone()))?;
         registry.register(Box::new(m.auth_refusals.clone()))?;
@@ -147,18 +153,28 @@ impl TransportMetrics {
     }
 
     /// An open SSE stream, counted until the guard drops.
-    pub(crate) fn stream_guard(&self, kind: &'static str) -> StreamGuard {
-        let g = self.sse_open.with_label_values(&[kind]);
-        g.inc();
-        StreamGuard(g)
+    pub(crate) fn stream_guard(&self, kind: &'static str) -> GaugeGuard {
+        GaugeGuard::new(self.sse_open.with_label_values(&[kind]))
+    }
+
+    /// Counts a tool call in `mcp_tool_calls_in_flight` until the guard drops.
+    pub(crate) fn call_guard(&self) -> GaugeGuard {
+        GaugeGuard::new(self.calls_in_flight.clone())
     }
 }
 
-/// Decrements `mcp_sse_streams_open` when the stream's body is dropped.
+/// One unit of a gauge (`mcp_sse_streams_open`, `mcp_tool_calls_in_flight`), given back when the guard drops.
 #[derive(Debug)]
-pub(crate) struct StreamGuard(IntGauge);
+pub(crate) struct GaugeGuard(IntGauge);
 
-impl Drop for StreamGuard {
+impl GaugeGuard {
+    fn new(g: IntGauge) -> Self {
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();
     }

@@ -1,7 +1,7 @@
 //! SSE framing and the body of every SSE response.
 
 use crate::AppState;
-use crate::metrics::StreamGuard;
+use crate::metrics::GaugeGuard;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -59,7 +59,7 @@ pub(crate) struct Held {
 
 struct BodyState {
     rx: mpsc::Receiver<Frame>,
-    _open: StreamGuard,
+    _open: GaugeGuard,
     _slot: Option<mcpfleet_limits::SlotGuard>,
     _cancel: Option<tokio_util::sync::DropGuard>,
     keep_alive: tokio::time::Interval,

@@ -100,6 +100,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
     let Admitted { name, args, slot: _slot, quota_charged, idem } = call;
     let who = sink.identity();
     let (app, trace_id) = (who.app.clone(), who.trace_id);
+    let _in_flight = app.metrics.call_guard();
     let cfg = app.config.clone();
     let audit = Audit {
         tool: name.clone(),
