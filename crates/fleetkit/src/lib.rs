@@ -155,15 +155,6 @@ pub fn server_bin() -> PathBuf {
     bin
 }
 
-/// How the replicas of a fleet reach Redis.
-#[derive(Debug, Clone)]
-enum RedisTarget {
-    /// `--redis-url <url>`.
-    Url(String),
-    /// Flags as they are, e.g. `--redis-mode cluster --redis-nodes a:1,b:2`.
-    Flags(Vec<String>),
-}
-
 /// The `mcpfleet serve` flags with which replicas reach a Redis topology of the testkit, for
 /// [`FleetBuilder::redis_topology`]: TLS (`--redis-tls`, `--redis-ca-file`) and the ACL user (`--redis-username`,
 /// `--redis-password`) included when the topology has them.
@@ -221,7 +212,8 @@ fn secure_flags(acl: Option<(&str, &str)>, ca: Option<PathBuf>) -> Vec<String> {
 #[derive(Debug, Clone)]
 pub struct FleetBuilder {
     replicas: usize,
-    redis: Option<RedisTarget>,
+    /// How replicas reach Redis: its `serve` flags.
+    redis: Option<Vec<String>>,
     /// With [`in_lab`](Self::in_lab): each process replica's namespace and front address, in order.
     lab: Option<Vec<(String, std::net::Ipv4Addr)>>,
     args: Vec<String>,
@@ -288,16 +280,15 @@ impl FleetBuilder {
     /// Replicas reach Redis at `url` (`--redis-url`), with the fleet's `--request-state-key` unless given. Replaces
     /// [`redis_flags`](Self::redis_flags).
     #[must_use]
-    pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.redis = Some(RedisTarget::Url(url.into()));
-        self
+    pub fn redis(self, url: impl Into<String>) -> Self {
+        self.redis_flags(["--redis-url".to_owned(), url.into()])
     }
 
     /// Replicas reach Redis as `flags` say, e.g. `--redis-mode cluster --redis-nodes a:1,b:2`, with the fleet's
     /// `--request-state-key` unless given (here or through [`arg`](Self::arg)). Replaces [`redis`](Self::redis).
     #[must_use]
     pub fn redis_flags(mut self, flags: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.redis = Some(RedisTarget::Flags(flags.into_iter().map(Into::into).collect()));
+        self.redis = Some(flags.into_iter().map(Into::into).collect());
         self
     }
 
@@ -419,12 +410,7 @@ impl FleetBuilder {
         if !self.args.iter().any(|x| x == "--fixtures") {
             a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
         }
-        let redis_flags = match &self.redis {
-            Some(RedisTarget::Url(url)) => vec!["--redis-url".to_owned(), url.clone()],
-            Some(RedisTarget::Flags(flags)) => flags.clone(),
-            None => Vec::new(),
-        };
-        if self.redis.is_some() {
+        if let Some(redis_flags) = self.redis.clone() {
             // One requestState key for the whole fleet, as an operator would configure it.
             let given = self.args.iter().chain(&redis_flags).any(|x| x == "--request-state-key");
             a.extend(redis_flags);

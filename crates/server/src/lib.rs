@@ -197,7 +197,7 @@ pub async fn build_state_with(
     let limit_metrics = LimitMetrics::register(&registry).map_err(metrics_error)?;
     let store: Arc<dyn Store> = match &cfg.redis {
         Some(r) => {
-            let rc = RedisConfig { max_events: cfg.max_events, metrics: Some(store_metrics), ..r.store_config() };
+            let rc = RedisConfig { max_events: cfg.max_events, metrics: Some(store_metrics), ..r.clone() };
             let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
             store.ping().await.map_err(ServerError::Store)?;
             let topology = r.topology.redacted();

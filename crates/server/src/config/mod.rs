@@ -20,7 +20,6 @@ mod transport;
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
 pub use secret::Secret;
-pub use store::RedisSettings;
 
 use crate::ServerError;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -173,7 +172,7 @@ pub enum Fixtures {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub redis: Option<RedisSettings>,
+    pub redis: Option<mcpfleet_state::RedisConfig>,
     /// Approximate number of events kept per session, in either store.
     pub max_events: usize,
     pub auth: AuthConfig,

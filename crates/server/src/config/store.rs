@@ -4,7 +4,7 @@
 use super::cli::duration;
 use super::{Secret, config_error};
 use crate::ServerError;
-use mcpfleet_state::RedisTopology;
+use mcpfleet_state::{RedisConfig, RedisTopology};
 use std::time::Duration;
 
 /// Which kind of Redis the replicas share.
@@ -71,57 +71,12 @@ pub(super) struct StoreArgs {
     max_events: u64,
 }
 
-/// Redis settings. The URL and the password are [`Secret`]s.
-#[derive(Clone)]
-pub struct RedisSettings {
-    /// Which Redis; a standalone URL may hold a password, so the topology is never printed whole.
-    pub topology: RedisTopology,
-    pub username: Option<String>,
-    pub password: Option<Secret>,
-    pub tls: bool,
-    pub prefix: String,
-    pub timeout: Duration,
-    /// The CA to trust for TLS (PEM), read from `--redis-ca-file` at start-up.
-    pub tls_ca: Option<Vec<u8>>,
-    pub durable_replicas: u32,
-}
-
-impl std::fmt::Debug for RedisSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings")
-            .field("topology", &self.topology.redacted())
-            .field("username", &self.username)
-            .field("password", &self.password)
-            .field("tls", &self.tls)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("tls_ca", &self.tls_ca.as_ref().map(|c| format!("{} bytes of PEM", c.len())))
-            .field("durable_replicas", &self.durable_replicas)
-            .finish()
-    }
-}
-
-impl RedisSettings {
-    /// The store's configuration (the caller adds what is not Redis's: events, metrics).
-    #[must_use]
-    pub fn store_config(&self) -> mcpfleet_state::RedisConfig {
-        mcpfleet_state::RedisConfig {
-            username: self.username.clone(),
-            password: self.password.as_ref().map(|p| p.expose().to_owned()),
-            tls: self.tls,
-            prefix: self.prefix.clone(),
-            timeout: self.timeout,
-            tls_ca: self.tls_ca.clone(),
-            durable_replicas: self.durable_replicas,
-            ..mcpfleet_state::RedisConfig::with_topology(self.topology.clone())
-        }
-    }
-}
-
 /// The store part of a [`super::Config`].
 #[derive(Debug)]
 pub(super) struct Store {
-    pub redis: Option<RedisSettings>,
+    /// The store's Redis settings (its `Debug` prints neither the URL nor the password); the server adds what is
+    /// not Redis's (events, metrics).
+    pub redis: Option<RedisConfig>,
     pub max_events: usize,
 }
 
@@ -200,15 +155,15 @@ impl StoreArgs {
             RedisMode::Standalone => 0,
             RedisMode::Cluster | RedisMode::Sentinel => 1,
         });
-        let redis = topology.map(|topology| RedisSettings {
-            topology,
+        let redis = topology.map(|topology| RedisConfig {
             username: self.redis_username,
-            password: self.redis_password,
+            password: self.redis_password.map(|p| p.expose().to_owned()),
             tls,
             prefix: self.redis_prefix,
             timeout: self.redis_timeout,
             tls_ca,
             durable_replicas,
+            ..RedisConfig::with_topology(topology)
         });
         Ok(Store { redis, max_events: usize::try_from(self.max_events).unwrap_or(usize::MAX) })
     }
@@ -253,7 +208,6 @@ mod tests {
         );
         assert_eq!((r.username.as_deref(), r.tls, r.durable_replicas), (Some("fleet"), true, 0));
         assert!(!format!("{r:?}").contains("hunter2"));
-        assert!(!format!("{:?}", r.store_config()).contains("hunter2"));
     }
 
     #[test]

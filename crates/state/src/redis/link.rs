@@ -103,25 +103,25 @@ pub(super) enum Link {
 }
 
 impl Link {
-    /// Connects to the configured topology. For Sentinel, also starts the watcher; the returned receiver says
-    /// which master it follows, for the subscriber.
-    pub(super) async fn connect(cfg: &RedisConfig) -> Result<(Self, Option<watch::Receiver<ConnectionInfo>>)> {
+    /// Connects to the configured topology. For Sentinel, also starts the watcher.
+    pub(super) async fn connect(cfg: &RedisConfig) -> Result<Self> {
         match &cfg.topology {
-            RedisTopology::Standalone { url } => {
-                let client = redis::Client::open(node_info(cfg, url)?)?;
-                let conn = with_deadline(cfg.timeout, client.get_connection_manager_with_config(manager_config(cfg)))
-                    .await??;
-                Ok((Self::Single(conn), None))
-            }
+            RedisTopology::Standalone { url } => Ok(Self::Single(connect_manager(cfg, node_info(cfg, url)?).await?)),
             RedisTopology::Cluster { nodes } => {
                 let client = cluster_builder(cfg, nodes)?.build()?;
-                let conn = with_deadline(cfg.timeout, client.get_async_connection()).await??;
-                Ok((Self::Cluster(conn), None))
+                Ok(Self::Cluster(with_deadline(cfg.timeout, client.get_async_connection()).await??))
             }
             RedisTopology::Sentinel { sentinels, master } => {
-                let (follower, rx) = Follower::start(cfg, sentinels, master).await?;
-                Ok((Self::Sentinel(follower), Some(rx)))
+                Ok(Self::Sentinel(Follower::start(cfg, sentinels, master).await?))
             }
+        }
+    }
+
+    /// Under Sentinel: the master this link follows, as it changes (for the subscriber, which follows it too).
+    pub(super) fn master(&self) -> Option<watch::Receiver<ConnectionInfo>> {
+        match self {
+            Self::Sentinel(f) => Some(f.master.subscribe()),
+            Self::Single(_) | Self::Cluster(_) => None,
         }
     }
 }
@@ -134,8 +134,7 @@ impl ConnectionLike for Link {
             Self::Sentinel(f) => {
                 let f = f.clone();
                 Box::pin(async move {
-                    f.unheld().await;
-                    let mut c = f.current();
+                    let mut c = f.ready().await;
                     let r = c.req_packed_command(cmd).await;
                     f.check(r.as_ref().err());
                     r
@@ -156,8 +155,7 @@ impl ConnectionLike for Link {
             Self::Sentinel(f) => {
                 let f = f.clone();
                 Box::pin(async move {
-                    f.unheld().await;
-                    let mut c = f.current();
+                    let mut c = f.ready().await;
                     let r = c.req_packed_commands(pipeline, offset, count).await;
                     f.check(r.as_ref().err());
                     r
@@ -182,32 +180,30 @@ pub(super) struct Follower {
     nudge: Notify,
     /// Since when commands are held for a failover under way (`None`: not held).
     hold: watch::Sender<Option<std::time::Instant>>,
+    /// The master followed now, for whoever follows it too.
+    master: watch::Sender<ConnectionInfo>,
     metrics: Option<crate::StoreMetrics>,
 }
 
 impl Follower {
-    async fn start(
-        cfg: &RedisConfig,
-        sentinels: &[String],
-        master: &str,
-    ) -> Result<(Arc<Self>, watch::Receiver<ConnectionInfo>)> {
+    async fn start(cfg: &RedisConfig, sentinels: &[String], master: &str) -> Result<Arc<Self>> {
         let mut ask = Sentinels::new(cfg, sentinels, master)?;
         let addr = ask.master().await?;
         let info = node_info(cfg, &addr)?;
         let conn = connect_manager(cfg, info.clone()).await?;
-        let (tx, rx) = watch::channel(info);
         let me = Arc::new(Self {
             current: RwLock::new((addr, conn)),
             nudge: Notify::new(),
             hold: watch::Sender::new(None),
+            master: watch::Sender::new(info),
             metrics: cfg.metrics.clone(),
         });
         // The sentinel that leads a failover is the one that announces its steps: listen to every one.
         for info in &ask.infos {
             tokio::spawn(hear_failovers(Arc::downgrade(&me), info.clone(), master.to_owned(), cfg.timeout));
         }
-        tokio::spawn(watch_master(Arc::downgrade(&me), ask, cfg.clone(), tx));
-        Ok((me, rx))
+        tokio::spawn(watch_master(Arc::downgrade(&me), ask, cfg.clone()));
+        Ok(me)
     }
 
     fn current(&self) -> ConnectionManager {
@@ -218,8 +214,18 @@ impl Follower {
         self.current.read().unwrap_or_else(PoisonError::into_inner).0.clone()
     }
 
+    /// The connection to send a command on, once commands are no longer held.
+    async fn ready(&self) -> ConnectionManager {
+        self.unheld().await;
+        self.current()
+    }
+
     /// Waits while commands are held for a failover (at most until [`HOLD_MAX`] after it began).
     async fn unheld(&self) {
+        // The common case, no failover under way, reads the flag and nothing more.
+        if self.hold.borrow().is_none() {
+            return;
+        }
         let mut rx = self.hold.subscribe();
         let since = *rx.borrow_and_update();
         let Some(since) = since else { return };
@@ -260,12 +266,7 @@ async fn connect_manager(cfg: &RedisConfig, info: ConnectionInfo) -> Result<Conn
 
 /// Asks the sentinels every second (or when nudged) who the master is, and follows it. Ends when the store is
 /// dropped.
-async fn watch_master(
-    me: std::sync::Weak<Follower>,
-    mut ask: Sentinels,
-    cfg: RedisConfig,
-    tx: watch::Sender<ConnectionInfo>,
-) {
+async fn watch_master(me: std::sync::Weak<Follower>, mut ask: Sentinels, cfg: RedisConfig) {
     loop {
         let Some(f) = me.upgrade() else { return };
         let nudged = tokio::select! {
@@ -302,7 +303,7 @@ async fn watch_master(
                 if let Some(m) = &f.metrics {
                     m.master_changed();
                 }
-                let _ = tx.send(info);
+                f.master.send_replace(info);
             }
             Err(e) => tracing::warn!(master = %addr, error = %e, "cannot reach the new redis master yet"),
         }

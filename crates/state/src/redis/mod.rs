@@ -100,9 +100,12 @@ impl std::fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field("topology", &self.topology.redacted())
             .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca.as_ref().map(|c| format!("{} bytes of PEM", c.len())))
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("durable_replicas", &self.durable_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -239,7 +242,7 @@ impl RedisStore {
     /// # Errors
     /// A bad URL or node address, or Redis not answering within the configured timeout.
     pub async fn connect(cfg: RedisConfig) -> Result<Self> {
-        let (conn, master) = Link::connect(&cfg).await?;
+        let conn = Link::connect(&cfg).await?;
         let (bulk, target, kind) = match &cfg.topology {
             RedisTopology::Standalone { url } => {
                 let info = link::node_info(&cfg, url)?;
@@ -255,12 +258,12 @@ impl RedisStore {
                 (Bulk::Pool(pool), Target::Single(Box::new(info)), PubSubKind::Classic)
             }
             RedisTopology::Cluster { nodes } => {
-                (Bulk::Link(Link::connect(&cfg).await?.0), Target::Cluster(nodes.clone()), PubSubKind::Sharded)
+                (Bulk::Link(Link::connect(&cfg).await?), Target::Cluster(nodes.clone()), PubSubKind::Sharded)
             }
             RedisTopology::Sentinel { .. } => {
-                let master = master.ok_or(StateError::Protocol("no master to follow"))?;
+                let master = conn.master().ok_or(StateError::Protocol("no master to follow"))?;
                 // The bulk link follows the master on its own; only the command link counts master changes.
-                let bulk = Link::connect(&RedisConfig { metrics: None, ..cfg.clone() }).await?.0;
+                let bulk = Link::connect(&RedisConfig { metrics: None, ..cfg.clone() }).await?;
                 (Bulk::Link(bulk), Target::Sentinel(master), PubSubKind::Classic)
             }
         };
@@ -324,10 +327,7 @@ impl RedisStore {
         self.measured(kind, async {
             match &self.inner.bulk {
                 Bulk::Pool(pool) => {
-                    let mut conn = with_deadline(t, pool.get()).await?.map_err(|e| match e {
-                        deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
-                        _ => StateError::Timeout(t),
-                    })?;
+                    let mut conn = pooled(pool, t).await?;
                     with_deadline(t, inv.invoke_async(&mut *conn)).await?.map_err(StateError::from)
                 }
                 Bulk::Link(link) => {
@@ -376,10 +376,7 @@ impl RedisStore {
         self.measured("wait", async {
             let (acked,): (u32,) = match &self.inner.bulk {
                 Bulk::Pool(pool) => {
-                    let mut conn = with_deadline(t, pool.get()).await?.map_err(|e| match e {
-                        deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
-                        _ => StateError::Timeout(t),
-                    })?;
+                    let mut conn = pooled(pool, t).await?;
                     with_deadline(t, pipe.query_async(&mut *conn)).await??
                 }
                 Bulk::Link(link) => {
@@ -422,6 +419,14 @@ impl RedisStore {
     fn maxlen(&self) -> usize {
         self.inner.cfg.max_events
     }
+}
+
+/// A connection of the pool, within the deadline `t`.
+async fn pooled(pool: &deadpool_redis::Pool, t: Duration) -> Result<deadpool_redis::Connection> {
+    with_deadline(t, pool.get()).await?.map_err(|e| match e {
+        deadpool_redis::PoolError::Backend(e) => StateError::Unavailable(e),
+        _ => StateError::Timeout(t),
+    })
 }
 
 /// Keeps the command connection warm: a PING every second makes the manager reconnect as soon as Redis is back,
