@@ -1,0 +1,116 @@
+{{/* The chart's name, at most 63 characters. */}}
+{{- define "mcpfleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The full name: the release's name when it already contains the chart's, else <release>-<chart>. */}}
+{{- define "mcpfleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcpfleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "mcpfleet.labels" -}}
+helm.sh/chart: {{ include "mcpfleet.chart" . }}
+{{ include "mcpfleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The labels that select the server's pods (never the migration Job's). */}}
+{{- define "mcpfleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcpfleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "mcpfleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mcpfleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image reference: a digest wins over the tag; the tag defaults to the appVersion. */}}
+{{- define "mcpfleet.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* A Secret's name: the reference's, or the chart's full name when it is "". */}}
+{{- define "mcpfleet.secretName" -}}
+{{- default (include "mcpfleet.fullname" .root) .ref.existingSecret }}
+{{- end }}
+
+{{/* The replica count the fleet is sized for: the autoscaler's minimum when one scales it. */}}
+{{- define "mcpfleet.minReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas }}
+{{- else if .Values.keda.enabled }}{{ .Values.keda.minReplicas }}
+{{- else }}{{ .Values.replicaCount }}
+{{- end }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: the drain delay, the shutdown grace and a margin, never kept by hand. */}}
+{{- define "mcpfleet.terminationGrace" -}}
+{{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds .Values.server.terminationGraceMarginSeconds }}
+{{- end }}
+
+{{/* The PromQL selector of this release's series (the ServiceMonitor and PodMonitor set job to the full name). */}}
+{{- define "mcpfleet.promSelector" -}}
+namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
+{{- end }}
+
+{{/* The host of server.publicUrl. */}}
+{{- define "mcpfleet.publicHost" -}}
+{{- (urlParse .Values.server.publicUrl).host }}
+{{- end }}
+
+{{/* --allowed-hosts: the public URL's host, the ingress host, every DNS name of the Service, and the extra ones. */}}
+{{- define "mcpfleet.allowedHosts" -}}
+{{- $svc := include "mcpfleet.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $hosts := list (printf "%s:*" (splitList ":" (include "mcpfleet.publicHost" .) | first)) }}
+{{- if .Values.ingress.enabled }}{{ $hosts = append $hosts (printf "%s:*" .Values.ingress.host) }}{{ end }}
+{{- range .Values.httpRoute.hostnames }}{{ $hosts = append $hosts (printf "%s:*" .) }}{{ end }}
+{{- range (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
+{{- $hosts = append $hosts (printf "%s:*" .) }}
+{{- end }}
+{{- concat $hosts .Values.server.extraAllowedHosts | uniq | join "," }}
+{{- end }}
+
+{{/* The restricted pod security context of every pod. */}}
+{{- define "mcpfleet.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "mcpfleet.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+privileged: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}

@@ -1,0 +1,605 @@
+#!/usr/bin/env python3
+"""The offline checks of the deployment files: the Helm chart (helm/mcpfleet), the image recipe (deploy/) and the
+example manifests rendered from the chart (deploy/kubernetes/).
+
+    check.py offline            every check below; one line per check, then "N passed, M failed"
+    check.py render [-f F]... [--set-json PATH=JSON]... [--release R] [--namespace N]
+                                the chart's objects as one JSON list on stdout (for the end-to-end tests)
+    check.py promql             every PromQL expression of the rules, the dashboard, the adapter rule and the KEDA
+                                trigger, with the metric names each one reads, as JSON (for the end-to-end tests)
+    check.py example            rewrites deploy/kubernetes/mcpfleet.yaml from the chart
+
+It runs in the venv tests/run-all.sh makes (.tools/venv-deploy: helm-python-sdk renders and lints with the Helm
+SDK, kubernetes-validate holds the Kubernetes schemas) and uses promtool from .tools/prometheus (Debian's
+prometheus package, unpacked). The custom resources (ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject,
+HTTPRoute) are validated against their CRDs' schemas in tests/deploy/crds/, closed the way the API server's strict
+field validation closes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "mcpfleet"
+HERE = ROOT / "tests" / "deploy"
+PROMTOOL = Path(os.environ.get("PROMTOOL", ROOT / ".tools" / "prometheus" / "usr" / "bin" / "promtool"))
+KUBE_VERSION = "1.31.0"
+RELEASE, NAMESPACE = "mcpfleet", "mcp"
+# The values files the chart must render and lint with, besides its defaults.
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+# Metric names PromQL may read that no replica exports: Prometheus makes `up` itself.
+SYNTHETIC_METRICS = {"up"}
+
+
+def load_yaml(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+def merge(base: Any, over: Any) -> Any:
+    """Helm's coalescing of two values files: maps merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merge(base.get(k), v) if k in base else v
+        return out
+    return copy.deepcopy(over)
+
+
+def set_path(values: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = values
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+
+
+def render(values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict]:
+    """The chart's objects (NOTES.txt left out), hooks included, in a stable order."""
+    with helm.Chart.load(str(CHART)) as chart:
+        out = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+    objects = []
+    for path in sorted(out):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(out[path]):
+            if doc:
+                doc.setdefault("metadata", {}).setdefault("annotations", None)
+                if doc["metadata"]["annotations"] is None:
+                    del doc["metadata"]["annotations"]
+                objects.append(doc)
+    return objects
+
+
+def notes(values: dict | None = None) -> str:
+    with helm.Chart.load(str(CHART)) as chart:
+        out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(v for k, v in out.items() if k.endswith("NOTES.txt"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Strict validation of every rendered object.
+
+CRD_FILES = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_v1_servicemonitor.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_v1_podmonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_scaledobject.json",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_v1_httproute.json",
+}
+
+
+def close_schema(node: Any) -> Any:
+    """A CRD schema as the API server applies it with strict field validation: an object schema with properties
+    and no x-kubernetes-preserve-unknown-fields refuses unknown fields. Go's `(?i)` inside a pattern becomes
+    Python's (at the start)."""
+    if isinstance(node, dict):
+        node = {k: close_schema(v) for k, v in node.items()}
+        if (
+            node.get("type") == "object"
+            and "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            node["additionalProperties"] = False
+        if isinstance(node.get("pattern"), str) and "(?i)" in node["pattern"]:
+            node["pattern"] = "(?i)" + node["pattern"].replace("(?i)", "")
+        return node
+    if isinstance(node, list):
+        return [close_schema(v) for v in node]
+    return node
+
+
+_crd_cache: dict[tuple[str, str], dict] = {}
+
+
+def validate_object(obj: dict) -> str | None:
+    """None when `obj` is valid; else why not."""
+    key = (obj.get("apiVersion", ""), obj.get("kind", ""))
+    if key in CRD_FILES:
+        if key not in _crd_cache:
+            _crd_cache[key] = close_schema(json.loads((HERE / "crds" / CRD_FILES[key]).read_text()))
+        body = {k: v for k, v in obj.items() if k != "metadata"}
+        errors = sorted(jsonschema.Draft7Validator(_crd_cache[key]).iter_errors(body), key=lambda e: list(e.path))
+        meta = obj.get("metadata", {})
+        if not meta.get("name") or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", meta["name"]):
+            return f"metadata.name {meta.get('name')!r} is not a DNS subdomain"
+        if errors:
+            e = errors[0]
+            return f"{'.'.join(map(str, e.path))}: {e.message}"
+        return None
+    try:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return f"{'.'.join(map(str, e.path))}: {e.message}"
+    except kubernetes_validate.SchemaNotFoundError:
+        return f"no schema for {key[0]} {key[1]}: a kind the checks do not know"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What every rendered install must hold, beyond the schemas.
+
+
+def find(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    ]
+
+
+def flag(args: list[str], name: str) -> str | None:
+    for a in args:
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def install_rules(objects: list[dict], values: dict) -> list[str]:
+    """Problems of one rendered install (empty when none)."""
+    problems = []
+    merged = merge(load_yaml(CHART / "values.yaml"), values)
+    for where, spec in pod_specs(objects):
+        psc = spec.get("securityContext", {})
+        if psc.get("runAsNonRoot") is not True or psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            problems.append(f"{where}: the pod must run as non-root with seccomp RuntimeDefault")
+        if spec.get("automountServiceAccountToken") is not False:
+            problems.append(f"{where}: no service account token is mounted")
+        for c in spec["containers"]:
+            sc = c.get("securityContext", {})
+            restricted = (
+                sc.get("allowPrivilegeEscalation") is False
+                and sc.get("readOnlyRootFilesystem") is True
+                and sc.get("runAsNonRoot") is True
+                and sc.get("capabilities", {}).get("drop") == ["ALL"]
+                and not sc.get("capabilities", {}).get("add")
+            )
+            if not restricted:
+                problems.append(f"{where}: container {c['name']} is not restricted")
+            for e in c.get("env", []):
+                if re.search(r"URL|PASSWORD|KEY|SECRET|TOKEN", e["name"]) and "value" in e:
+                    problems.append(f"{where}: {e['name']} is given inline; secrets come from Secrets")
+            if "resources" not in c or "requests" not in c["resources"]:
+                problems.append(f"{where}: container {c['name']} has no resource requests")
+    for d in find(objects, "Deployment"):
+        spec = d["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        s = merged["server"]
+        grace = s["drainDelaySeconds"] + s["shutdownGraceSeconds"] + s["terminationGraceMarginSeconds"]
+        if spec.get("terminationGracePeriodSeconds") != grace:
+            problems.append(f"terminationGracePeriodSeconds {spec.get('terminationGracePeriodSeconds')} != {grace}")
+        if flag(c["args"], "--drain-delay") != f"{s['drainDelaySeconds']}s":
+            problems.append("--drain-delay does not follow server.drainDelaySeconds")
+        if flag(c["args"], "--shutdown-grace") != f"{s['shutdownGraceSeconds']}s":
+            problems.append("--shutdown-grace does not follow server.shutdownGraceSeconds")
+        auto = merged["autoscaling"]["enabled"] or merged["keda"]["enabled"]
+        want = (
+            merged["autoscaling"]["minReplicas"]
+            if merged["autoscaling"]["enabled"]
+            else merged["keda"]["minReplicas"] if merged["keda"]["enabled"] else merged["replicaCount"]
+        )
+        if flag(c["args"], "--replicas") != str(want):
+            problems.append(f"--replicas is {flag(c['args'], '--replicas')}, not {want}")
+        if auto == ("replicas" in d["spec"]):
+            problems.append("spec.replicas must be set exactly when no autoscaler owns the count")
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"), ("startupProbe", "/healthz")):
+            got = c.get(probe, {}).get("httpGet", {})
+            if got.get("path") != path or got.get("port") != "admin":
+                problems.append(f"{probe} must be GET {path} on the admin port")
+        if flag(c["args"], "--admin-listen") != f"0.0.0.0:{ports['admin']}":
+            problems.append("--admin-listen does not match the admin port")
+        if flag(c["args"], "--listen") != f"0.0.0.0:{ports['mcp']}":
+            problems.append("--listen does not match the mcp port")
+        svc = f"{d['metadata']['name']}.{NAMESPACE}.svc"
+        if f"{svc}:*" not in (flag(c["args"], "--allowed-hosts") or "").split(","):
+            problems.append(f"--allowed-hosts lacks the Service's name {svc}")
+        if flag(c["args"], "--max-body-bytes") != str(s["maxBodyBytes"]):
+            problems.append("--max-body-bytes does not follow server.maxBodyBytes")
+    for svc in find(objects, "Service"):
+        if "admin" not in [p["name"] for p in svc["spec"]["ports"]]:
+            problems.append("the Service must name its admin port for scraping")
+    for ing in find(objects, "Ingress"):
+        a = ing["metadata"].get("annotations", {})
+        if a.get("nginx.ingress.kubernetes.io/proxy-buffering") != "off":
+            problems.append("the Ingress must not buffer (SSE)")
+        if int(a.get("nginx.ingress.kubernetes.io/proxy-read-timeout", "0")) <= merged["server"]["keepAliveSeconds"]:
+            problems.append("the Ingress read timeout must be above the keep-alive")
+        if a.get("nginx.ingress.kubernetes.io/proxy-body-size") != str(merged["server"]["maxBodyBytes"]):
+            problems.append("the Ingress body size must equal --max-body-bytes")
+    for job in find(objects, "Job"):
+        hooks = job["metadata"].get("annotations", {}).get("helm.sh/hook", "")
+        if set(hooks.split(",")) != {"pre-install", "pre-upgrade"}:
+            problems.append("the migration Job must be a pre-install,pre-upgrade hook")
+        if job["spec"]["template"]["spec"]["containers"][0]["args"][0] != "migrate":
+            problems.append("the migration Job must run `mcpfleet migrate`")
+    for rule in find(objects, "PrometheusRule"):
+        anchors = runbook_anchors()
+        for group in rule["spec"]["groups"]:
+            for r in group["rules"]:
+                if "alert" not in r:
+                    continue
+                url = r.get("annotations", {}).get("runbook_url", "")
+                anchor = url.split("#", 1)[1] if "#" in url else ""
+                if anchor not in anchors:
+                    problems.append(f"alert {r['alert']}: runbook_url {url!r} names no heading of docs/RUNBOOKS.md")
+    for hpa in find(objects, "HorizontalPodAutoscaler"):
+        names = [m.get("pods", {}).get("metric", {}).get("name") for m in hpa["spec"]["metrics"]]
+        if merged["autoscaling"]["inFlightPerPod"] and "mcp_tool_calls_in_flight" not in names:
+            problems.append("the HPA must scale on mcp_tool_calls_in_flight per pod")
+        if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
+            problems.append("the HPA must stabilise its scale-down")
+    return problems
+
+
+def runbook_anchors() -> set[str]:
+    text = (ROOT / "docs" / "RUNBOOKS.md").read_text(encoding="utf-8")
+    anchors = set()
+    for line in text.splitlines():
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            title = m.group(1).strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return anchors
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PromQL: the rules, the dashboard, the adapter rule and the KEDA trigger.
+
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset",
+    "inf", "nan", "atan2", "start", "end",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads. Strings, label matchers, ranges and the label lists of by,
+    without, on, ignoring, group_left and group_right are cut first; then every identifier not followed by `(`
+    (a function or an aggregation) and not a keyword is a metric."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    e = re.sub(r"\{[^{}]*\}", " ", e)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
+    names = set()
+    for m in re.finditer(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", e):
+        word, call = m.group(1), m.group(2)
+        if call or word in PROMQL_WORDS or re.fullmatch(r"\d", word[0]):
+            continue
+        names.add(word)
+    return names
+
+
+def dashboard_exprs() -> list[tuple[str, str]]:
+    dash = json.loads((CHART / "files" / "dashboard.json").read_text())
+    out = []
+
+    def walk(panels: list[dict]) -> None:
+        for p in panels:
+            for t in p.get("targets", []):
+                if t.get("expr"):
+                    out.append((f"dashboard panel {p.get('title')!r}", t["expr"]))
+            walk(p.get("panels", []))
+
+    walk(dash.get("panels", []))
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        q = q.get("query") if isinstance(q, dict) else q
+        m = re.fullmatch(r"label_values\((.*),\s*\w+\)", q or "")
+        if m:
+            out.append((f"dashboard variable {v['name']}", m.group(1)))
+    return out
+
+
+def grafana_to_promql(expr: str) -> str:
+    for var, value in (("$__rate_interval", "5m"), ("$__interval", "1m"), ("$__range", "1h"),
+                       ("$namespace", NAMESPACE), ("$job", RELEASE), ("$tool", ".*")):
+        expr = expr.replace(var, value)
+    return expr
+
+
+def adapter_exprs() -> list[tuple[str, str]]:
+    """The prometheus-adapter rule of deploy/prometheus-adapter-values.yaml, with its template fields filled as
+    the adapter fills them."""
+    doc = load_yaml(ROOT / "deploy" / "prometheus-adapter-values.yaml")
+    out = []
+    rules = doc["rules"]
+    for r in rules.get("custom", []) + rules.get("external", []):
+        out.append(("adapter seriesQuery", r["seriesQuery"]))
+        q = r["metricsQuery"]
+        q = q.replace("<<.Series>>", "mcp_tool_calls_in_flight").replace("<<.LabelMatchers>>", 'namespace="mcp"')
+        q = q.replace("<<.GroupBy>>", "pod").replace("<<.Series>>", "x")
+        out.append((f"adapter metricsQuery {r['name'].get('as', '')}", q))
+    return out
+
+
+def rendered_rules(values: dict) -> dict:
+    rule = find(render(values), "PrometheusRule")
+    assert rule, "the rules values render no PrometheusRule"
+    return {"groups": rule[0]["spec"]["groups"]}
+
+
+def all_exprs() -> list[dict]:
+    """Every PromQL expression the deployment ships, and the metric names each reads."""
+    prod = load_yaml(CHART / "ci" / "production-values.yaml")
+    keda = load_yaml(CHART / "ci" / "keda-values.yaml")
+    exprs: list[tuple[str, str]] = []
+    recorded = set()
+    for g in rendered_rules(prod)["groups"]:
+        for r in g["rules"]:
+            name = r.get("record") or r.get("alert")
+            exprs.append((f"rule {name}", r["expr"]))
+            if "record" in r:
+                recorded.add(r["record"])
+    exprs += [(w, grafana_to_promql(e)) for w, e in dashboard_exprs()]
+    exprs += adapter_exprs()
+    for so in find(render(keda), "ScaledObject"):
+        for t in so["spec"]["triggers"]:
+            if t["type"] == "prometheus":
+                exprs.append(("keda trigger", t["metadata"]["query"]))
+    return [
+        {
+            "where": w,
+            "expr": e,
+            "reads": sorted(metric_names(e)),
+            "metrics": sorted(metric_names(e) - recorded - SYNTHETIC_METRICS),
+        }
+        for w, e in exprs
+    ]
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PROMTOOL), *args], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The checks.
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001: every failure is reported, and the run goes on
+            self.failed += 1
+            print(f"FAIL {name}: {e}")
+        else:
+            self.passed += 1
+            print(f"ok   {name}")
+
+
+def values_sets() -> list[tuple[str, dict]]:
+    return [("default values", {})] + [(str(p.relative_to(ROOT)), load_yaml(p)) for p in CI_VALUES]
+
+
+def check_lint(values: dict) -> None:
+    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSION)
+    bad = [m for m in report["messages"] if m["severity"] >= 2] + [{"error": e} for e in report["errors"]]
+    if bad:
+        raise AssertionError("; ".join(m["error"] for m in bad))
+
+
+def check_render(values: dict) -> None:
+    objects = render(values)
+    failures = []
+    for o in objects:
+        why = validate_object(o)
+        if why:
+            failures.append(f"{o['kind']}/{o['metadata'].get('name')}: {why}")
+    failures += install_rules(objects, values)
+    if failures:
+        raise AssertionError("; ".join(failures))
+
+
+def check_bad_values(path: Path) -> None:
+    """The file's first line says `# expect: <text>`: rendering with it must fail with that text."""
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    m = re.fullmatch(r"# expect: (.+)", first)
+    assert m, f"{path.name}: the first line must be `# expect: <message>`"
+    try:
+        render(load_yaml(path))
+    except helm.HelmError as e:
+        if m.group(1) not in str(e):
+            raise AssertionError(f"failed, but with {str(e).strip()!r}, not {m.group(1)!r}") from None
+        return
+    raise AssertionError("rendered: the chart accepted it")
+
+
+def check_rules() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        rules = rendered_rules(load_yaml(HERE / "rules-values.yaml"))
+        Path(d, "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+        shutil.copy(HERE / "rules-test.yaml", Path(d, "rules-test.yaml"))
+        r = promtool("check", "rules", "rules.yaml", cwd=Path(d))
+        if r.returncode != 0:
+            raise AssertionError(r.stdout + r.stderr)
+        r = promtool("test", "rules", "rules-test.yaml", cwd=Path(d))
+        if r.returncode != 0:
+            raise AssertionError(r.stdout + r.stderr)
+
+
+def check_every_alert_is_tested() -> None:
+    rules = rendered_rules(load_yaml(HERE / "rules-values.yaml"))
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    tests = load_yaml(HERE / "rules-test.yaml")["tests"]
+    fired, silent = set(), set()
+    for t in tests:
+        for a in t.get("alert_rule_test", []):
+            (fired if a.get("exp_alerts") else silent).add(a["alertname"])
+    missing = sorted((alerts - fired) | (alerts - silent))
+    if missing:
+        raise AssertionError(f"alerts without a firing and a silent test: {', '.join(missing)}")
+
+
+def check_promql_parses() -> None:
+    exprs = all_exprs()
+    doc = {"groups": [{"name": "all", "rules": [{"record": f"check:expr{i}", "expr": x["expr"]}
+                                                for i, x in enumerate(exprs)]}]}
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "exprs.yaml").write_text(yaml.safe_dump(doc))
+        r = promtool("check", "rules", "exprs.yaml", cwd=Path(d))
+        if r.returncode != 0:
+            raise AssertionError(r.stdout + r.stderr)
+    empty = [x["expr"] for x in exprs if not x["reads"]]
+    if empty:
+        raise AssertionError(f"an expression reads no series: {empty[0]}")
+
+
+def check_metric_name_parser() -> None:
+    cases = {
+        'sum by (tool) (rate(mcp_a_total{job="x",tool=~"a|b"}[5m])) / on(job) group_left(pod) mcp_b': {"mcp_a_total", "mcp_b"},
+        "histogram_quantile(0.95, sum by (le) (rate(mcp_c_bucket[$__rate_interval])))".replace("$__rate_interval", "5m"): {"mcp_c_bucket"},
+        "absent(up{job=\"x\"} == 1) or vector(0) > bool 2": {"up"},
+        "time() - mcp_ts > 600 unless mcp_d offset 5m": {"mcp_ts", "mcp_d"},
+    }
+    for expr, want in cases.items():
+        got = metric_names(expr)
+        if got != want:
+            raise AssertionError(f"{expr}: {sorted(got)} != {sorted(want)}")
+
+
+def check_example_is_current() -> None:
+    want = example_manifest()
+    have = (ROOT / "deploy" / "kubernetes" / "mcpfleet.yaml").read_text(encoding="utf-8")
+    if want != have:
+        raise AssertionError("deploy/kubernetes/mcpfleet.yaml is not the chart's rendering: run `check.py example`")
+
+
+def example_manifest() -> str:
+    values = load_yaml(ROOT / "deploy" / "kubernetes" / "values.yaml")
+    objects = [o for o in render(values, namespace="mcpfleet")]
+    head = (
+        "# Rendered from helm/mcpfleet with deploy/kubernetes/values.yaml by `tests/deploy/check.py example`:\n"
+        "# do not edit; change the chart or the values and render again (the checks fail while it differs).\n"
+    )
+    return head + "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objects)
+
+
+def check_dockerfile() -> None:
+    text = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    toolchain = re.search(r'channel = "([^"]+)"', (ROOT / "rust-toolchain.toml").read_text()).group(1)
+    froms = re.findall(r"^FROM\s+(\S+)", text, re.M)
+    problems = []
+    if not any(f.startswith(f"docker.io/library/rust:{toolchain}-") for f in froms):
+        problems.append(f"the build stage must pin rust:{toolchain} (rust-toolchain.toml)")
+    if "--locked" not in text or "--release" not in text:
+        problems.append("the build must be `cargo build --release --locked`")
+    if not re.search(r"^FROM\s+\S*distroless/cc\S*nonroot", text, re.M):
+        problems.append("the runtime stage must be distroless (no shell) and non-root")
+    if not re.search(r"^USER\s+65532:65532", text, re.M):
+        problems.append("the runtime user must be 65532:65532 (the chart's runAsUser)")
+    defaults = load_yaml(CHART / "values.yaml")["server"]["ports"]
+    expose = set(re.findall(r"^EXPOSE\s+(.+)$", text, re.M)[0].split()) if "EXPOSE" in text else set()
+    if expose != {str(defaults["mcp"]), str(defaults["admin"])}:
+        problems.append(f"EXPOSE {sorted(expose)} must be the chart's ports {defaults}")
+    if 'ENTRYPOINT ["/usr/local/bin/mcpfleet"]' not in text:
+        problems.append("the entrypoint must be /usr/local/bin/mcpfleet (the chart's command)")
+    if problems:
+        raise AssertionError("; ".join(problems))
+
+
+def check_notes() -> None:
+    text = notes(load_yaml(CHART / "ci" / "production-values.yaml"))
+    for want in ("rollout status deployment/mcpfleet", "port-forward service/mcpfleet", "drains for up to 50 s"):
+        if want not in text:
+            raise AssertionError(f"NOTES.txt lacks {want!r}")
+    if "WARNING" not in notes({}):
+        raise AssertionError("NOTES.txt must warn while the issuer is example.com")
+
+
+def offline() -> int:
+    c = Checks()
+    c.check("metric names are read out of PromQL correctly", check_metric_name_parser)
+    for name, values in values_sets():
+        c.check(f"lint ({name})", lambda v=values: check_lint(v))
+        c.check(f"render and validate every object strictly ({name})", lambda v=values: check_render(v))
+    for path in sorted((HERE / "bad-values").glob("*.yaml")):
+        c.check(f"refuse bad values {path.name}", lambda p=path: check_bad_values(p))
+    c.check("promtool check rules + test rules", check_rules)
+    c.check("every alert has a firing and a silent test", check_every_alert_is_tested)
+    c.check("every PromQL expression parses (rules, dashboard, adapter, KEDA)", check_promql_parses)
+    c.check("deploy/kubernetes/mcpfleet.yaml is the chart's rendering", check_example_is_current)
+    c.check("deploy/Dockerfile", check_dockerfile)
+    c.check("NOTES.txt", check_notes)
+    print(f"{c.passed} passed, {c.failed} failed")
+    return 1 if c.failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("offline")
+    r = sub.add_parser("render")
+    r.add_argument("-f", "--values", action="append", default=[], help="a values file; later ones win")
+    r.add_argument("--set-json", action="append", default=[], help="PATH=JSON, e.g. auth.issuer='\"http://x\"'")
+    r.add_argument("--release", default=RELEASE)
+    r.add_argument("--namespace", default=NAMESPACE)
+    sub.add_parser("promql")
+    sub.add_parser("example")
+    a = p.parse_args()
+    if a.cmd == "offline":
+        return offline()
+    if a.cmd == "render":
+        values: dict = {}
+        for f in a.values:
+            values = merge(values, load_yaml(Path(f)))
+        for s in a.set_json:
+            path, _, raw = s.partition("=")
+            set_path(values, path, json.loads(raw))
+        json.dump(render(values, a.release, a.namespace), sys.stdout)
+        return 0
+    if a.cmd == "promql":
+        json.dump(all_exprs(), sys.stdout, indent=1)
+        return 0
+    if a.cmd == "example":
+        (ROOT / "deploy" / "kubernetes" / "mcpfleet.yaml").write_text(example_manifest(), encoding="utf-8")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
