@@ -8,6 +8,8 @@ mod auth;
 mod conformance;
 #[path = "database.rs"]
 mod database;
+#[path = "deploy.rs"]
+mod deploy;
 #[path = "dev_oauth.rs"]
 mod dev_oauth;
 #[path = "fleet.rs"]

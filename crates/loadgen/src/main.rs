@@ -60,6 +60,10 @@ struct Args {
     /// A bearer token to send.
     #[arg(long)]
     token: Option<String>,
+    /// The `Host` header to send instead of the URL's, e.g. a Kubernetes Service's name reached through a
+    /// port-forward or a proxy (the server answers only the hosts of `--allowed-hosts`).
+    #[arg(long)]
+    host: Option<String>,
     /// Server process ids, for CPU per call (Linux).
     #[arg(long = "pid")]
     pids: Vec<u32>,
@@ -345,7 +349,13 @@ async fn run(a: Args) -> Result<(), BenchError> {
     if polls && a.idempotency_keys {
         return Err(BenchError::Usage("--idempotency-keys applies to --op tools-call only"));
     }
-    let http = reqwest::Client::builder().pool_max_idle_per_host(a.sessions.max(1)).build()?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(h) = &a.host {
+        let value =
+            reqwest::header::HeaderValue::from_str(h).map_err(|_| BenchError::Usage("--host is not a header value"))?;
+        headers.insert(reqwest::header::HOST, value);
+    }
+    let http = reqwest::Client::builder().pool_max_idle_per_host(a.sessions.max(1)).default_headers(headers).build()?;
     let urls = Arc::new(a.urls.clone());
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
