@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, as a new user or CI would: installs what is missing (redis-server from Debian,
 # Node 22, the MCP conformance suites and the official TypeScript clients into .tools/ from npm, the official
-# Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI), then runs every Rust test, which includes the
-# conformance suites and the official clients' interop workflows against three Redis-backed replicas behind a
-# round-robin proxy.
+# Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI, the Helm SDK, kubernetes-validate and promtool
+# for the deployment checks), runs the offline checks of helm/ and deploy/, then runs every Rust test, which
+# includes the conformance suites and the official clients' interop workflows against three Redis-backed replicas
+# behind a round-robin proxy, and the rendered chart's Deployment booted against real Redis and PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,5 +37,13 @@ fi
 # The official Python SDK, mcp 1.x and 2.x, in two venvs under .tools (interop tests).
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then apt_install python3-venv; fi
 tests/interop/python/install.sh
+
+# The deployment files, offline (docs/TESTING.md, "Deployment"): the Helm SDK and Kubernetes' schemas into
+# .tools/venv-deploy from PyPI, promtool from Debian's prometheus package into .tools/prometheus; then the chart
+# renders, lints and validates strictly, bad values files are refused, the alert rules pass promtool's unit tests.
+# The end-to-end suite (tests/deploy.rs) then boots the rendered Deployment against real Redis and PostgreSQL.
+if ! type -P dpkg-deb >/dev/null 2>&1; then apt_install dpkg; fi
+tests/deploy/install.sh
+.tools/venv-deploy/bin/python tests/deploy/check.py offline
 
 cargo test --workspace --all-targets -- --nocapture
