@@ -122,6 +122,121 @@ async fn metrics_count_exactly_what_happened() {
     assert!(!text.contains("alice") && !text.contains(c.session.as_deref().unwrap()), "an unbounded label");
 }
 
+/// The raw `/metrics` text of a replica.
+#[expect(clippy::unwrap_used, reason = "a test helper fails loudly")]
+async fn metrics_text(admin: &str) -> String {
+    reqwest::get(format!("{admin}/metrics")).await.unwrap().text().await.unwrap()
+}
+
+/// Whether `text` has exactly `line` (a series and its value, labels sorted by name as the encoder prints them).
+fn has_line(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_known_series_is_exported_before_its_first_event() {
+    let redis = RedisServer::start();
+    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
+    let issuer = Issuer::start(&[&key]).await;
+    let mut fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).arg("--drain-delay").arg("3s").start().await;
+    let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
+
+    // Before any MCP request, and before any /readyz.
+    let text = metrics_text(&admin).await;
+    for line in [
+        // Transport: a catalog tool under every outcome, the unknown tool, methods, statuses, streams, refusals.
+        r#"mcp_tool_calls_total{outcome="ok",tool="test_simple_text"} 0"#,
+        r#"mcp_tool_calls_total{outcome="handed_over",tool="test_simple_text"} 0"#,
+        r#"mcp_tool_calls_total{outcome="protocol_error",tool="unknown"} 0"#,
+        r#"mcp_tool_call_duration_seconds_count{tool="test_simple_text"} 0"#,
+        r#"mcp_request_duration_seconds_count{method="tools/call"} 0"#,
+        r#"mcp_request_duration_seconds_count{method="POST"} 0"#,
+        r#"mcp_requests_total{method="tools/call",status="200"} 0"#,
+        r#"mcp_requests_total{method="notifications/initialized",status="202"} 0"#,
+        r#"mcp_sse_streams_open{kind="call"} 0"#,
+        r#"mcp_sse_streams_open{kind="subscription"} 0"#,
+        r#"mcp_auth_refusals_total{reason="invalid_token"} 0"#,
+        r#"mcp_request_state_refusals_total{reason="bad_signature"} 0"#,
+        // Tasks.
+        r#"mcp_tasks_created_total{how="queued"} 0"#,
+        r#"mcp_tasks_ended_total{status="failed"} 0"#,
+        r#"mcp_task_reclaims_total{outcome="failed_replica_lost"} 0"#,
+        // Limits: only the combinations that can occur.
+        r#"mcp_limit_decisions_total{kind="rate",outcome="denied"} 0"#,
+        r#"mcp_limit_decisions_total{kind="rate",outcome="unavailable"} 0"#,
+        r#"mcp_limit_decisions_total{kind="tasks",outcome="denied"} 0"#,
+        r#"mcp_limit_near_limit_total{kind="inflight"} 0"#,
+        r#"mcp_limit_exhausted_total{kind="rate"} 0"#,
+        r#"mcp_limit_store_failures_total{reason="breaker_open"} 0"#,
+        r#"mcp_limit_fail_open_total{outcome="allowed"} 0"#,
+        // Redis: every kind, before its first command.
+        r#"mcp_redis_errors_total{kind="admit"} 0"#,
+        r#"mcp_redis_errors_total{kind="task_dequeue"} 0"#,
+        r#"mcp_redis_command_duration_seconds_count{kind="idem"} 0"#,
+        // Keys and tokens.
+        r#"mcp_jwks_refresh_total{result="error"} 0"#,
+        r#"mcp_token_verifications_total{result="rejected"} 0"#,
+        // Not ready until a /readyz says so.
+        "mcp_ready 0",
+    ] {
+        assert!(has_line(&text, line), "{line} is not exported at start:\n{text}");
+    }
+    assert!(!text.contains(r#"kind="tasks",outcome="allowed""#), "the task cap never counts allowed");
+    assert!(!text.contains(r#"mcp_limit_exhausted_total{kind="sessions"}"#), "the session cap measures no use");
+    // Every tool the catalog lists, under every outcome, at 0 (a token without scopes may see fewer of them).
+    let outcomes = [
+        "ok",
+        "is_error",
+        "protocol_error",
+        "refused",
+        "refused_by_limit",
+        "invalid_arguments",
+        "cancelled",
+        "session_gone",
+        "panicked",
+        "timeout",
+        "input_required",
+        "replayed",
+        "handed_over",
+    ];
+    let seeded: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(r#"mcp_tool_calls_total{outcome="ok",tool=""#))
+        .filter_map(|rest| rest.strip_suffix(r#""} 0"#))
+        .collect();
+    let mut c = McpClient::new().with_token(&key.token(&issuer.id(), "alice").sign());
+    c.initialize(&url).await;
+    let listed = c.request(&url, 1, "tools/list", json!({})).await;
+    let listed: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(listed.len() > 10 && listed.contains(&"test_simple_text"), "{listed:?}");
+    for tool in &listed {
+        assert!(seeded.contains(tool), "{tool} has no series at start: {seeded:?}");
+        for outcome in outcomes {
+            let line = format!(r#"mcp_tool_calls_total{{outcome="{outcome}",tool="{tool}"}} 0"#);
+            assert!(has_line(&text, &line), "{line} is not exported at start");
+        }
+    }
+    let families = text.lines().filter(|l| l.starts_with("mcp_tool_calls_total{")).count();
+    assert_eq!(families, seeded.len() * outcomes.len() + 1, "the catalog's tools and the unknown tool, nothing else");
+
+    // mcp_ready follows /readyz.
+    assert_eq!(reqwest::get(format!("{admin}/readyz")).await.unwrap().status(), 200);
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 1"));
+    // The drain lowers it at once; the admin listener answers during --drain-delay.
+    fleet.replicas[0].terminate();
+    let a = admin.clone();
+    eventually(2, "mcp_ready 0 once the drain began", || {
+        let a = a.clone();
+        async move { has_line(&metrics_text(&a).await, "mcp_ready 0") }
+    })
+    .await;
+    assert_eq!(reqwest::get(format!("{admin}/readyz")).await.unwrap().status(), 503);
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 0"), "still 0 after a /readyz during the drain");
+    let code = tokio::task::spawn_blocking(move || fleet.replicas[0].wait_exit(20)).await.unwrap();
+    assert_eq!(code, Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_streams_and_running_calls_are_counted_while_they_live() {
     let redis = RedisServer::start();

@@ -540,6 +540,42 @@ def check_dockerfile() -> None:
         problems.append("the entrypoint must be /usr/local/bin/mcpfleet (the chart's command)")
     if problems:
         raise AssertionError("; ".join(problems))
+    check_build_context(text)
+
+
+def check_build_context(dockerfile: str) -> None:
+    """The build stage's COPY sources, alone in a directory (and none of them in .dockerignore), make a workspace
+    cargo loads: every member and target path the manifests name is in the image's build context."""
+    build = dockerfile.split("\nFROM ", 2)[1]
+    sources = []
+    for line in build.splitlines():
+        m = re.match(r"COPY\s+(?!--from)(.+)\s+\S+$", line)
+        if m:
+            sources += m.group(1).split()
+    ignored = [l.strip().rstrip("/") for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    if any(s.rstrip("/") in ignored for s in sources):
+        raise AssertionError(f"the Dockerfile copies what .dockerignore leaves out: {sources} vs {ignored}")
+    with tempfile.TemporaryDirectory() as d:
+        for src in sources:
+            path = ROOT / src
+            if path.is_dir():
+                shutil.copytree(path, Path(d, src), ignore=shutil.ignore_patterns("target"))
+            else:
+                shutil.copy(path, Path(d, src))
+        r = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=d,
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise AssertionError(f"the build context is not a workspace cargo can load: {r.stderr.strip()}")
+        names = {p["name"] for p in json.loads(r.stdout)["packages"]}
+        if "mcpfleet" not in names:
+            raise AssertionError("the build context has no package mcpfleet")
+        # What the sources embed (the migrations, Lua scripts, cases) must be in the context too.
+        for rs in (f for f in Path(d, "crates").rglob("*.rs") if "src" in f.relative_to(d).parts):
+            # Up to the unit tests, which the release build leaves out.
+            code = rs.read_text(encoding="utf-8").split("#[cfg(test)]", 1)[0]
+            for m in re.finditer(r'include_(?:str|bytes)!\("([^"]+)"\)', code):
+                if not (rs.parent / m.group(1)).exists():
+                    raise AssertionError(f"{rs.relative_to(d)} embeds {m.group(1)}, which the build context lacks")
 
 
 def check_notes() -> None:

@@ -13,7 +13,7 @@ pub struct AuthMetrics {
 }
 
 impl AuthMetrics {
-    /// Creates the metrics and registers them with `registry`.
+    /// Creates the metrics and registers them with `registry`, each known label set at 0.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
@@ -43,6 +43,13 @@ impl AuthMetrics {
         registry.register(Box::new(m.keys.clone()))?;
         registry.register(Box::new(m.last_refresh.clone()))?;
         registry.register(Box::new(m.verifications.clone()))?;
+        // Every known series from the start, at 0.
+        for result in ["ok", "error"] {
+            m.refreshes.with_label_values(&[result]);
+        }
+        for result in ["verified", "cached", "rejected"] {
+            m.verifications.with_label_values(&[result]);
+        }
         Ok(m)
     }
 }

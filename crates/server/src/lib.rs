@@ -210,6 +210,7 @@ pub async fn build_state_with(
         }
     };
     let CheckedCatalog { catalog, tools, warnings } = checked;
+    transport_metrics.seed_tools(tools.iter().filter_map(|t| t.get("name").and_then(serde_json::Value::as_str)));
     for w in warnings {
         tracing::warn!(finding = %w, "tool schema lint");
     }
@@ -453,6 +454,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             store: state.store.clone(),
             draining: draining.clone(),
             ready_timeout: std::time::Duration::from_secs(1),
+            ready: state.metrics.ready_gauge(),
         };
         tokio::spawn(async move {
             if let Err(e) = axum::serve(admin, admin_router(admin_state)).await {
@@ -462,8 +464,10 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
         let tasks = state.tasks.clone();
+        let ready = state.metrics.ready_gauge();
         tokio::spawn(async move {
             d.cancelled().await;
+            ready.set(0);
             // Take no more queued work; hand the re-runnable runs back to the queue at once.
             tasks.stop();
             tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");

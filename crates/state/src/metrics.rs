@@ -4,6 +4,52 @@
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use std::time::Duration;
 
+/// Every `kind` the Redis store times: its Lua scripts, the plain commands it sends outside them, `WAIT` and
+/// `PING`. Each is exported at 0 from the start; a kind missing here fails a debug build's first use of it.
+const KINDS: [&str; 38] = [
+    // The session and limit scripts.
+    "admit",
+    "slot",
+    "refund",
+    "open",
+    "append",
+    "renew",
+    "state",
+    "abandon",
+    "replay",
+    "delete",
+    "deliver",
+    "take",
+    "forget",
+    "cancel",
+    "cancelled",
+    "set_level",
+    "idem",
+    // The task scripts.
+    "task_create",
+    "task_update",
+    "task_cancel",
+    "task_start",
+    "task_ask",
+    "task_finish",
+    "task_requeue",
+    "task_lease",
+    "task_enqueue",
+    "task_dequeue",
+    "task_settle",
+    "task_renew",
+    "task_expired",
+    "task_stats",
+    "task_tidy",
+    // Plain commands.
+    "task_get",
+    "task_check",
+    "task_release",
+    "publish",
+    "wait",
+    "ping",
+];
+
 /// Redis command metrics. Cheap to clone (the vectors are shared).
 #[derive(Clone, Debug)]
 pub struct StoreMetrics {
@@ -14,7 +60,7 @@ pub struct StoreMetrics {
 }
 
 impl StoreMetrics {
-    /// Creates the metrics and registers them with `registry`.
+    /// Creates the metrics and registers them with `registry`, every kind of [`KINDS`] at 0.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
@@ -45,6 +91,10 @@ impl StoreMetrics {
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(master_changes.clone()))?;
         registry.register(Box::new(unreplicated.clone()))?;
+        for kind in KINDS {
+            duration.with_label_values(&[kind]);
+            errors.with_label_values(&[kind]);
+        }
         Ok(Self { duration, errors, master_changes, unreplicated })
     }
 
@@ -60,9 +110,69 @@ impl StoreMetrics {
 
     /// Records one command.
     pub fn observe(&self, kind: &'static str, took: Duration, ok: bool) {
+        debug_assert!(KINDS.contains(&kind), "{kind} is missing from KINDS");
         self.duration.with_label_values(&[kind]).observe(took.as_secs_f64());
         if !ok {
             self.errors.with_label_values(&[kind]).inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The kinds the store's sources name where they time a command: `self.run("kind"`, `self.query("kind"`...
+    fn kinds_in_sources() -> BTreeSet<&'static str> {
+        let sources = [
+            include_str!("redis/mod.rs"),
+            include_str!("redis/tasks.rs"),
+            include_str!("redis/link.rs"),
+            include_str!("redis/subscriber.rs"),
+        ];
+        let calls = [".run(\"", ".run_pooled(\"", ".query(\"", ".measured(\""];
+        let mut out = BTreeSet::new();
+        for source in sources {
+            for call in calls {
+                for rest in source.split(call).skip(1) {
+                    out.insert(rest.split('"').next().unwrap_or_default());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn kinds_are_the_ones_the_store_times_and_the_docs_list() {
+        let kinds: BTreeSet<&str> = KINDS.into_iter().collect();
+        assert_eq!(kinds.len(), KINDS.len(), "no kind twice");
+        assert_eq!(kinds_in_sources(), kinds, "the kinds the sources time");
+        let docs = include_str!("../../../docs/METRICS.md");
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with("| `mcp_redis_command_duration_seconds`"))
+            .expect("the docs' row of mcp_redis_command_duration_seconds");
+        let documented: BTreeSet<&str> = row
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| w.starts_with(|c: char| c.is_ascii_lowercase()))
+            .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .filter(|w| *w != "kind" && !w.starts_with("mcp_"))
+            .collect();
+        assert_eq!(documented, kinds, "the kinds docs/METRICS.md lists");
+    }
+
+    #[test]
+    fn every_kind_is_exported_at_zero_from_the_start() {
+        let registry = Registry::new();
+        StoreMetrics::register(&registry).expect("register");
+        let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("encode");
+        for kind in KINDS {
+            assert!(text.contains(&format!("mcp_redis_errors_total{{kind=\"{kind}\"}} 0\n")), "{kind}");
+            let count = format!("mcp_redis_command_duration_seconds_count{{kind=\"{kind}\"}} 0\n");
+            assert!(text.contains(&count), "{kind}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz` (liveness: the process answers; no auth, no store)
 //! and `/readyz` (readiness: the store answers within a deadline and the server is not draining). None of them
-//! says anything about sessions. It is meant for a private port (`--admin-listen`, default loopback).
+//! says anything about sessions. It is meant for a private port (`--admin-listen`, default loopback). Every
+//! `/readyz` answer also sets `mcp_ready`, so that the fleet's readiness is a metric too: `sum(mcp_ready)`.
 
 use axum::Router;
 use axum::extract::State;
@@ -21,6 +22,9 @@ pub struct AdminState {
     pub draining: CancellationToken,
     /// How long `/readyz` waits for the store.
     pub ready_timeout: Duration,
+    /// `mcp_ready` ([`TransportMetrics::ready_gauge`](crate::TransportMetrics::ready_gauge)): 0 until the first
+    /// `/readyz` that passes, then the verdict of the last one. Whoever fires `draining` sets it to 0 as well.
+    pub ready: prometheus::IntGauge,
 }
 
 /// The admin router.
@@ -43,16 +47,32 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {
+    let verdict = readiness(&s).await;
+    s.ready.set(i64::from(verdict.is_ok()));
+    // A drain that began after the last check above: the gauge does not stay at 1 (the drain's own 0 may have come
+    // before this answer's 1).
     if s.draining.is_cancelled() {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+        s.ready.set(0);
+    }
+    match verdict {
+        Ok(()) => text(StatusCode::OK, "ready\n"),
+        Err(body) => text(StatusCode::SERVICE_UNAVAILABLE, body),
+    }
+}
+
+/// Not draining, and the store answers within the deadline; otherwise the body of the 503.
+async fn readiness(s: &AdminState) -> Result<(), &'static str> {
+    if s.draining.is_cancelled() {
+        return Err("draining\n");
     }
     match tokio::time::timeout(s.ready_timeout, s.store.ping()).await {
-        Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
+        Ok(Ok(())) if s.draining.is_cancelled() => Err("draining\n"),
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready: the store failed");
-            text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
+            Err("store unavailable\n")
         }
-        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n"),
+        Err(_) => Err("store unavailable\n"),
     }
 }
 
@@ -69,5 +89,29 @@ async fn metrics(State(s): State<AdminState>) -> Response {
             tracing::error!(error = %e, "cannot encode metrics");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn mcp_ready_follows_every_readyz_answer_and_the_drain() {
+        let registry = prometheus::Registry::new();
+        let metrics = crate::TransportMetrics::register(&registry).expect("register");
+        let s = AdminState {
+            registry,
+            store: Arc::new(mcpfleet_state::MemoryStore::new()),
+            draining: CancellationToken::new(),
+            ready_timeout: Duration::from_secs(1),
+            ready: metrics.ready_gauge(),
+        };
+        assert_eq!(s.ready.get(), 0, "not ready before the first /readyz");
+        assert_eq!(readyz(State(s.clone())).await.status(), StatusCode::OK);
+        assert_eq!(s.ready.get(), 1);
+        s.draining.cancel();
+        assert_eq!(readyz(State(s.clone())).await.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(s.ready.get(), 0, "draining");
     }
 }

@@ -38,6 +38,54 @@ const KNOWN_METHODS: [&str; 23] = [
     "tasks/cancel",
 ];
 
+/// The HTTP methods that label a request no JSON-RPC method was parsed for.
+const HTTP_METHODS: [&str; 3] = ["GET", "DELETE", "POST"];
+
+/// The `(method, status)` pairs of `mcp_requests_total` that a healthy fleet sees, exported at 0 from the start.
+/// The status is open-ended: the other pairs appear with their first request.
+const HEALTHY_REQUESTS: [(&str, &str); 9] = [
+    ("initialize", "200"),
+    ("notifications/initialized", "202"),
+    ("ping", "200"),
+    ("tools/list", "200"),
+    ("tools/call", "200"),
+    ("server/discover", "200"),
+    ("tasks/get", "200"),
+    ("GET", "200"),
+    ("DELETE", "200"),
+];
+
+/// The outcomes of `mcp_tool_calls_total`, in the order its help text lists them.
+const TOOL_OUTCOMES: [&str; 13] = [
+    "ok",
+    "is_error",
+    "protocol_error",
+    "refused",
+    "refused_by_limit",
+    "invalid_arguments",
+    "cancelled",
+    "session_gone",
+    "panicked",
+    "timeout",
+    "input_required",
+    "replayed",
+    "handed_over",
+];
+
+/// The `tool` label of a `tools/call` naming a tool the catalog does not have (counted as `protocol_error`).
+const UNKNOWN_TOOL: &str = "unknown";
+
+/// The kinds of `mcp_sse_streams_open`.
+const STREAM_KINDS: [&str; 3] = ["call", "listen", "subscription"];
+
+/// The reasons of `mcp_auth_refusals_total`.
+const AUTH_REFUSALS: [&str; 5] =
+    ["missing_token", "invalid_request", "invalid_token", "insufficient_scope", "keys_unavailable"];
+
+/// The reasons of `mcp_request_state_refusals_total`.
+const REQUEST_STATE_REFUSALS: [&str; 6] =
+    ["malformed", "unknown_key", "bad_signature", "expired", "wrong_principal", "wrong_request"];
+
 /// The bounded label value for a JSON-RPC method.
 #[must_use]
 pub fn method_label(method: &str) -> &'static str {
@@ -59,10 +107,13 @@ pub struct TransportMetrics {
     pub(crate) idempotent_replays: IntCounter,
     pub(crate) request_state_refusals: IntCounterVec,
     pub(crate) events_dropped: IntCounter,
+    ready: IntGauge,
 }
 
 impl TransportMetrics {
-    /// Creates the metrics and registers them with `registry`.
+    /// Creates the metrics and registers them with `registry`. Every series of a known label set is exported from
+    /// the start, at 0 (the tools' ones once [`seed_tools`](Self::seed_tools) has named them), so that a dashboard
+    /// or an alert never sees "no data" before the first event.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
@@ -86,7 +137,7 @@ impl TransportMetrics {
             tool_calls: IntCounterVec::new(
                 Opts::new(
                     "mcp_tool_calls_total",
-                    "tools/call requests by tool and outcome: ok, is_error, protocol_error, refused, refused_by_limit, invalid_arguments, cancelled, session_gone, panicked, timeout, input_required, replayed, handed_over.",
+                    format!("tools/call requests by tool and outcome: {}.", TOOL_OUTCOMES.join(", ")),
                 ),
                 &["tool", "outcome"],
             )?,
@@ -117,7 +168,10 @@ impl TransportMetrics {
             auth_refusals: IntCounterVec::new(
                 Opts::new(
                     "mcp_auth_refusals_total",
-                    "Requests refused by authentication or authorization, by reason: missing_token, invalid_request, invalid_token, insufficient_scope, keys_unavailable.",
+                    format!(
+                        "Requests refused by authentication or authorization, by reason: {}.",
+                        AUTH_REFUSALS.join(", ")
+                    ),
                 ),
                 &["reason"],
             )?,
@@ -128,13 +182,20 @@ impl TransportMetrics {
             request_state_refusals: IntCounterVec::new(
                 Opts::new(
                     "mcp_request_state_refusals_total",
-                    "2026-07-28 retries refused because their requestState did not verify, by reason: malformed, unknown_key, bad_signature, expired, wrong_principal, wrong_request.",
+                    format!(
+                        "2026-07-28 retries refused because their requestState did not verify, by reason: {}.",
+                        REQUEST_STATE_REFUSALS.join(", ")
+                    ),
                 ),
                 &["reason"],
             )?,
             events_dropped: IntCounter::new(
                 "mcp_sse_events_dropped_total",
                 "Intermediate SSE events (progress, log messages, server→client requests) dropped because the store could not commit them within 10 s. An event is never sent without its committed id; alert on any increase.",
+            )?,
+            ready: IntGauge::new(
+                "mcp_ready",
+                "1 when this replica's last /readyz answer was ready; 0 until the first one is, after one that was not, and from the start of the drain.",
             )?,
         };
         registry.register(Box::new(m.requests.clone()))?;
@@ -149,7 +210,47 @@ impl TransportMetrics {
         registry.register(Box::new(m.idempotent_replays.clone()))?;
         registry.register(Box::new(m.request_state_refusals.clone()))?;
         registry.register(Box::new(m.events_dropped.clone()))?;
+        registry.register(Box::new(m.ready.clone()))?;
+        m.seed();
         Ok(m)
+    }
+
+    /// Creates every series of a known label set but the tools' ones, at 0.
+    fn seed(&self) {
+        for method in KNOWN_METHODS.iter().chain(&HTTP_METHODS) {
+            self.request_duration.with_label_values(&[*method]);
+        }
+        for (method, status) in HEALTHY_REQUESTS {
+            self.requests.with_label_values(&[method, status]);
+        }
+        self.tool_calls.with_label_values(&[UNKNOWN_TOOL, "protocol_error"]);
+        for kind in STREAM_KINDS {
+            self.sse_open.with_label_values(&[kind]);
+        }
+        for reason in AUTH_REFUSALS {
+            self.auth_refusals.with_label_values(&[reason]);
+        }
+        for reason in REQUEST_STATE_REFUSALS {
+            self.request_state_refusals.with_label_values(&[reason]);
+        }
+    }
+
+    /// Exports the series of the catalog's tools at 0: `mcp_tool_calls_total` for every outcome and
+    /// `mcp_tool_call_duration_seconds`. The server calls it once, with the names of its `tools/list`; a tool it
+    /// did not name gets its series with its first call.
+    pub fn seed_tools<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        for tool in names {
+            for outcome in TOOL_OUTCOMES {
+                self.tool_calls.with_label_values(&[tool, outcome]);
+            }
+            self.tool_duration.with_label_values(&[tool]);
+        }
+    }
+
+    /// `mcp_ready`, for the admin listener: `/readyz` sets it on every answer, the drain sets it to 0 as it begins.
+    #[must_use]
+    pub fn ready_gauge(&self) -> IntGauge {
+        self.ready.clone()
     }
 
     /// An open SSE stream, counted until the guard drops.
@@ -177,5 +278,39 @@ impl GaugeGuard {
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exported(registry: &Registry) -> String {
+        prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("encode")
+    }
+
+    #[test]
+    fn every_known_series_is_exported_at_zero_from_the_start() {
+        let registry = Registry::new();
+        let m = TransportMetrics::register(&registry).expect("register");
+        m.seed_tools(["echo", "add"]);
+        let text = exported(&registry);
+        for line in [
+            r#"mcp_tool_calls_total{outcome="handed_over",tool="echo"} 0"#,
+            r#"mcp_tool_calls_total{outcome="ok",tool="add"} 0"#,
+            r#"mcp_tool_calls_total{outcome="protocol_error",tool="unknown"} 0"#,
+            r#"mcp_tool_call_duration_seconds_count{tool="echo"} 0"#,
+            r#"mcp_request_duration_seconds_count{method="tasks/cancel"} 0"#,
+            r#"mcp_request_duration_seconds_count{method="POST"} 0"#,
+            r#"mcp_requests_total{method="tools/call",status="200"} 0"#,
+            r#"mcp_sse_streams_open{kind="subscription"} 0"#,
+            r#"mcp_auth_refusals_total{reason="keys_unavailable"} 0"#,
+            r#"mcp_request_state_refusals_total{reason="wrong_request"} 0"#,
+            "mcp_ready 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        let calls = text.lines().filter(|l| l.starts_with("mcp_tool_calls_total{")).count();
+        assert_eq!(calls, 2 * TOOL_OUTCOMES.len() + 1, "every outcome of every tool, and the unknown tool's");
     }
 }

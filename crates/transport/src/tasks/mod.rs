@@ -209,7 +209,7 @@ pub struct TaskMetrics {
 }
 
 impl TaskMetrics {
-    /// Creates the metrics and registers them with `registry`.
+    /// Creates the metrics and registers them with `registry`, each known label set at 0.
     ///
     /// # Errors
     /// A metric of the same name is already registered.
@@ -265,6 +265,16 @@ impl TaskMetrics {
         registry.register(Box::new(m.queue_taken.clone()))?;
         registry.register(Box::new(m.queue_oldest.clone()))?;
         registry.register(Box::new(m.leased.clone()))?;
+        // Every known series from the start, at 0.
+        for how in ["queued", "converted"] {
+            m.created.with_label_values(&[how]);
+        }
+        for status in ["completed", "failed", "cancelled"] {
+            m.ended.with_label_values(&[status]);
+        }
+        for outcome in ["rerun", "failed_replica_lost", "requeued", "handed_back"] {
+            m.reclaims.with_label_values(&[outcome]);
+        }
         Ok(m)
     }
 }
