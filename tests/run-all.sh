@@ -46,4 +46,6 @@ if ! type -P dpkg-deb >/dev/null 2>&1; then apt_install dpkg; fi
 tests/deploy/install.sh
 .tools/venv-deploy/bin/python tests/deploy/check.py offline
 
+# tests/deploy.rs drives load with the load generator's binary, which `cargo test` builds only as a test target.
+cargo build -p mcpfleet-loadgen
 cargo test --workspace --all-targets -- --nocapture
