@@ -73,7 +73,7 @@ const TOOL_OUTCOMES: [&str; 13] = [
 ];
 
 /// The `tool` label of a `tools/call` naming a tool the catalog does not have (counted as `protocol_error`).
-const UNKNOWN_TOOL: &str = "unknown";
+pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 
 /// The kinds of `mcp_sse_streams_open`.
 const STREAM_KINDS: [&str; 3] = ["call", "listen", "subscription"];

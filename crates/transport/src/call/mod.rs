@@ -209,7 +209,7 @@ pub(crate) fn record_call(
     result: Option<&Value>,
 ) {
     let took = audit.started.elapsed();
-    let tool = if outcome == CallEnd::UnknownTool { "unknown" } else { audit.tool.as_str() };
+    let tool = if outcome == CallEnd::UnknownTool { crate::metrics::UNKNOWN_TOOL } else { audit.tool.as_str() };
     let error_type = match outcome {
         CallEnd::Ok => None,
         CallEnd::IsError => Some("tool_error"),
