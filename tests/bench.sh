@@ -6,12 +6,13 @@
 #   SECS=30 SESSIONS=32 tests/bench.sh
 #   ONLY='in-flight|^1 replica, Redis$' tests/bench.sh   # only the setups whose label matches
 #
-# Setups: 1 replica in-memory; 1 replica + Redis; 3 replicas + Redis (requests round-robin over them); the last
-# two again with bearer tokens (--auth dev: Ed25519 JWTs, verified on every request, cached per token); then the
-# 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
+# Setups: rmcp's own server (the baseline: crates/rmcp-baseline); 1 replica in-memory; 1 replica + Redis;
+# 3 replicas + Redis (requests round-robin over them); the last two again with bearer tokens (--auth dev: Ed25519
+# JWTs, verified on every request, cached per token); then the 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
 # then the tasks extension through 3 replicas with JWTs: tasks/get polls of a live task beside plain 2026 tools/call
 # on the same fleet; then PostgreSQL (its own server, migrated, demo data at scale 1): the hot path with the audit
-# trail on and off, and the reference tools (full-text search_docs, get_ticket) through 3 replicas.
+# trail on and off, the full stack (JWT, every limit in force, the audit trail) on 1 and 3 replicas, and the
+# reference tools (full-text search_docs, get_ticket) through 3 replicas.
 # Columns: see docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +20,10 @@ SECS="${SECS:-10}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 
-cargo build --release -q -p mcpfleet -p mcpfleet-loadgen
+cargo build --release -q -p mcpfleet -p mcpfleet-loadgen -p mcpfleet-rmcp-baseline
 BIN=target/release/mcpfleet
 BENCH=target/release/mcpfleet-bench
+RMCP=target/release/rmcp-baseline
 
 TMP="$(mktemp -d)"
 PIDS=()
@@ -126,18 +128,41 @@ run() {
   for u in "${URLS[@]}"; do url_args+=(--url "$u"); done
   for m in "${ADMINS[@]}"; do url_args+=(--metrics "$m"); done
   for p in "${PIDS[@]}"; do pid_args+=(--pid "$p"); done
-  local pg_before row
+  local pg_before redis_before row
   pg_before="$(pg_cpu_ms)"
+  redis_before="$(cpu_ms "$REDIS_PID")"
   row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $header "${bench_args[@]}")"
   echo "$row"
+  local calls
+  calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
+  # The standalone Redis's own CPU (warm-up included) over the run, for the setups that use it.
+  if [[ " ${server_args[*]} " == *" $REDIS_URL "* ]]; then
+    echo "  Redis CPU: $(( $(cpu_ms "$REDIS_PID") - redis_before )) ms over the run, $calls calls measured"
+  fi
   # PostgreSQL's own CPU (every backend, warm-up included) per measured call, for the setups that use it.
   if [[ " ${server_args[*]} " == *" --database-url "* ]]; then
-    local calls
-    calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
     echo "  PostgreSQL CPU: $(( $(pg_cpu_ms) - pg_before )) ms over the run, $calls calls measured"
   fi
   stop_replicas
 }
+
+# run_rmcp LABEL: the baseline, rmcp's own Streamable HTTP server (crates/rmcp-baseline: in-process sessions, no
+# auth, no store), one process, so every session stays on it as a sticky balancer would keep it.
+run_rmcp() {
+  local label="$1" header=""
+  if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
+  if [[ -z "${HEADER_DONE:-}" ]]; then header=--header; HEADER_DONE=1; fi
+  "$RMCP" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
+  local pid=$!
+  for _ in $(seq 100); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
+  "$BENCH" --url "http://$(sed -n 's/^listening on //p' "$TMP/rmcp.out")/mcp" --pid "$pid" --sessions "$SESSIONS" \
+    --secs "$SECS" --label "$label" $header
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# cpu_ms PID: the CPU time (user + system) of one process, in ms.
+cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / t)}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # The CPU time of the bench's PostgreSQL (the postmaster and every backend), in ms.
 pg_cpu_ms() {
@@ -170,7 +195,8 @@ PG_MASTER="$(head -1 "$PGDIR/data/postmaster.pid")"
 RTOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope 'mcp:access tools:read tools:write' --ttl 1h)"
 
 echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s per setup, log level $LOG, $(nproc) cores"
-run "1 replica, in-memory" 1 --header --
+run_rmcp "rmcp 3.11, in-process sessions, no auth"
+run "1 replica, in-memory" 1 "" --
 run "1 replica, Redis" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
 run "3 replicas, Redis, round-robin" 3 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
 run "1 replica, Redis, no limits" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
@@ -207,6 +233,12 @@ run "1 replica, Redis, JWT, audit trail off" 1 "" --redis-url "$REDIS_URL" --tok
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL" --audit-trail off
 run "1 replica, Redis, JWT, audit trail on" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
+# The full stack (issue 19): JWT, the bucket, a quota and the in-flight cap in force (out of the one principal's
+# reach), argument validation, and the audit trail on.
+FULL_STACK=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
+  --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
+run "1 replica, full stack" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run "3 replicas, full stack, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
 run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 "" --redis-url "$REDIS_URL" --token "$RTOKEN" \
   --tool search_docs --args '{"query":"refund policy","limit":5}' -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"
