@@ -5,7 +5,11 @@
 #   tests/bench.sh            # 10 s per setup, 16 sessions
 #   SECS=30 SESSIONS=32 tests/bench.sh
 #   ONLY='in-flight|^1 replica, Redis$' tests/bench.sh   # only the setups whose label matches
+#   BASE=HEAD~1 ONLY='full stack' tests/bench.sh          # each setup with BASE's binary, then with this tree's
 #
+# With BASE (a git revision), the binary of that revision is built in a worktree (target dir target/bench-base,
+# kept between runs) and every mcpfleet setup runs twice in a row, "[base]" first: a change's effect side by side
+# in one run.
 # Setups: rmcp's own server (the baseline: crates/rmcp-baseline); 1 replica in-memory; 1 replica + Redis;
 # 3 replicas + Redis (requests round-robin over them); the last two again with bearer tokens (--auth dev: Ed25519
 # JWTs, verified on every request, cached per token); then the 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
@@ -28,7 +32,15 @@ RMCP=target/release/rmcp-baseline
 TMP="$(mktemp -d)"
 PIDS=()
 HA_PIDS=()
+BINS=("$BIN")
+if [[ -n "${BASE:-}" ]]; then
+  git worktree add --detach -q "$TMP/base" "$BASE"
+  (cd "$TMP/base" && cargo build --release -q -p mcpfleet --target-dir "$OLDPWD/target/bench-base")
+  cp target/bench-base/release/mcpfleet "$TMP/mcpfleet-base"
+  BINS=("$TMP/mcpfleet-base" "$BIN")
+fi
 cleanup() {
+  [[ -n "${BASE:-}" ]] && git worktree remove --force "$TMP/base" 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true
   for p in "${HA_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -94,7 +106,7 @@ start_replica() {
   # one principal drives the load. A setup's own flags override these (they are environment defaults).
   MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
     MCPFLEET_MAX_INFLIGHT_PER_USER=0 MCPFLEET_FIXTURES=conformance \
-    "$BIN" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "$LOG" "$@" \
+    "${SERVER_BIN:-$BIN}" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "$LOG" "$@" \
     >"$TMP/out.$n" 2>"$TMP/err.$n" &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q '^listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
@@ -110,11 +122,23 @@ stop_replicas() {
   ADMINS=()
 }
 
-# run LABEL REPLICAS EXTRA_BENCH_ARGS -- SERVER_ARGS...
+# run LABEL REPLICAS EXTRA_BENCH_ARGS -- SERVER_ARGS... : the setup with each binary of BINS (BASE's first).
 run() {
-  local label="$1" replicas="$2" header="$3"; shift 3
-  # ONLY='regex' runs the setups whose label matches it.
+  local label="$1"
   if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
+  shift
+  for SERVER_BIN in "${BINS[@]}"; do
+    if [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]]; then
+      run_one "$label [base]" "$@"
+    else
+      run_one "$label" "$@"
+    fi
+  done
+  SERVER_BIN=""
+}
+
+run_one() {
+  local label="$1" replicas="$2" header="$3"; shift 3
   # The table's header goes with the first setup that runs (ONLY may skip the one that asks for it).
   if [[ -z "${HEADER_DONE:-}" ]]; then header=--header; HEADER_DONE=1; fi
   local bench_args=() server_args=()
