@@ -3,6 +3,8 @@
 //! Documented in docs/METRICS.md.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use std::ops::Deref;
+use std::sync::Arc;
 
 /// Buckets for tool calls, after the OTel MCP semantic conventions' advice for `mcp.server.operation.duration`
 /// (seconds): fine below 100 ms for p50, up to 300 s for long tools' p99.
@@ -93,8 +95,15 @@ pub fn method_label(method: &str) -> &'static str {
 }
 
 /// The transport's metrics. Cheap to clone.
+///
+/// Every request clones the state that holds it, so its handles live behind one `Arc`: a clone is one atomic
+/// increment, not one per metric.
 #[derive(Clone, Debug)]
-pub struct TransportMetrics {
+pub struct TransportMetrics(Arc<Handles>);
+
+/// The metric handles of [`TransportMetrics`] (each crate-private; read through its `Deref`).
+#[derive(Debug)]
+pub struct Handles {
     pub(crate) requests: IntCounterVec,
     pub(crate) request_duration: HistogramVec,
     pub(crate) tool_calls: IntCounterVec,
@@ -110,6 +119,14 @@ pub struct TransportMetrics {
     ready: IntGauge,
 }
 
+impl Deref for TransportMetrics {
+    type Target = Handles;
+
+    fn deref(&self) -> &Handles {
+        &self.0
+    }
+}
+
 impl TransportMetrics {
     /// Creates the metrics and registers them with `registry`. Every series of a known label set is exported from
     /// the start, at 0 (the tools' ones once [`seed_tools`](Self::seed_tools) has named them), so that a dashboard
@@ -118,7 +135,7 @@ impl TransportMetrics {
     /// # Errors
     /// A metric of the same name is already registered.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let m = Self {
+        let m = Handles {
             requests: IntCounterVec::new(
                 Opts::new(
                     "mcp_requests_total",
@@ -211,6 +228,7 @@ impl TransportMetrics {
         registry.register(Box::new(m.request_state_refusals.clone()))?;
         registry.register(Box::new(m.events_dropped.clone()))?;
         registry.register(Box::new(m.ready.clone()))?;
+        let m = Self(Arc::new(m));
         m.seed();
         Ok(m)
     }
