@@ -515,14 +515,16 @@ impl FleetBuilder {
         else {
             panic!("not a serve command");
         };
-        let mut state = mcpfleet::build_state(&cfg).await.expect("state").state;
-        if self.header_auth {
-            state.auth = Arc::new(HeaderAuth);
-        }
-        if let Some(c) = &self.catalog {
-            state.validator = Arc::new(mcpfleet_tools::validate::Validator::new(&c.tools()).expect("schemas compile"));
-            state.catalog = c.clone();
-        }
+        let state = mcpfleet::build_state(&cfg).await.expect("state").state.with(|state| {
+            if self.header_auth {
+                state.auth = Arc::new(HeaderAuth);
+            }
+            if let Some(c) = &self.catalog {
+                state.validator =
+                    Arc::new(mcpfleet_tools::validate::Validator::new(&c.tools()).expect("schemas compile"));
+                state.catalog = c.clone();
+            }
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let stop = CancellationToken::new();

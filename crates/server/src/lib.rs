@@ -16,7 +16,7 @@ use mcpfleet_fixtures::{ConformanceCatalog, OpenCatalog};
 use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
 use mcpfleet_tools::{Catalog, EmptyCatalog};
-use mcpfleet_transport::{AdminState, TransportMetrics, admin_router};
+use mcpfleet_transport::{AdminState, Shared, TransportMetrics, admin_router};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prometheus::Registry;
 use std::ffi::OsString;
@@ -241,7 +241,7 @@ pub async fn build_state_with(
     // The sign-in of real OAuth clients, over the same key and the scopes completed above.
     transport.dev_oauth =
         dev.as_ref().zip(transport.protected_resource.as_ref()).map(|(d, pr)| Arc::new(DevAuthServer::new(d, pr)));
-    let state = AppState {
+    let state = AppState::new(Shared {
         store,
         catalog,
         auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics).await?,
@@ -253,7 +253,7 @@ pub async fn build_state_with(
         validator,
         audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
         tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
-    };
+    });
     Ok(Built { state, registry, dev, audit })
 }
 

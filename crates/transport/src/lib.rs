@@ -147,9 +147,37 @@ impl Default for TransportConfig {
     }
 }
 
-/// Everything a request handler needs. A cheap clone of `Arc`s.
+/// Everything a request handler needs: one `Arc` of [`Shared`], since axum clones it for every request (the
+/// middleware's copy and the handler's), so a clone is one atomic increment. Its fields read through `Deref`.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    #[must_use]
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+
+    /// The same state with `change` applied (a copy of the fields when another clone still holds them).
+    #[must_use]
+    pub fn with(self, change: impl FnOnce(&mut Shared)) -> Self {
+        let mut shared = Arc::unwrap_or_clone(self.0);
+        change(&mut shared);
+        Self::new(shared)
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+#[derive(Clone, Debug)]
+pub struct Shared {
     pub store: Arc<dyn Store>,
     pub catalog: Arc<dyn Catalog>,
     pub auth: Arc<dyn Authenticator>,
@@ -224,7 +252,7 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt as _;
     let cfg = state.config.clone();
-    let state = AppState { shutdown: shutdown.clone(), ..state };
+    let state = state.with(|s| s.shutdown = shutdown.clone());
     tasks::start(&state);
     let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
