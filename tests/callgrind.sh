@@ -7,6 +7,7 @@
 #
 #   tests/callgrind.sh                                   # this tree
 #   tests/callgrind.sh /tmp/mcpfleet-before target/release/mcpfleet   # side by side
+#   KEEP=/tmp/cg tests/callgrind.sh     # also keeps each profile there, for callgrind_annotate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${SECS:-10}"
@@ -47,6 +48,7 @@ for bin in "$@"; do
   sleep 2
   ir="$(cat "$TMP"/cg.* | awk '/^totals:/ { s += $2 } /^summary:/ { t += $2 } END { print (s ? s : t) }')"
   echo "| $bin | $((after - before)) | $(( ir / (after - before) )) |"
+  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cat "$TMP"/cg.*.* >"$KEEP/$(basename "$bin").callgrind"; fi
   pkill -f "valgrind.*$TMP" || true
   sleep 1
   rm -f "$TMP"/cg.*
