@@ -122,10 +122,19 @@ stop_replicas() {
   ADMINS=()
 }
 
+# selected LABEL: whether ONLY (a regex, when set) lets this setup run.
+selected() { [[ -z "${ONLY:-}" || "$1" =~ $ONLY ]]; }
+
+# take_header: HEADER is --header for the first setup that runs, the table's header going with it.
+take_header() {
+  HEADER=""
+  if [[ -z "${HEADER_DONE:-}" ]]; then HEADER=--header; HEADER_DONE=1; fi
+}
+
 # run LABEL REPLICAS EXTRA_BENCH_ARGS -- SERVER_ARGS... : the setup with each binary of BINS (BASE's first).
 run() {
   local label="$1"
-  if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
+  selected "$label" || return 0
   shift
   for SERVER_BIN in "${BINS[@]}"; do
     if [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]]; then
@@ -138,9 +147,8 @@ run() {
 }
 
 run_one() {
-  local label="$1" replicas="$2" header="$3"; shift 3
-  # The table's header goes with the first setup that runs (ONLY may skip the one that asks for it).
-  if [[ -z "${HEADER_DONE:-}" ]]; then header=--header; HEADER_DONE=1; fi
+  local label="$1" replicas="$2"; shift 2
+  take_header
   local bench_args=() server_args=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do bench_args+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift
@@ -155,7 +163,7 @@ run_one() {
   local pg_before redis_before row
   pg_before="$(pg_cpu_ms)"
   redis_before="$(cpu_ms "$REDIS_PID")"
-  row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $header "${bench_args[@]}")"
+  row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $HEADER "${bench_args[@]}")"
   echo "$row"
   local calls
   calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
@@ -173,14 +181,14 @@ run_one() {
 # run_rmcp LABEL: the baseline, rmcp's own Streamable HTTP server (crates/rmcp-baseline: in-process sessions, no
 # auth, no store), one process, so every session stays on it as a sticky balancer would keep it.
 run_rmcp() {
-  local label="$1" header=""
-  if [[ -n "${ONLY:-}" && ! "$label" =~ $ONLY ]]; then return 0; fi
-  if [[ -z "${HEADER_DONE:-}" ]]; then header=--header; HEADER_DONE=1; fi
+  local label="$1"
+  selected "$label" || return 0
+  take_header
   "$RMCP" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
   local pid=$!
   for _ in $(seq 100); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
   "$BENCH" --url "http://$(sed -n 's/^listening on //p' "$TMP/rmcp.out")/mcp" --pid "$pid" --sessions "$SESSIONS" \
-    --secs "$SECS" --label "$label" $header
+    --secs "$SECS" --label "$label" $HEADER
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
@@ -220,52 +228,52 @@ RTOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope 'mcp:access too
 
 echo "mcpfleet-bench: tools/call test_simple_text, $SESSIONS sessions, ${SECS} s per setup, log level $LOG, $(nproc) cores"
 run_rmcp "rmcp 3.11, in-process sessions, no auth"
-run "1 replica, in-memory" 1 "" --
-run "1 replica, Redis" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
-run "3 replicas, Redis, round-robin" 3 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
-run "1 replica, Redis, no limits" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
+run "1 replica, in-memory" 1 --
+run "1 replica, Redis" 1 --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
+run "3 replicas, Redis, round-robin" 3 --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL"
+run "1 replica, Redis, no limits" 1 --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
   --rate-burst 0
-run "1 replica, Redis, bucket + quota + in-flight cap" 1 "" --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
+run "1 replica, Redis, bucket + quota + in-flight cap" 1 --redis-url "$REDIS_URL" -- --redis-url "$REDIS_URL" \
   --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h
-run "3 replicas, Redis, round-robin, bucket + quota + in-flight cap" 3 "" --redis-url "$REDIS_URL" -- \
+run "3 replicas, Redis, round-robin, bucket + quota + in-flight cap" 3 --redis-url "$REDIS_URL" -- \
   --redis-url "$REDIS_URL" --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h
-run "1 replica, Redis, JWT" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+run "1 replica, Redis, JWT" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
-run "3 replicas, Redis, JWT, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+run "3 replicas, Redis, JWT, round-robin" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY"
 # The same fleet on a Redis Cluster and behind Sentinel, beside the standalone Redis: one principal's keys share one
 # slot, so its calls go to one master; the hot path stays one round trip.
-run "3 replicas, Redis Cluster (3 masters), JWT, round-robin" 3 "" "${CLUSTER_MASTER_URLS[@]}" --token "$TOKEN" -- \
+run "3 replicas, Redis Cluster (3 masters), JWT, round-robin" 3 "${CLUSTER_MASTER_URLS[@]}" --token "$TOKEN" -- \
   "${CLUSTER_FLAGS[@]}" --auth dev --dev-key-file "$KEY"
-run "3 replicas, Sentinel, JWT, round-robin" 3 "" --redis-url "redis://127.0.0.1:$SENTINEL_MASTER_PORT" \
+run "3 replicas, Sentinel, JWT, round-robin" 3 --redis-url "redis://127.0.0.1:$SENTINEL_MASTER_PORT" \
   --token "$TOKEN" -- "${SENTINEL_FLAGS[@]}" --auth dev --dev-key-file "$KEY"
-run "1 replica, Redis, 2026-07-28" 1 "" --redis-url "$REDIS_URL" --generation 2026 -- --redis-url "$REDIS_URL"
-run "3 replicas, Redis, round-robin, 2026-07-28" 3 "" --redis-url "$REDIS_URL" --generation 2026 -- \
+run "1 replica, Redis, 2026-07-28" 1 --redis-url "$REDIS_URL" --generation 2026 -- --redis-url "$REDIS_URL"
+run "3 replicas, Redis, round-robin, 2026-07-28" 3 --redis-url "$REDIS_URL" --generation 2026 -- \
   --redis-url "$REDIS_URL"
-run "1 replica, Redis, 2026-07-28, idempotency keys" 1 "" --redis-url "$REDIS_URL" --generation 2026 \
+run "1 replica, Redis, 2026-07-28, idempotency keys" 1 --redis-url "$REDIS_URL" --generation 2026 \
   --idempotency-keys -- --redis-url "$REDIS_URL"
 # The tasks extension: each loop first queues one slow_job of 600 s (always a task; the conformance fixtures), then
 # polls it with tasks/get round-robin, so each poll lands on any replica; the tasks are cancelled at the end. Beside
 # it, plain 2026 tools/call through the same fleet. One principal holds every task: the task cap is the sessions.
 TASK_FLEET=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures conformance
   --max-tasks-per-user "$SESSIONS")
-run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tools/call" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" \
+run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tools/call" 3 --redis-url "$REDIS_URL" --token "$TOKEN" \
   --generation 2026 -- "${TASK_FLEET[@]}"
-run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tasks/get poll" 3 "" --redis-url "$REDIS_URL" \
+run "3 replicas, Redis, JWT, round-robin, 2026-07-28: tasks/get poll" 3 --redis-url "$REDIS_URL" \
   --token "$TOKEN" --generation 2026 --op tasks-get --tool slow_job --args '{"seconds":600}' -- "${TASK_FLEET[@]}"
-run "1 replica, Redis, JWT, audit trail off" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+run "1 replica, Redis, JWT, audit trail off" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL" --audit-trail off
-run "1 replica, Redis, JWT, audit trail on" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+run "1 replica, Redis, JWT, audit trail on" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
 # The full stack (issue 19): JWT, the bucket, a quota and the in-flight cap in force (out of the one principal's
 # reach), argument validation, and the audit trail on.
 FULL_STACK=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
   --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
-run "1 replica, full stack" 1 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
-run "3 replicas, full stack, round-robin" 3 "" --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
-run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 "" --redis-url "$REDIS_URL" --token "$RTOKEN" \
+run "1 replica, full stack" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run "3 replicas, full stack, round-robin" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 --redis-url "$REDIS_URL" --token "$RTOKEN" \
   --tool search_docs --args '{"query":"refund policy","limit":5}' -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"
-run "3 replicas, Redis, JWT, PostgreSQL: get_ticket" 3 "" --redis-url "$REDIS_URL" --token "$RTOKEN" \
+run "3 replicas, Redis, JWT, PostgreSQL: get_ticket" 3 --redis-url "$REDIS_URL" --token "$RTOKEN" \
   --tool get_ticket --args '{"project":"billing","number":1}' -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"

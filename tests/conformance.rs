@@ -9,7 +9,7 @@
 
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, RedisCluster, RedisSentinel, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, RedisCluster, RedisSentinel, RedisServer, RedisTopology, RoundRobinProxy};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -90,21 +90,20 @@ async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_both_generations_three_replicas_on_a_redis_cluster() {
-    let cluster = RedisCluster::start();
-    let fleet = Fleet::builder().replicas(3).redis_topology(&cluster).start().await;
-    let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    run_2025(proxy.url(), "cluster-3").await;
-    run_2026(proxy.url(), "2026-cluster-3").await;
-    drop(proxy);
+    both_generations_on(&RedisCluster::start(), "cluster-3", "2026-cluster-3").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_both_generations_three_replicas_behind_sentinel() {
-    let sentinel = RedisSentinel::start();
-    let fleet = Fleet::builder().replicas(3).redis_topology(&sentinel).start().await;
+    both_generations_on(&RedisSentinel::start(), "sentinel-3", "2026-sentinel-3").await;
+}
+
+/// Both suites through 3 replicas on `topology`, behind the round-robin proxy.
+async fn both_generations_on(topology: &impl RedisTopology, label_2025: &'static str, label_2026: &'static str) {
+    let fleet = Fleet::builder().replicas(3).redis_topology(topology).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    run_2025(proxy.url(), "sentinel-3").await;
-    run_2026(proxy.url(), "2026-sentinel-3").await;
+    run_2025(proxy.url(), label_2025).await;
+    run_2026(proxy.url(), label_2026).await;
     drop(proxy);
 }
 

@@ -80,9 +80,6 @@ def render(values: dict | None = None, release: str = RELEASE, namespace: str = 
             continue
         for doc in yaml.safe_load_all(out[path]):
             if doc:
-                doc.setdefault("metadata", {}).setdefault("annotations", None)
-                if doc["metadata"]["annotations"] is None:
-                    del doc["metadata"]["annotations"]
                 objects.append(doc)
     return objects
 
@@ -348,7 +345,7 @@ def adapter_exprs() -> list[tuple[str, str]]:
         out.append(("adapter seriesQuery", r["seriesQuery"]))
         q = r["metricsQuery"]
         q = q.replace("<<.Series>>", "mcp_tool_calls_in_flight").replace("<<.LabelMatchers>>", 'namespace="mcp"')
-        q = q.replace("<<.GroupBy>>", "pod").replace("<<.Series>>", "x")
+        q = q.replace("<<.GroupBy>>", "pod")
         out.append((f"adapter metricsQuery {r['name'].get('as', '')}", q))
     return out
 
@@ -511,7 +508,7 @@ def check_example_is_current() -> None:
 
 def example_manifest() -> str:
     values = load_yaml(ROOT / "deploy" / "kubernetes" / "values.yaml")
-    objects = [o for o in render(values, namespace="mcpfleet")]
+    objects = render(values, namespace="mcpfleet")
     head = (
         "# Rendered from helm/mcpfleet with deploy/kubernetes/values.yaml by `tests/deploy/check.py example`:\n"
         "# do not edit; change the chart or the values and render again (the checks fail while it differs).\n"
