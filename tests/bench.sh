@@ -160,17 +160,12 @@ run_one() {
   for u in "${URLS[@]}"; do url_args+=(--url "$u"); done
   for m in "${ADMINS[@]}"; do url_args+=(--metrics "$m"); done
   for p in "${PIDS[@]}"; do pid_args+=(--pid "$p"); done
-  local pg_before redis_before row
+  local pg_before row
   pg_before="$(pg_cpu_ms)"
-  redis_before="$(cpu_ms "$REDIS_PID")"
   row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $HEADER "${bench_args[@]}")"
   echo "$row"
   local calls
   calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
-  # The standalone Redis's own CPU (warm-up included) over the run, for the setups that use it.
-  if [[ " ${server_args[*]} " == *" $REDIS_URL "* ]]; then
-    echo "  Redis CPU: $(( $(cpu_ms "$REDIS_PID") - redis_before )) ms over the run, $calls calls measured"
-  fi
   # PostgreSQL's own CPU (every backend, warm-up included) per measured call, for the setups that use it.
   if [[ " ${server_args[*]} " == *" --database-url "* ]]; then
     echo "  PostgreSQL CPU: $(( $(pg_cpu_ms) - pg_before )) ms over the run, $calls calls measured"
@@ -193,8 +188,6 @@ run_rmcp() {
   wait "$pid" 2>/dev/null || true
 }
 
-# cpu_ms PID: the CPU time (user + system) of one process, in ms.
-cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / t)}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # The CPU time of the bench's PostgreSQL (the postmaster and every backend), in ms.
 pg_cpu_ms() {

@@ -1,8 +1,9 @@
 //! The capped slots this replica holds (open streams, calls in flight). One task renews them all, every third of
-//! their lease, and frees the slots whose holders ended: at once (the task wakes when a slot ends; the release
-//! goes out beside the answer and never delays it), in one store call per principal and set for whatever ended
-//! meanwhile. An admission of the same principal on this replica that comes first takes the
-//! ended slots along instead. So a call under the in-flight cap costs one round trip before its answer and at
+//! their lease, and frees the slots whose holders ended: a millisecond after the first of them ends (the task
+//! wakes when a slot ends; the release goes out beside the answer and never delays it), in one store call per
+//! principal and set for whatever ended meanwhile. An admission of the same principal on this replica that comes
+//! first takes the ended slots along instead: under load most releases ride on the next call's round trip, which
+//! is what the millisecond is for. So a call under the in-flight cap costs one round trip before its answer and at
 //! most one after it.
 
 use crate::SlotLease;
@@ -14,6 +15,9 @@ use tokio::time::Instant;
 
 /// How often the task looks for slots to renew (and frees ended ones a wake-up missed).
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// How long an ended slot waits for an admission of the same principal to take it along before the task frees
+/// it on its own (a slot stays counted this much longer on other replicas).
+const RIDE: Duration = Duration::from_millis(1);
 
 struct Held {
     user: UserKey,
@@ -123,7 +127,7 @@ async fn maintain(leases: Weak<Leases>) {
         let Some(l) = leases.upgrade() else { return };
         tokio::select! {
             _ = tick.tick() => {}
-            () = l.wake.notified() => {}
+            () = l.wake.notified() => tokio::time::sleep(RIDE).await,
         }
         l.flush().await;
         if last_renewal.elapsed() >= l.ttl / 6 {

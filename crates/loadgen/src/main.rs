@@ -7,7 +7,8 @@
 //! `tools/call` of a tool the server always runs as a task, the tasks extension declared), then polls it with
 //! `tasks/get` instead, and cancels it at the end. It reads JSON and SSE answers, and reports throughput, latency
 //! quantiles, errors by kind and 429s. Given the servers' pids it reports server CPU per call (from
-//! `/proc/<pid>/stat`); given the Redis URL, Redis commands per call (from `INFO commandstats`).
+//! `/proc/<pid>/stat`); given the Redis URL, Redis commands and Redis CPU per call (from `INFO commandstats` and
+//! `INFO cpu`: the server's own time, over the measured window only).
 //!
 //! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
 
@@ -67,7 +68,8 @@ struct Args {
     /// Server process ids, for CPU per call (Linux).
     #[arg(long = "pid")]
     pids: Vec<u32>,
-    /// Redis URL, for Redis commands per call (INFO commandstats: commands run inside scripts count too).
+    /// Redis URL, for Redis commands and CPU per call (INFO commandstats: commands run inside scripts count too;
+    /// INFO cpu).
     /// Repeatable: on a cluster, give every master (the counts are summed).
     #[arg(long = "redis-url")]
     redis_urls: Vec<String>,
@@ -287,23 +289,38 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 /// Commands run so far on every node in `urls`, summed (`None` without any).
-async fn redis_calls(urls: &[String]) -> Result<Option<u64>, BenchError> {
+async fn redis_calls(urls: &[String]) -> Result<Option<RedisCounters>, BenchError> {
     if urls.is_empty() {
         return Ok(None);
     }
-    let mut sum = 0;
+    let mut sum = RedisCounters::default();
     for url in urls {
         let client = redis::Client::open(url.as_str())?;
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+        let info: String = redis::cmd("INFO").arg("commandstats").arg("cpu").query_async(&mut conn).await?;
         // cmdstat_evalsha:calls=12,usec=...; the INFO itself is not counted.
-        sum += info
+        sum.commands += info
             .lines()
             .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
             .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
             .sum::<u64>();
+        // used_cpu_sys:1.23 and used_cpu_user:4.56: the server's own CPU time, in seconds.
+        sum.cpu_seconds += info
+            .lines()
+            .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum::<f64>();
     }
     Ok(Some(sum))
+}
+
+/// What `INFO` says of the Redis servers, summed.
+#[derive(Clone, Copy, Debug, Default)]
+struct RedisCounters {
+    /// Commands run, scripts' own commands included.
+    commands: u64,
+    /// The servers' CPU time (user + system), in seconds.
+    cpu_seconds: f64,
 }
 
 /// The sum of `mcp_redis_command_duration_seconds_count` over the given endpoints.
@@ -458,9 +475,12 @@ async fn measure(
     let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
     let cpu: Option<f64> = cpu0.iter().zip(&cpu1).map(|(a, b)| Some(b.as_ref()? - a.as_ref()?)).sum();
     let cpu_per_call = cpu.filter(|_| total > 0.0).map_or("-".to_owned(), |c| format!("{:.3}", c / total * 1e3));
-    let redis_per_call = match (redis0, redis1) {
-        (Some(a), Some(b)) if total > 0.0 => format!("{:.2}", (b - a) as f64 / total),
-        _ => "-".to_owned(),
+    let (redis_per_call, redis_cpu_per_call) = match (redis0, redis1) {
+        (Some(a), Some(b)) if total > 0.0 => (
+            format!("{:.2}", (b.commands - a.commands) as f64 / total),
+            format!("{:.4}", (b.cpu_seconds - a.cpu_seconds) / total * 1e3),
+        ),
+        _ => ("-".to_owned(), "-".to_owned()),
     };
     let trips_per_call = match (trips0, trips1) {
         (Some(a), Some(b)) if total > 0.0 => format!("{:.2}", (b - a) / total),
@@ -470,12 +490,12 @@ async fn measure(
     let too_many = kinds.get(&Kind::Http(429)).copied().unwrap_or(0);
     if a.header {
         println!(
-            "| setup | calls/s | ok | p50 ms | p95 ms | p99 ms | max ms | server CPU ms/call | Redis round trips/call | Redis cmds/call | 429 | errors |"
+            "| setup | calls/s | ok | p50 ms | p95 ms | p99 ms | max ms | server CPU ms/call | Redis round trips/call | Redis cmds/call | Redis CPU ms/call | 429 | errors |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     }
     println!(
-        "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         a.label,
         total / elapsed.as_secs_f64(),
         ok,
@@ -486,6 +506,7 @@ async fn measure(
         cpu_per_call,
         trips_per_call,
         redis_per_call,
+        redis_cpu_per_call,
         too_many,
         if errors.is_empty() { "none".to_owned() } else { errors.join(", ") },
     );

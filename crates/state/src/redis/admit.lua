@@ -8,19 +8,29 @@
 --       calls' ends, riding on this round trip)
 -- Reply: {code, tokens, wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms}; code 0 admitted, 1 bucket
 -- empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
+--
+-- This is the hot path: every tools/call runs it. It writes only what changes (issue 19, docs/BENCHMARKS.md): a
+-- TTL is pushed out only when it would end too early, and then by more than is needed, so that the calls that
+-- follow find it long enough and leave it alone. A key that outlives its need is harmless: an expired bucket and a
+-- full one read the same, and stale slots and index members are skipped by their scores.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-for i = 15, #ARGV do redis.call('ZREM', KEYS[6], ARGV[i]) end
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #ARGV
+local i = 15
+while i <= n do
+  local j = math.min(n, i + 999)
+  redis.call('ZREM', KEYS[6], unpack(ARGV, i, j))
+  i = j + 1
+end
 local tok, wait = '', 0
 local function reply(code, pv, caps, lvl, slots, wused, wreset)
   return {code, tok, wait, pv or '', caps or '', lvl or '', slots or '', wused or '', wreset or ''}
 end
--- The user's session index and slot sets expire with their longest-lived member: every member of one set has the
--- same TTL, so the newest one's is enough.
 
 if ARGV[1] ~= '' then
   local cap, rate = tonumber(ARGV[1]), tonumber(ARGV[2]) / 1000
-  local b = redis.call('HMGET', KEYS[1], 't', 'ts')
+  -- t: tokens, ts: last update (ms), x: when the key expires (ms).
+  local b = redis.call('HMGET', KEYS[1], 't', 'ts', 'x')
   local tokens = cap
   if b[1] then tokens = math.min(cap, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate) end
   if tokens < 1 then
@@ -30,21 +40,33 @@ if ARGV[1] ~= '' then
   end
   tokens = tokens - 1
   local full = math.ceil((cap - tokens) / rate)
-  redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 'ts', string.format('%.3f', now))
-  redis.call('PEXPIRE', KEYS[1], full + 1000)
   tok, wait = string.format('%.17g', tokens), full
+  -- The key must outlive the refill (an expired bucket reads full): it expires 1 to 2 s after the bucket is full,
+  -- an eighth of the refill time later at most.
+  if b[3] and tonumber(b[3]) >= now + full + 1000 then
+    redis.call('HSET', KEYS[1], 't', tok, 'ts', now)
+  else
+    local life = full + 2000 + math.floor(full / 8)
+    redis.call('HSET', KEYS[1], 't', tok, 'ts', now, 'x', now + life)
+    redis.call('PEXPIRE', KEYS[1], life)
+  end
 end
 
+-- A session lives for its idle TTL after its last request, and at most a sixteenth longer: its TTLs (and its score
+-- in the user's index) are pushed out to ttl + ttl/16 only once less than ttl is left.
 local pv, caps, lvl
 if ARGV[3] == 'touch' then
   local v = redis.call('HMGET', KEYS[2], 'ttl', 'pv', 'caps', 'lvl')
   if not v[1] then return reply(2) end
   local ttl = tonumber(v[1])
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
-  redis.call('ZADD', KEYS[5], now + ttl, ARGV[4])
-  redis.call('PEXPIRE', KEYS[5], ttl)
+  if redis.call('PTTL', KEYS[2]) < ttl then
+    local life = ttl + math.floor(ttl / 16)
+    redis.call('PEXPIRE', KEYS[2], life)
+    redis.call('PEXPIRE', KEYS[3], life)
+    redis.call('PEXPIRE', KEYS[4], life)
+    redis.call('ZADD', KEYS[5], now + life, ARGV[4])
+    if redis.call('PTTL', KEYS[5]) < life then redis.call('PEXPIRE', KEYS[5], life) end
+  end
   pv, caps, lvl = v[2], v[3], v[4]
 elseif ARGV[3] == 'create' then
   if redis.call('EXISTS', KEYS[2]) == 1 then return reply(3) end
@@ -53,37 +75,43 @@ elseif ARGV[3] == 'create' then
   local max = tonumber(ARGV[5])
   if max > 0 and open >= max then return reply(4, nil, nil, nil, open) end
   local ttl = tonumber(ARGV[6])
+  local life = ttl + math.floor(ttl / 16)
   redis.call('HSET', KEYS[2], 'ttl', ttl, 'pv', ARGV[7], 'caps', ARGV[8], 'info', ARGV[9], 'created', t[1], 'n', 0)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('ZADD', KEYS[5], now + ttl, ARGV[4])
-  redis.call('PEXPIRE', KEYS[5], ttl)
+  redis.call('PEXPIRE', KEYS[2], life)
+  redis.call('ZADD', KEYS[5], now + life, ARGV[4])
+  if redis.call('PTTL', KEYS[5]) < life then redis.call('PEXPIRE', KEYS[5], life) end
 end
 
 local slots, wused, wreset
 if ARGV[10] ~= '' then
   -- Live slots only; expired ones (a dead replica's) are dropped when a slot is released (slot.lua).
-  slots = redis.call('ZCOUNT', KEYS[6], string.format('(%.3f', now), '+inf')
+  slots = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')
   local cap = tonumber(ARGV[10])
   if cap > 0 and slots >= cap then return reply(5, pv, caps, lvl, slots) end
 end
 if ARGV[13] ~= '' then
-  wused = tonumber(redis.call('GET', KEYS[7]) or '0')
-  if wused >= tonumber(ARGV[13]) then
-    return reply(6, pv, caps, lvl, slots, wused, math.max(redis.call('PTTL', KEYS[7]), 0))
+  -- Counted first, given back if it went over: one command on the way that admits.
+  wused = redis.call('INCR', KEYS[7])
+  if wused == 1 then
+    wreset = tonumber(ARGV[14])
+    redis.call('PEXPIRE', KEYS[7], wreset)
+  else
+    wreset = redis.call('PTTL', KEYS[7])
+    if wreset < 0 then
+      wreset = tonumber(ARGV[14])
+      redis.call('PEXPIRE', KEYS[7], wreset)
+    end
+  end
+  if wused > tonumber(ARGV[13]) then
+    if wused == 1 then redis.call('DEL', KEYS[7]) else redis.call('DECR', KEYS[7]) end
+    return reply(6, pv, caps, lvl, slots, wused - 1, wused == 1 and 0 or wreset)
   end
 end
 if slots then
+  -- The set outlives its newest lease.
   local ttl = tonumber(ARGV[12])
   redis.call('ZADD', KEYS[6], now + ttl, ARGV[11])
-  redis.call('PEXPIRE', KEYS[6], ttl)
+  if redis.call('PTTL', KEYS[6]) < ttl then redis.call('PEXPIRE', KEYS[6], 2 * ttl) end
   slots = slots + 1
-end
-if wused then
-  wused = redis.call('INCR', KEYS[7])
-  wreset = redis.call('PTTL', KEYS[7])
-  if wreset < 0 then
-    redis.call('PEXPIRE', KEYS[7], ARGV[14])
-    wreset = tonumber(ARGV[14])
-  end
 end
 return reply(0, pv, caps, lvl, slots, wused, wreset)

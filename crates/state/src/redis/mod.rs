@@ -5,14 +5,14 @@
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `<p>{u:<user>}:s:<sid>` | hash | the session: `ttl`, `pv`, `caps`, `info`, `created`, `n` (streams opened), `lvl`, `g` (standalone holder), `rq:<k>` (request id of POST stream k), `pq:<id>` (pending server→client request), `rsp:<id>` (its delivered answer, until taken) |
+//! | `<p>{u:<user>}:s:<sid>` | hash | the session: `ttl`, `pv`, `caps`, `info`, `created`, `n` (streams opened), `lvl`, `g` (standalone holder), `rq:<k>` (request id of POST stream k), `pq:<id>` (pending server→client request), `rsp:<id>` (its delivered answer, until taken); expires between the idle TTL and a sixteenth more after the last request (admit.lua pushes the TTLs out only once less than the idle TTL is left) |
 //! | `<p>{u:<user>}:ev:<sid>` | stream | every committed SSE event of the session; fields `s` (stream), `d` (data), `f` (final) |
 //! | `<p>{u:<user>}:ls:<sid>` | zset | open streams, scored by lease expiry (ms, from the Redis clock) |
 //! | `<p>{u:<user>}:cx:<sid>` | zset | cancelled request ids, scored by marker expiry (60 s) |
 //! | `<p>{u:<user>}:db:<sid>` | channel | the session's doorbell |
 //! | `<p>{u:<user>}:ss` | zset | the user's open sessions, scored by idle expiry (ms): the session cap counts it |
-//! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `t` (tokens), `ts` (last update, ms); expires when full |
-//! | `<p>{u:<user>}:cs` / `:cc` | zset | leased slots (open SSE streams / calls in flight), scored by lease expiry |
+//! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `t` (tokens), `ts` (last update, ms), `x` (when the key expires, ms); expires 1 to 2 s after it is full |
+//! | `<p>{u:<user>}:cs` / `:cc` | zset | leased slots (open SSE streams / calls in flight), scored by lease expiry; the key lives one to two leases past its newest |
 //! | `<p>{u:<user>}:q:<tool>` | string | a fixed-window counter; expires when its window ends |
 //! | `<p>{u:<user>}:idem:<tool>:<sha256(key)>` | hash | an idempotency record: `d` (argument digest), `s` (`run`/`done`), `t` (runner token), `r` (result); expires with the runner's lease, then after the retention time |
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |

@@ -1,6 +1,6 @@
 -- Renews a stream's lease. A live stream is activity: it extends the session's idle TTL (and its log's, leases'
 -- and entry in the user's session index) too, so a session in use never expires under a running call or an open
--- GET stream.
+-- GET stream. Its TTLs are pushed out as admit.lua's touch pushes them: to the idle TTL and a sixteenth.
 -- KEYS: session, events, leases, session index ; ARGV: stream, lease_ms, token, session id
 local ttl = redis.call('HGET', KEYS[1], 'ttl')
 if not ttl then return 0 end
@@ -9,9 +9,10 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
-redis.call('ZADD', KEYS[4], now + tonumber(ttl), ARGV[4])
-redis.call('PEXPIRE', KEYS[4], ttl)
+local life = tonumber(ttl) + math.floor(tonumber(ttl) / 16)
+redis.call('PEXPIRE', KEYS[1], life)
+redis.call('PEXPIRE', KEYS[2], life)
+redis.call('PEXPIRE', KEYS[3], life)
+redis.call('ZADD', KEYS[4], now + life, ARGV[4])
+if redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end
 return 1

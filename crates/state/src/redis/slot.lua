@@ -12,5 +12,5 @@ local exp = redis.call('ZSCORE', KEYS[1], ARGV[3])
 if not exp or tonumber(exp) <= now then return 0 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], 2 * ttl) end
 return 1
