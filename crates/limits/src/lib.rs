@@ -137,7 +137,8 @@ impl RateStatus {
 pub struct QuotaStatus {
     pub quota: Quota,
     pub used: u64,
-    pub reset: Duration,
+    /// How long until the window ends, where the store told (see [`mcpfleet_state::WindowReading::reset`]).
+    pub reset: Option<Duration>,
 }
 
 /// A refusal, with the bucket's state when the bucket was consulted (the headers go on every response).
@@ -436,7 +437,7 @@ impl Limiter {
                 self.metrics.decision(Kind::Quota, "denied");
                 // A window refuses only when the request named one.
                 let (tool, quota) = req.quota.unwrap_or(("", Quota::new(0, Duration::ZERO)));
-                let reset = r.window.map_or(quota.window, |w| w.reset);
+                let reset = r.window.and_then(|w| w.reset).unwrap_or(quota.window);
                 let retry_after = config::whole_secs(reset.as_secs_f64()).max(1);
                 return refuse(LimitError::QuotaExhausted { tool: tool.to_owned(), quota, retry_after });
             }

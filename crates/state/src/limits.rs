@@ -105,8 +105,9 @@ pub struct BucketReading {
 pub struct WindowReading {
     /// Uses counted in the current window (including this one, if allowed).
     pub used: u64,
-    /// How long until the window ends.
-    pub reset: Duration,
+    /// How long until the window ends: always known on a refusal (for `Retry-After`); on an admission only where
+    /// the store knows it without another command (the memory store; Redis reads it only to refuse).
+    pub reset: Option<Duration>,
 }
 
 /// Why admission stopped.

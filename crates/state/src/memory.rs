@@ -435,7 +435,7 @@ impl MemoryStore {
             if let Some((used, end)) = g.windows.get(&k).copied().filter(|(_, end)| *end > now)
                 && used >= w.limit
             {
-                out.window = Some(WindowReading { used, reset: end - now });
+                out.window = Some(WindowReading { used, reset: Some(end - now) });
                 out.refused = Some(Refusal::Window);
                 out.slots_used = slot_used;
                 return Ok(out);
@@ -451,7 +451,7 @@ impl MemoryStore {
                 *e = (0, now + w.window);
             }
             e.0 += 1;
-            out.window = Some(WindowReading { used: e.0, reset: e.1 - now });
+            out.window = Some(WindowReading { used: e.0, reset: Some(e.1 - now) });
         }
         Ok(out)
     }

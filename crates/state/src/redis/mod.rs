@@ -11,7 +11,7 @@
 //! | `<p>{u:<user>}:cx:<sid>` | zset | cancelled request ids, scored by marker expiry (60 s) |
 //! | `<p>{u:<user>}:db:<sid>` | channel | the session's doorbell |
 //! | `<p>{u:<user>}:ss` | zset | the user's open sessions, scored by idle expiry (ms): the session cap counts it |
-//! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `t` (tokens), `ts` (last update, ms), `x` (when the key expires, ms); expires 1 to 2 s after it is full |
+//! | `<p>{u:<user>}:tb` / `:tb:<peer>` | hash | the token bucket: `u` (tokens, in millionths: an integer), `ts` (last update, ms), `x` (when the key expires, ms); expires 1 to 2 s after it is full |
 //! | `<p>{u:<user>}:cs` / `:cc` | zset | leased slots (open SSE streams / calls in flight), scored by lease expiry; the key lives one to two leases past its newest |
 //! | `<p>{u:<user>}:q:<tool>` | string | a fixed-window counter; expires when its window ends |
 //! | `<p>{u:<user>}:idem:<tool>:<sha256(key)>` | hash | an idempotency record: `d` (argument digest), `s` (`run`/`done`), `t` (runner token), `r` (result); expires with the runner's lease, then after the retention time |
@@ -839,7 +839,9 @@ impl LimitStore for RedisStore {
         };
         let bucket = match a.bucket {
             Some(_) => {
+                // In millionths of a token (admit.lua keeps an integer, formatted without a float conversion).
                 let t: f64 = string(tokens)?.parse().map_err(|_| StateError::Protocol("bad token count"))?;
+                let t = t / 1e6;
                 Some(BucketReading { allowed: refused != Some(Refusal::Bucket), tokens: t, wait: millis(wait)? })
             }
             None => None,
@@ -856,7 +858,7 @@ impl LimitStore for RedisStore {
             None
         };
         let window = match opt_u64(wused)? {
-            Some(used) => Some(WindowReading { used, reset: millis(wreset)? }),
+            Some(used) => Some(WindowReading { used, reset: (code == 6).then(|| millis(wreset)).transpose()? }),
             None => None,
         };
         let slots_used = if matches!(code, 4) { None } else { opt_u64(slots)? };
