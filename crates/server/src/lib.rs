@@ -3,6 +3,7 @@
 
 pub mod config;
 mod database;
+mod log;
 pub mod lint;
 
 pub use mcpfleet_transport::{AppState, serve};
@@ -286,22 +287,20 @@ pub fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
     Ok(provider)
 }
 
-/// Logs go to stderr through a writer thread: a request's log line costs a channel send, not a `write(2)` on the
-/// request path. It is not lossy: when the writer falls behind, callers wait rather than drop lines (the audit
-/// events must all be there). The guard flushes on drop, at exit.
-fn init_tracing(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
+/// Logs go to stderr through a buffer that a writer thread empties (see [`log`]): a request's log line costs a
+/// copy under a lock, not a `write(2)` nor a wake-up on the request path. It is not lossy: when the writer falls
+/// behind, callers wait rather than drop lines (the audit events must all be there). The guard writes the rest on
+/// drop, at exit.
+fn init_tracing(cfg: &Config) -> log::LogGuard {
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cfg.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("mcpfleet-log")
-        .finish(std::io::stderr());
+    let (writer, guard) = log::buffered(Box::new(std::io::stderr()));
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if cfg.log_format.is_text(terminal) {
         builder.with_ansi(false).init();
     } else {
-        builder.json().flatten_event(true).init();
+        builder.json().event_format(log::Json::new()).init();
     }
     guard
 }
@@ -332,6 +331,7 @@ async fn shutdown_signal(token: CancellationToken) {
     token.cancel();
     next().await;
     tracing::warn!("second shutdown signal: exiting now");
+    log::flush();
     std::process::exit(1);
 }
 

@@ -1,0 +1,419 @@
+//! Where log lines go, and how the JSON ones are written: a buffer that a writer thread empties to stderr every
+//! few milliseconds, and a JSON event formatter that writes a line straight into it.
+//!
+//! Every `tools/call` logs two lines (the access line and the audit event), so their cost is part of the hot path
+//! (issue 19, docs/BENCHMARKS.md). A request's thread appends its line to a shared buffer under a lock: no channel,
+//! no wake-up of another thread and no `write(2)` per line; the writer thread writes what has gathered every
+//! [`FLUSH_EVERY`], in one `write(2)`. It is not lossy: past [`HIGH_WATER`] buffered bytes the thread that logs
+//! writes them itself, and waits for stderr like any writer would. Lines stay in order. A graceful stop (the
+//! [`LogGuard`] dropped) and the second-signal exit ([`flush`]) write what is left; a crash can lose the last
+//! [`FLUSH_EVERY`] of lines.
+//!
+//! [`Json`] writes the same lines as `tracing_subscriber`'s JSON format with `flatten_event(true)` (`timestamp`,
+//! `level`, the fields in order, `target`), without building a map of the fields first; events inside a span go
+//! to that formatter, which adds the span's fields. This module must not depend on the transport: it formats
+//! whatever event it is given.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
+
+/// How long a line may wait in the buffer before the writer thread writes it.
+const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// Past this many buffered bytes, the thread that logs writes them itself.
+const HIGH_WATER: usize = 1 << 20;
+
+struct Shared {
+    buf: Mutex<Vec<u8>>,
+    out: Mutex<Box<dyn std::io::Write + Send>>,
+    stop: AtomicBool,
+    /// [`HIGH_WATER`], or 0 when there is no writer thread (every line is written at once).
+    high_water: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn append(&self, line: &[u8]) {
+        let mut buf = lock(&self.buf);
+        buf.extend_from_slice(line);
+        if buf.len() >= self.high_water {
+            self.drain(buf);
+        }
+    }
+
+    /// Writes what is buffered. The output's lock is taken before the buffer's is let go, so whoever drains
+    /// next writes after this.
+    fn drain(&self, mut buf: MutexGuard<'_, Vec<u8>>) {
+        if buf.is_empty() {
+            return;
+        }
+        let mut out = lock(&self.out);
+        let lines = std::mem::replace(&mut *buf, Vec::with_capacity(64 * 1024));
+        drop(buf);
+        // Nowhere to report a failing stderr; the lines are dropped as an unbuffered stderr would drop them.
+        let _ = out.write_all(&lines).and_then(|()| out.flush());
+    }
+}
+
+/// The writer the subscriber writes each formatted line to (one `write_all` per event).
+#[derive(Clone)]
+pub(crate) struct LogWriter(Arc<Shared>);
+
+/// One event's line, on its way into the buffer.
+pub(crate) struct Line<'a>(&'a Shared);
+
+impl std::io::Write for Line<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.append(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = Line<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Line(&self.0)
+    }
+}
+
+/// Stops the writer thread and writes what is left, when dropped.
+pub(crate) struct LogGuard {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        self.shared.drain(lock(&self.shared.buf));
+    }
+}
+
+/// The process's log buffer, for [`flush`].
+static CURRENT: OnceLock<Weak<Shared>> = OnceLock::new();
+
+/// Writes what is buffered now (before `std::process::exit`, which runs no destructor).
+pub(crate) fn flush() {
+    if let Some(shared) = CURRENT.get().and_then(Weak::upgrade) {
+        shared.drain(lock(&shared.buf));
+    }
+}
+
+/// A buffered writer to `out`, and the guard that stops its writer thread.
+pub(crate) fn buffered(out: Box<dyn std::io::Write + Send>) -> (LogWriter, LogGuard) {
+    let new = |high_water| Shared {
+        buf: Mutex::new(Vec::with_capacity(64 * 1024)),
+        out: Mutex::new(out),
+        stop: false.into(),
+        high_water,
+    };
+    let shared = Arc::new(new(HIGH_WATER));
+    let s = shared.clone();
+    let thread = std::thread::Builder::new().name("mcpfleet-log".to_owned()).spawn(move || {
+        while !s.stop.load(Ordering::Acquire) {
+            std::thread::park_timeout(FLUSH_EVERY);
+            s.drain(lock(&s.buf));
+        }
+    });
+    let (shared, thread) = match thread {
+        Ok(t) => (shared, Some(t)),
+        // No thread: every line is written at once.
+        Err(_) => match Arc::try_unwrap(shared) {
+            Ok(s) => (Arc::new(Shared { high_water: 0, ..s }), None),
+            Err(s) => (s, None),
+        },
+    };
+    let _ = CURRENT.set(Arc::downgrade(&shared));
+    (LogWriter(shared.clone()), LogGuard { shared, thread })
+}
+
+/// The JSON event format: `tracing_subscriber`'s, flattened, written field by field.
+pub(crate) struct Json {
+    /// For events inside a span.
+    spans: format::Format<format::Json>,
+}
+
+impl Json {
+    pub(crate) fn new() -> Self {
+        Self { spans: format::format().json().flatten_event(true) }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for Json
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
+        if event.parent().is_some() || ctx.lookup_current().is_some() {
+            return self.spans.format_event(ctx, w, event);
+        }
+        let meta = event.metadata();
+        w.write_str("{\"timestamp\":\"")?;
+        timestamp(&mut w, SystemTime::now())?;
+        w.write_str("\",\"level\":\"")?;
+        w.write_str(meta.level().as_str())?;
+        w.write_char('"')?;
+        let mut fields = Fields { w: &mut w, result: Ok(()) };
+        event.record(&mut fields);
+        fields.result?;
+        w.write_str(",\"target\":")?;
+        string(&mut w, meta.target())?;
+        w.write_str("}\n")
+    }
+}
+
+/// Writes each field as `,"name":value`.
+struct Fields<'a, 'w> {
+    w: &'a mut Writer<'w>,
+    result: std::fmt::Result,
+}
+
+impl Fields<'_, '_> {
+    fn field(&mut self, field: &Field, value: impl FnOnce(&mut Writer<'_>) -> std::fmt::Result) {
+        if self.result.is_ok() {
+            self.result = self
+                .w
+                .write_char(',')
+                .and_then(|()| string(self.w, field.name()))
+                .and_then(|()| self.w.write_char(':'))
+                .and_then(|()| value(self.w));
+        }
+    }
+}
+
+impl Visit for Fields<'_, '_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // As serde_json: a number, or null for what JSON cannot say.
+        self.field(field, |w| if value.is_finite() { write!(w, "{value}") } else { w.write_str("null") });
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.field(field, |w| write!(w, "{value}"));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.field(field, |w| write!(w, "{value}"));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.field(field, |w| write!(w, "{value}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.field(field, |w| string(w, value));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.field(field, |w| {
+            w.write_char('"')?;
+            write!(Escaped(w), "{value:?}")?;
+            w.write_char('"')
+        });
+    }
+}
+
+/// A JSON string, quoted and escaped as serde_json escapes it.
+fn string(w: &mut Writer<'_>, s: &str) -> std::fmt::Result {
+    w.write_char('"')?;
+    Escaped(w).write_str(s)?;
+    w.write_char('"')
+}
+
+/// Escapes what goes through it for the inside of a JSON string: `"`, `\` and the control characters.
+struct Escaped<'a, 'w>(&'a mut Writer<'w>);
+
+impl std::fmt::Write for Escaped<'_, '_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let mut start = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let esc = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0x08 => "\\b",
+                0x0c => "\\f",
+                0..0x20 => "",
+                _ => continue,
+            };
+            self.0.write_str(&s[start..i])?;
+            if esc.is_empty() {
+                write!(self.0, "\\u{b:04x}")?;
+            } else {
+                self.0.write_str(esc)?;
+            }
+            start = i + 1;
+        }
+        self.0.write_str(&s[start..])
+    }
+}
+
+/// RFC 3339 in UTC with microseconds, as `tracing_subscriber`'s `SystemTime` timer writes it.
+fn timestamp(w: &mut Writer<'_>, at: SystemTime) -> std::fmt::Result {
+    let d = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    write!(
+        w,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_micros()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines `emit` logs, through `format`.
+    fn lines(json: bool, emit: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let out = sink.clone();
+        let make = move || out.clone();
+        if json {
+            let layer = tracing_subscriber::fmt::layer().json().event_format(Json::new()).with_writer(make);
+            tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), emit);
+        } else {
+            let layer = tracing_subscriber::fmt::layer().json().flatten_event(true).with_writer(make);
+            tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), emit);
+        }
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    fn emit() {
+        let e = std::io::Error::other("disk \"full\"\n\u{1}");
+        tracing::info!(
+            target: "mcpfleet::access",
+            request_id = %"r-1",
+            status = 200u16,
+            latency_ms = 0.125_787_999_999_999_98,
+            nan = f64::NAN,
+            neg = -3i64,
+            ok = true,
+            text = "tab\there \\ ünïcode",
+            debug = ?Some("x"),
+            error = &e as &(dyn std::error::Error + 'static),
+            "request"
+        );
+        tracing::warn!("a message with \"quotes\"");
+        let span = tracing::info_span!("outer", id = 7);
+        span.in_scope(|| tracing::info!(inside = 1, "in a span"));
+    }
+
+    #[test]
+    fn writes_what_the_json_format_writes() {
+        let ours = lines(true, emit);
+        let theirs = lines(false, emit);
+        let parse = |s: &str| -> Vec<serde_json::Value> {
+            s.lines()
+                .map(|l| {
+                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                    v.as_object_mut().unwrap().remove("timestamp");
+                    v
+                })
+                .collect()
+        };
+        assert_eq!(parse(&ours), parse(&theirs), "\nours:   {ours}\ntheirs: {theirs}");
+        // The same keys in the same order, not only the same values.
+        let keys = |s: &str| s.lines().next().unwrap().split("\":").map(|k| k.rsplit('"').next().unwrap().to_owned()).collect::<Vec<_>>();
+        assert_eq!(keys(&ours), keys(&theirs));
+        let first: serde_json::Value = serde_json::from_str(ours.lines().next().unwrap()).unwrap();
+        let ts = first["timestamp"].as_str().unwrap();
+        assert_eq!((ts.len(), &ts[4..5], &ts[10..11], &ts[26..]), (27, "-", "T", "Z"), "{ts}");
+        assert!(ours.lines().nth(2).unwrap().contains("\"spans\""), "an event in a span keeps its spans: {ours}");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let at = |secs: u64, micros: u32| {
+            let mut s = String::new();
+            timestamp(&mut Writer::new(&mut s), UNIX_EPOCH + Duration::new(secs, micros * 1000)).unwrap();
+            s
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(at(1_796_180_064, 642_724), "2026-12-02T02:54:24.642724Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+    }
+
+    #[test]
+    fn the_buffer_keeps_every_line_in_order_and_the_guard_writes_the_rest() {
+        let sink = Sink::default();
+        let (writer, guard) = buffered(Box::new(sink.clone()));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let w = writer.clone();
+                std::thread::spawn(move || {
+                    for i in 0..5000 {
+                        // Past the high-water mark now and then: the logging thread writes.
+                        let pad = if i % 1000 == 0 { "x".repeat(HIGH_WATER / 2) } else { String::new() };
+                        // One write per line, as the subscriber writes a formatted event.
+                        w.make_writer().write_all(format!("{t} {i} {pad}\n").as_bytes()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        drop(guard);
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let mut next = [0; 4];
+        for l in text.lines() {
+            let mut parts = l.split(' ');
+            let t: usize = parts.next().unwrap().parse().unwrap();
+            let i: usize = parts.next().unwrap().parse().unwrap();
+            assert_eq!(i, next[t], "thread {t}'s lines in order");
+            next[t] += 1;
+        }
+        assert_eq!(next, [5000; 4], "no line lost");
+    }
+}
