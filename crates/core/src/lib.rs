@@ -1,7 +1,7 @@
 //! mcpfleet-core is the shared vocabulary of every other crate: who is calling ([`UserKey`], [`Principal`],
 //! [`Scopes`]), what a tool may cost ([`Quota`], and the flag syntax of quotas and durations), which protocol
 //! revision a request speaks ([`ProtocolVersion`]), JSON-RPC error [`code`]s, and JSON as requests carry it
-//! ([`JsonObject`], [`parse_strict`]), and the audit record of a call ([`AuditRecord`], [`AuditSink`]).
+//! ([`JsonObject`], [`parse_strict`]), and the audit record of a call ([`AuditRecord`], [`AuditSink`]), and how bytes are spelled in hex ([`hex`]).
 //!
 //! It owns no behaviour that needs a runtime: it must not depend on tokio, axum, Redis or any other mcpfleet
 //! crate, so that auth, limits and the tools framework can share these types without depending on each other or
@@ -9,6 +9,7 @@
 
 mod audit;
 pub mod code;
+mod hex;
 mod json;
 mod principal;
 mod quota;
@@ -17,6 +18,7 @@ mod user;
 mod version;
 
 pub use audit::{AuditRecord, AuditSink};
+pub use hex::hex;
 pub use json::{JsonObject, parse_strict};
 pub use principal::{Principal, Scopes, user_key};
 pub use quota::{Quota, SyntaxError, parse_duration};

@@ -22,7 +22,7 @@ impl Migration {
     /// SHA-256 of its SQL, hex.
     #[must_use]
     pub fn checksum(&self) -> String {
-        Sha256::digest(self.sql.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+        mcpfleet_core::hex(&Sha256::digest(self.sql.as_bytes()))
     }
 }
 

@@ -307,7 +307,7 @@ impl MemoryRepo {
 /// A fresh draft id: `drf_` and 24 hex digits from 96 random bits.
 pub(crate) fn mint_draft_id() -> String {
     let bytes: [u8; 12] = rand::random();
-    format!("drf_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!("drf_{}", mcpfleet_core::hex(&bytes))
 }
 
 #[async_trait]

@@ -3,8 +3,8 @@
 
 pub mod config;
 mod database;
-mod log;
 pub mod lint;
+mod log;
 
 pub use mcpfleet_transport::{AppState, serve};
 

@@ -297,7 +297,6 @@ fn timestamp(w: &mut Writer<'_>, at: SystemTime) -> std::fmt::Result {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write as _;
     use tracing_subscriber::layer::SubscriberExt as _;
 
     #[derive(Clone, Default)]
@@ -363,7 +362,9 @@ mod tests {
         };
         assert_eq!(parse(&ours), parse(&theirs), "\nours:   {ours}\ntheirs: {theirs}");
         // The same keys in the same order, not only the same values.
-        let keys = |s: &str| s.lines().next().unwrap().split("\":").map(|k| k.rsplit('"').next().unwrap().to_owned()).collect::<Vec<_>>();
+        let keys = |s: &str| {
+            s.lines().next().unwrap().split("\":").map(|k| k.rsplit('"').next().unwrap().to_owned()).collect::<Vec<_>>()
+        };
         assert_eq!(keys(&ours), keys(&theirs));
         let first: serde_json::Value = serde_json::from_str(ours.lines().next().unwrap()).unwrap();
         let ts = first["timestamp"].as_str().unwrap();

@@ -20,7 +20,7 @@ impl IdempotencyKey {
     pub fn new(user: &UserKey, tool: &str, key: &str) -> Self {
         use sha2::Digest as _;
         let d = sha2::Sha256::digest(key.as_bytes());
-        Self { user: user.clone(), tool: tool.to_owned(), key_hash: d.iter().map(|b| format!("{b:02x}")).collect() }
+        Self { user: user.clone(), tool: tool.to_owned(), key_hash: mcpfleet_core::hex(&d) }
     }
 }
 

@@ -65,11 +65,7 @@ pub fn escape(s: &str) -> String {
 /// The envelope around `items`, from `source` (a tool name), with a fresh random boundary.
 #[must_use]
 pub fn wrap(source: &str, items: &[Item]) -> String {
-    let boundary: [u8; 12] = rand::random();
-    let boundary: String = boundary.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    });
+    let boundary = mcpfleet_core::hex(&rand::random::<[u8; 12]>());
     wrap_with(source, items, &boundary)
 }
 

@@ -75,7 +75,7 @@ pub(crate) fn digest(tool: &str, args: &JsonObject) -> String {
     h.update(tool.as_bytes());
     h.update([0]);
     h.update(serde_json::to_vec(args).unwrap_or_default());
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    mcpfleet_core::hex(&h.finalize())
 }
 
 /// How a call with a key went.

@@ -43,11 +43,11 @@ pub(crate) struct RpcInfo {
 /// A short, stable, non-reversible tag for a session id in logs.
 pub(crate) fn short_hash(s: &str) -> String {
     let d = Sha256::digest(s.as_bytes());
-    d[..6].iter().map(|b| format!("{b:02x}")).collect()
+    mcpfleet_core::hex(&d[..6])
 }
 
-fn hex_id(len_bytes: usize) -> String {
-    (0..len_bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+fn hex_id<const N: usize>() -> String {
+    mcpfleet_core::hex(&rand::random::<[u8; N]>())
 }
 
 fn sane_request_id(v: &HeaderValue) -> Option<String> {
@@ -60,7 +60,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
     let started = Instant::now();
     let http_method = req.method().clone();
     let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
-    let request_id = req.headers().get("x-request-id").and_then(sane_request_id).unwrap_or_else(|| hex_id(12));
+    let request_id = req.headers().get("x-request-id").and_then(sane_request_id).unwrap_or_else(hex_id::<12>);
     let parent = req
         .headers()
         .get("traceparent")
@@ -68,7 +68,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
         .and_then(crate::trace::remote_parent)
         .unwrap_or_default();
     let http = crate::trace::http_span(http_method.as_str(), &parent);
-    let trace_id = crate::trace::trace_id_of(&http).unwrap_or_else(|| hex_id(16));
+    let trace_id = crate::trace::trace_id_of(&http).unwrap_or_else(hex_id::<16>);
     let ids = RequestIds { trace_id: trace_id.clone(), http: http.clone() };
     req.extensions_mut().insert(ids);
     let mut resp = if header_bytes > app.config.max_header_bytes {

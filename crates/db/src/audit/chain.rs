@@ -116,7 +116,7 @@ impl Chain {
     /// new chain: the old one ends with its 'end' row, or without one after a crash).
     pub(crate) fn new(replica: &str) -> Self {
         let tag: [u8; 4] = rand::random();
-        let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+        let tag = mcpfleet_core::hex(&tag);
         let started = micros(SystemTime::now()) / 1000;
         Self {
             id: format!("{replica}/{started:x}-{tag}").into(),

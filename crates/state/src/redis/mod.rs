@@ -236,6 +236,27 @@ struct Keys {
     index: String,
 }
 
+/// The keys of session `sid` under a user's base (`<p>{u:<user>}`).
+fn keys_at(base: &str, sid: &str) -> Keys {
+    Keys {
+        index: cat(&[base, ":ss"]),
+        session: cat(&[base, ":s:", sid]),
+        events: cat(&[base, ":ev:", sid]),
+        leases: cat(&[base, ":ls:", sid]),
+        doorbell: cat(&[base, ":db:", sid]),
+        cancellations: cat(&[base, ":cx:", sid]),
+    }
+}
+
+/// `parts` end to end, in one allocation (keys are built on every request; `format!` costs more).
+fn cat(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
+}
+
 impl RedisStore {
     /// Connects the command connection, the bulk connection (a pool on a standalone Redis) and the subscriber.
     ///
@@ -283,7 +304,7 @@ impl RedisStore {
 
     /// The prefix and hash tag of every key of `user`.
     fn user_base(&self, user: &UserKey) -> String {
-        format!("{}{{u:{}}}", self.inner.cfg.prefix, user.as_str())
+        cat(&[&self.inner.cfg.prefix, "{u:", user.as_str(), "}"])
     }
 
     fn keys(&self, key: &SessionKey) -> Keys {
@@ -291,15 +312,7 @@ impl RedisStore {
     }
 
     fn keys_of(&self, user: &UserKey, sid: &str) -> Keys {
-        let base = self.user_base(user);
-        Keys {
-            index: format!("{base}:ss"),
-            session: format!("{base}:s:{sid}"),
-            events: format!("{base}:ev:{sid}"),
-            leases: format!("{base}:ls:{sid}"),
-            doorbell: format!("{base}:db:{sid}"),
-            cancellations: format!("{base}:cx:{sid}"),
-        }
+        keys_at(&self.user_base(user), sid)
     }
 
     fn timeout(&self) -> Duration {
@@ -772,11 +785,8 @@ impl LimitStore for RedisStore {
             SessionOp::None => "-",
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => id.as_str(),
         };
-        let k = self.keys_of(a.user, sid);
-        let bucket_key = match a.bucket {
-            Some(b) => format!("{base}:{}", b.name),
-            None => format!("{base}:tb"),
-        };
+        let k = keys_at(&base, sid);
+        let bucket_key = cat(&[&base, ":", a.bucket.map_or("tb", |b| b.name.as_str())]);
         let set = match (a.slot, a.release) {
             (Some(s), Some((r, _))) if s.set != r => {
                 return Err(StateError::Protocol("releases must be of the admitted slot's set"));
@@ -785,8 +795,8 @@ impl LimitStore for RedisStore {
             (None, Some((r, _))) => r,
             (None, None) => SlotSet::Calls,
         };
-        let slot_key = format!("{base}:{}", set.suffix());
-        let window_key = format!("{base}:q:{}", a.window.map_or("-", |w| w.name.as_str()));
+        let slot_key = cat(&[&base, ":", set.suffix()]);
+        let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
         let mut inv = self.inner.scripts.admit.key(&bucket_key);
         inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index).key(&slot_key).key(&window_key);
         match a.bucket {

@@ -303,7 +303,7 @@ pub(crate) struct Audit {
 pub(crate) fn args_digest(args: &JsonObject) -> String {
     use sha2::Digest as _;
     let bytes = serde_json::to_vec(args).unwrap_or_default();
-    sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    mcpfleet_core::hex(&sha2::Sha256::digest(&bytes))
 }
 
 /// How a call ended, for the metrics and the audit event.
