@@ -9,14 +9,15 @@
 #
 # With BASE (a git revision), the binary of that revision is built in a worktree (target dir target/bench-base,
 # kept between runs) and every mcpfleet setup runs twice in a row, "[base]" first: a change's effect side by side
-# in one run.
+# in one run. BASE_BIN=<path> names a base binary already built instead.
 # Setups: rmcp's own server (the baseline: crates/rmcp-baseline); 1 replica in-memory; 1 replica + Redis;
 # 3 replicas + Redis (requests round-robin over them); the last two again with bearer tokens (--auth dev: Ed25519
 # JWTs, verified on every request, cached per token); then the 2026-07-28 generation (stateless calls, no session) on 1 and 3 replicas, and with an idempotency key per call;
 # then the tasks extension through 3 replicas with JWTs: tasks/get polls of a live task beside plain 2026 tools/call
 # on the same fleet; then PostgreSQL (its own server, migrated, demo data at scale 1): the hot path with the audit
 # trail on and off, the full stack (JWT, every limit in force, the audit trail) on 1 and 3 replicas, and the
-# reference tools (full-text search_docs, get_ticket) through 3 replicas.
+# reference tools (full-text search_docs, get_ticket) through 3 replicas; and Redis memory per idle session on the
+# full stack (IDLE_SESSIONS sessions, 10000 by default).
 # Columns: see docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,9 @@ TMP="$(mktemp -d)"
 PIDS=()
 HA_PIDS=()
 BINS=("$BIN")
-if [[ -n "${BASE:-}" ]]; then
+if [[ -n "${BASE_BIN:-}" ]]; then
+  BINS=("$BASE_BIN" "$BIN")
+elif [[ -n "${BASE:-}" ]]; then
   git worktree add --detach -q "$TMP/base" "$BASE"
   (cd "$TMP/base" && cargo build --release -q -p mcpfleet --target-dir "$OLDPWD/target/bench-base")
   cp target/bench-base/release/mcpfleet "$TMP/mcpfleet-base"
@@ -173,6 +176,25 @@ run_one() {
   stop_replicas
 }
 
+# run_idle LABEL SERVER_ARGS...: Redis memory per idle session (IDLE_SESSIONS of them, 10000 by default: each an
+# initialize and its notifications/initialized) with each binary of BINS, on an emptied Redis (FLUSHALL, so that
+# the keys of the setups before, expiring meanwhile, do not shrink the figure).
+run_idle() {
+  local label="$1"
+  shift
+  selected "$label" || return 0
+  for SERVER_BIN in "${BINS[@]}"; do
+    local suffix=""
+    [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]] && suffix=" [base]"
+    redis-cli -p "$REDIS_PORT" flushall >/dev/null
+    start_replica "$@"
+    "$BENCH" --url "${URLS[0]}" --token "$TOKEN" --redis-url "$REDIS_URL" --idle-sessions "${IDLE_SESSIONS:-10000}" \
+      --label "$label$suffix"
+    stop_replicas
+  done
+  SERVER_BIN=""
+}
+
 # run_rmcp LABEL: the baseline, rmcp's own Streamable HTTP server (crates/rmcp-baseline: in-process sessions, no
 # auth, no store), one process, so every session stays on it as a sticky balancer would keep it.
 run_rmcp() {
@@ -264,6 +286,7 @@ FULL_STACK=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database
   --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
 run "1 replica, full stack" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
 run "3 replicas, full stack, round-robin" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run_idle "1 replica, full stack: Redis memory per idle session" "${FULL_STACK[@]}"
 run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 --redis-url "$REDIS_URL" --token "$RTOKEN" \
   --tool search_docs --args '{"query":"refund policy","limit":5}' -- \
   --redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --fixtures reference --database-url "$DB_URL"

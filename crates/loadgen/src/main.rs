@@ -92,6 +92,11 @@ struct Args {
     /// What every session sends in its loop.
     #[arg(long, value_enum, default_value_t = Op::ToolsCall)]
     op: Op,
+    /// Instead of the load: open this many sessions (`initialize` and `notifications/initialized`, 16 at a
+    /// time), leave them idle, and report how much Redis's `used_memory` grew per session (needs `--redis-url`;
+    /// the server must allow that many sessions per user).
+    #[arg(long, default_value_t = 0)]
+    idle_sessions: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -374,6 +379,9 @@ async fn run(a: Args) -> Result<(), BenchError> {
     }
     let http = reqwest::Client::builder().pool_max_idle_per_host(a.sessions.max(1)).default_headers(headers).build()?;
     let urls = Arc::new(a.urls.clone());
+    if a.idle_sessions > 0 {
+        return idle_memory(&a, http, urls).await;
+    }
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
         sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, modern).await?));
@@ -409,6 +417,35 @@ async fn run(a: Args) -> Result<(), BenchError> {
         eprintln!("mcpfleet-bench: {not_cancelled} of {} tasks not cancelled", task_ids.len());
     }
     measured
+}
+
+/// `--idle-sessions`: Redis memory per idle session, from `used_memory` before and after opening them.
+async fn idle_memory(a: &Args, http: reqwest::Client, urls: Arc<Vec<String>>) -> Result<(), BenchError> {
+    use futures::StreamExt as _;
+    let [url] = a.redis_urls.as_slice() else {
+        return Err(BenchError::Usage("--idle-sessions needs one --redis-url"));
+    };
+    let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    let used = async |conn: &mut redis::aio::MultiplexedConnection| -> Result<u64, BenchError> {
+        let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+        Ok(info.lines().find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok()).unwrap_or(0))
+    };
+    let before = used(&mut conn).await?;
+    let opened: Vec<Result<Session, BenchError>> = futures::stream::iter(0..a.idle_sessions)
+        .map(|n| Session::open(http.clone(), urls.clone(), a.token.clone(), n, false))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let failed = opened.iter().filter(|r| r.is_err()).count();
+    if let Some(Err(e)) = opened.into_iter().find(Result::is_err) {
+        eprintln!("mcpfleet-bench: {failed} of {} sessions not opened", a.idle_sessions);
+        return Err(e);
+    }
+    let after = used(&mut conn).await?;
+    #[expect(clippy::cast_precision_loss, reason = "byte counts")]
+    let per = (after.saturating_sub(before)) as f64 / a.idle_sessions as f64;
+    println!("{}: {per:.0} bytes ({} sessions; used_memory {before} -> {after})", a.label, a.idle_sessions);
+    Ok(())
 }
 
 /// Runs every session's loop (`bodies[n]` is what session n sends), then prints the report row.
