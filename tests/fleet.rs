@@ -430,6 +430,39 @@ async fn one_tools_call_costs_one_redis_round_trip() {
     assert_eq!(delta, expected.map(|(c, n)| (c.to_owned(), n)).to_vec());
 }
 
+/// A touch keeps the idle-TTL promise (after every request the session has at least the idle TTL to live, and at
+/// most a sixteenth more) while writing its TTLs only now and then: once less than the idle TTL is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn touches_keep_the_idle_ttl_and_write_it_only_when_it_runs_short() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).arg("--session-idle-ttl").arg("16s").start().await;
+    let urls = fleet.urls();
+    let mut client = McpClient::new();
+    client.initialize(&urls[0]).await;
+    let session = redis.keys().into_iter().find(|k| k.contains(":s:")).unwrap();
+    let pttl = || redis.raw(&["PTTL", &session]).trim().parse::<i64>().unwrap();
+    let pexpires = || redis.command_stats().into_iter().find(|(c, _)| c == "pexpire").map_or(0, |(_, n)| n);
+    let (ttl, life) = (16_000, 17_000);
+    let before = pexpires();
+    let started = Instant::now();
+    let mut requests = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        requests += 1;
+        let r = client.request(&urls[requests % 2], requests as i64, "ping", json!({})).await;
+        assert_eq!(r["result"], json!({}));
+        let left = pttl();
+        assert!(left > ttl - 200 && left <= life, "after request {requests}: {left} ms left, not in ({ttl}, {life}]");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // 2.5 s of requests against a slack of 1 s: the session's TTLs were pushed out two or three times (each a
+    // PEXPIRE of the session, its log, its leases and the user's index), not at every request (5 PEXPIREs each
+    // before issue 19); the bucket's TTL, pushed out only when its refill would outlive it, adds a few at most.
+    let written = pexpires() - before;
+    println!("{requests} requests, {written} PEXPIREs");
+    assert!(requests >= 10, "{requests}");
+    assert!(written <= 16, "{written} PEXPIREs for {requests} requests");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_closes_a_connection_with_retry_and_the_client_resumes_elsewhere() {
     let redis = RedisServer::start();
