@@ -16,34 +16,22 @@ BENCH=target/release/mcpfleet-bench
 [[ $# -gt 0 ]] || set -- target/release/mcpfleet
 
 TMP="$(mktemp -d)"
-cleanup() { pkill -f "valgrind.*$TMP" 2>/dev/null || true; [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true; rm -rf "$TMP"; }
+. tests/hot-path.sh
+cleanup() { pkill -f "valgrind.*$TMP" 2>/dev/null || true; hot_path_stop; rm -rf "$TMP"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 calls() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^mcp_tool_calls_total\{.*outcome="ok"/ { s += $2 } END { print s + 0 }'; }
 
-export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 echo "| binary | calls counted | instructions per call |"
 echo "|---|---|---|"
 for bin in "$@"; do
-  port="$(free_port)"
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
-  REDIS_PID=$!
-  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  token="$("$bin" token --dev-key-file "$TMP/key.pem" --sub bench --scope mcp:access --ttl 1h)"
-  mcp="$(free_port)" admin="$(free_port)"
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$TMP/cg.%p" \
-    "$bin" serve --listen "127.0.0.1:$mcp" --admin-listen "127.0.0.1:$admin" --fixtures conformance \
-    --redis-url "redis://127.0.0.1:$port" --auth dev --dev-key-file "$TMP/key.pem" --log info \
-    --rate-burst 1000000 --rate-per-second 1000000 --max-sessions-per-user 0 --max-inflight-per-user 100000 \
-    --quota test_simple_text=1000000000/1h >"$TMP/out" 2>"$TMP/err" &
-  for _ in $(seq 600); do grep -q '^admin listening on ' "$TMP/out" 2>/dev/null && break; sleep 0.1; done
+  hot_path_start "$bin" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$TMP/cg.%p"
   # Warm-up (caches, the token's verdict, lazy statics), then count a fixed load.
-  "$BENCH" --url "http://127.0.0.1:$mcp/mcp" --token "$token" --sessions 4 --secs 3 --warmup-secs 1 >/dev/null
-  before="$(calls "$admin")"
+  "$BENCH" --url "$MCP_URL" --token "$TOKEN" --sessions 4 --secs 3 --warmup-secs 1 >/dev/null
+  before="$(calls "$ADMIN_PORT")"
   callgrind_control -i on >/dev/null 2>&1
-  "$BENCH" --url "http://127.0.0.1:$mcp/mcp" --token "$token" --sessions 4 --secs "$SECS" --warmup-secs 0 >/dev/null
+  "$BENCH" --url "$MCP_URL" --token "$TOKEN" --sessions 4 --secs "$SECS" --warmup-secs 0 >/dev/null
   callgrind_control -i off >/dev/null 2>&1
-  after="$(calls "$admin")"
+  after="$(calls "$ADMIN_PORT")"
   callgrind_control -d >/dev/null 2>&1
   sleep 2
   ir="$(cat "$TMP"/cg.* | awk '/^totals:/ { s += $2 } /^summary:/ { t += $2 } END { print (s ? s : t) }')"
@@ -52,6 +40,5 @@ for bin in "$@"; do
   pkill -f "valgrind.*$TMP" || true
   sleep 1
   rm -f "$TMP"/cg.*
-  kill "$REDIS_PID" 2>/dev/null || true
-  wait "$REDIS_PID" 2>/dev/null || true
+  hot_path_stop
 done

@@ -14,27 +14,14 @@ cargo build --release -q -p mcpfleet-loadgen
 BENCH=target/release/mcpfleet-bench
 
 TMP="$(mktemp -d)"
-cleanup() { kill "${SERVER_PID:-}" "${REDIS_PID:-}" 2>/dev/null || true; rm -rf "$TMP"; }
+. tests/hot-path.sh
+cleanup() { hot_path_stop; rm -rf "$TMP"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
-port="$(free_port)"
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
-REDIS_PID=$!
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-token="$("$BIN" token --dev-key-file "$TMP/key.pem" --sub bench --scope mcp:access --ttl 1h)"
-mcp="$(free_port)"
-"$BIN" serve --listen "127.0.0.1:$mcp" --admin-listen 127.0.0.1:0 --fixtures conformance \
-  --redis-url "redis://127.0.0.1:$port" --auth dev --dev-key-file "$TMP/key.pem" --log info \
-  --rate-burst 1000000 --rate-per-second 1000000 --max-sessions-per-user 0 --max-inflight-per-user 100000 \
-  --quota test_simple_text=1000000000/1h >"$TMP/out" 2>/dev/null &
-SERVER_PID=$!
-for _ in $(seq 600); do grep -q '^admin listening on ' "$TMP/out" 2>/dev/null && break; sleep 0.1; done
+hot_path_start "$BIN"
 pid="$SERVER_PID"
 [[ "$WHO" == redis ]] && pid="$REDIS_PID"
-"$BENCH" --url "http://127.0.0.1:$mcp/mcp" --token "$token" --sessions 16 --secs $((SECS + 3)) --warmup-secs 1 \
-  >/dev/null &
+"$BENCH" --url "$MCP_URL" --token "$TOKEN" --sessions 16 --secs $((SECS + 3)) --warmup-secs 1 >/dev/null &
 bench=$!
 sleep 2
 perf record -q -F 499 --call-graph dwarf,16384 -p "$pid" -o "$TMP/perf.data" -- sleep "$SECS" >/dev/null 2>&1

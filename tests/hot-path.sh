@@ -1,0 +1,37 @@
+# Sourced by tests/callgrind.sh and tests/flamegraph.sh: a Redis of its own and one replica serving the full
+# stack's hot path but the database (JWT, the bucket, a quota and the in-flight cap in force, the conformance
+# fixtures), for a profiler to watch under mcpfleet-bench.
+#
+#   hot_path_start BIN [WRAPPER...]   # starts both in $TMP (which the caller owns and removes)
+# Sets REDIS_PID, SERVER_PID (the wrapper's, when there is one), TOKEN, MCP_URL and ADMIN_PORT.
+# hot_path_stop stops both.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
+
+hot_path_start() {
+  local bin="$1" port mcp
+  shift
+  port="$(free_port)"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
+  REDIS_PID=$!
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  TOKEN="$("$bin" token --dev-key-file "$TMP/key.pem" --sub bench --scope mcp:access --ttl 1h)"
+  mcp="$(free_port)" ADMIN_PORT="$(free_port)"
+  rm -f "$TMP/out"
+  "$@" "$bin" serve --listen "127.0.0.1:$mcp" --admin-listen "127.0.0.1:$ADMIN_PORT" --fixtures conformance \
+    --redis-url "redis://127.0.0.1:$port" --auth dev --dev-key-file "$TMP/key.pem" --log info \
+    --rate-burst 1000000 --rate-per-second 1000000 --max-sessions-per-user 0 --max-inflight-per-user 100000 \
+    --quota test_simple_text=1000000000/1h >"$TMP/out" 2>"$TMP/err" &
+  SERVER_PID=$!
+  for _ in $(seq 600); do grep -q '^admin listening on ' "$TMP/out" 2>/dev/null && break; sleep 0.1; done
+  MCP_URL="http://127.0.0.1:$mcp/mcp"
+}
+
+hot_path_stop() {
+  kill "${SERVER_PID:-}" 2>/dev/null || true
+  wait "${SERVER_PID:-}" 2>/dev/null || true
+  kill "${REDIS_PID:-}" 2>/dev/null || true
+  wait "${REDIS_PID:-}" 2>/dev/null || true
+}
