@@ -285,6 +285,8 @@ run "1 replica, Redis, JWT, audit trail on" 1 --redis-url "$REDIS_URL" --token "
 FULL_STACK=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --database-url "$DB_URL"
   --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
 run "1 replica, full stack" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run "1 replica, full stack, one worker thread" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}" \
+  --worker-threads 1
 run "3 replicas, full stack, round-robin" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
 run_idle "1 replica, full stack: Redis memory per idle session" "${FULL_STACK[@]}"
 run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 --redis-url "$REDIS_URL" --token "$RTOKEN" \

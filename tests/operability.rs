@@ -375,6 +375,8 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
         .log_to(&logs, "info")
         .arg("--quota")
         .arg("test_costly=1/1h")
+        .arg("--worker-threads")
+        .arg("1")
         .start()
         .await;
     let url = fleet.urls()[0].clone();
@@ -413,6 +415,8 @@ async fn access_and_audit_logs_carry_ids_and_hashes_only() {
 
     let text = std::fs::read_to_string(&logs).unwrap();
     let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let start = lines.iter().find(|l| l["message"] == "serving MCP on /mcp").unwrap();
+    assert_eq!(start["workers"], 1, "--worker-threads 1: {start}");
     let access = lines
         .iter()
         .find(|l| l["request_id"] == "req-audit-1")

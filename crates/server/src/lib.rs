@@ -392,7 +392,11 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             return e.exit_code();
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cfg.worker_threads {
+        builder.worker_threads(n);
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mcpfleet: cannot start the runtime: {e}");
@@ -437,7 +441,8 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         };
         let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let admin_addr = admin.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!(listen = %addr, admin = %admin_addr, "serving MCP on /mcp");
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        tracing::info!(listen = %addr, admin = %admin_addr, workers, "serving MCP on /mcp");
         // Tests and supervisors read the bound addresses from these two lines.
         println!("listening on {addr}");
         println!("admin listening on {admin_addr}");
