@@ -288,6 +288,8 @@ run "1 replica, full stack" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FU
 run "1 replica, full stack, one worker thread" 1 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}" \
   --worker-threads 1
 run "3 replicas, full stack, round-robin" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- "${FULL_STACK[@]}"
+run "3 replicas, full stack, round-robin, one worker thread each" 3 --redis-url "$REDIS_URL" --token "$TOKEN" -- \
+  "${FULL_STACK[@]}" --worker-threads 1
 run_idle "1 replica, full stack: Redis memory per idle session" "${FULL_STACK[@]}"
 run "3 replicas, Redis, JWT, PostgreSQL: search_docs" 3 --redis-url "$REDIS_URL" --token "$RTOKEN" \
   --tool search_docs --args '{"query":"refund policy","limit":5}' -- \
