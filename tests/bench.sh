@@ -139,14 +139,13 @@ run() {
   local label="$1"
   selected "$label" || return 0
   shift
-  for SERVER_BIN in "${BINS[@]}"; do
-    if [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]]; then
-      run_one "$label [base]" "$@"
-    else
-      run_one "$label" "$@"
-    fi
-  done
+  for SERVER_BIN in "${BINS[@]}"; do run_one "$(labelled "$label")" "$@"; done
   SERVER_BIN=""
+}
+
+# labelled LABEL: LABEL, with " [base]" when SERVER_BIN is BASE's binary.
+labelled() {
+  if [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]]; then echo "$1 [base]"; else echo "$1"; fi
 }
 
 run_one() {
@@ -167,10 +166,10 @@ run_one() {
   pg_before="$(pg_cpu_ms)"
   row="$("$BENCH" "${url_args[@]}" "${pid_args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $HEADER "${bench_args[@]}")"
   echo "$row"
-  local calls
-  calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
   # PostgreSQL's own CPU (every backend, warm-up included) per measured call, for the setups that use it.
   if [[ " ${server_args[*]} " == *" --database-url "* ]]; then
+    local calls
+    calls="$(echo "$row" | tail -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')"
     echo "  PostgreSQL CPU: $(( $(pg_cpu_ms) - pg_before )) ms over the run, $calls calls measured"
   fi
   stop_replicas
@@ -184,12 +183,10 @@ run_idle() {
   shift
   selected "$label" || return 0
   for SERVER_BIN in "${BINS[@]}"; do
-    local suffix=""
-    [[ "${#BINS[@]}" -gt 1 && "$SERVER_BIN" == "${BINS[0]}" ]] && suffix=" [base]"
     redis-cli -p "$REDIS_PORT" flushall >/dev/null
     start_replica "$@"
     "$BENCH" --url "${URLS[0]}" --token "$TOKEN" --redis-url "$REDIS_URL" --idle-sessions "${IDLE_SESSIONS:-10000}" \
-      --label "$label$suffix"
+      --label "$(labelled "$label")"
     stop_replicas
   done
   SERVER_BIN=""
@@ -209,7 +206,6 @@ run_rmcp() {
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
-
 
 # The CPU time of the bench's PostgreSQL (the postmaster and every backend), in ms.
 pg_cpu_ms() {

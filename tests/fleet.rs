@@ -402,8 +402,8 @@ async fn key_count_returns_to_baseline_after_expiry_and_delete() {
 /// The hot path: a `tools/call` on an existing session that answers with JSON, with the rate limit on and no
 /// cap or quota to count. The budget is 2 round trips; it takes 1 (one EVALSHA of admit.lua: the bucket, then the
 /// session touch, inside Redis), and inside it only what changes is written: the bucket's tokens, and no TTL (the
-/// session's and the bucket's were pushed out far enough by the calls before). PINGs are left out: they are each replica's once-a-second connection heartbeats,
-/// not part of the call. (tests/limits.rs counts the admission with every limit on.)
+/// session's and the bucket's were pushed out far enough by the calls before). PINGs are left out: they are each
+/// replica's once-a-second connection heartbeats, not part of the call. (tests/limits.rs counts the admission with every limit on.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tools_call_costs_one_redis_round_trip() {
     let redis = RedisServer::start();
@@ -451,7 +451,11 @@ async fn touches_keep_the_idle_ttl_and_write_it_only_when_it_runs_short() {
         let r = client.request(&urls[requests % 2], requests as i64, "ping", json!({})).await;
         assert_eq!(r["result"], json!({}));
         let left = pttl();
-        assert!(left > ttl - 200 && left <= life, "after request {requests}: {left} ms left, not in ({ttl}, {life}]");
+        assert!(
+            left > ttl - 200 && left <= life,
+            "after request {requests}: {left} ms left, not in ({}, {life}]",
+            ttl - 200
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // 2.5 s of requests against a slack of 1 s: the session's TTLs were pushed out two or three times (each a

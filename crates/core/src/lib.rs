@@ -1,7 +1,8 @@
 //! mcpfleet-core is the shared vocabulary of every other crate: who is calling ([`UserKey`], [`Principal`],
 //! [`Scopes`]), what a tool may cost ([`Quota`], and the flag syntax of quotas and durations), which protocol
 //! revision a request speaks ([`ProtocolVersion`]), JSON-RPC error [`code`]s, and JSON as requests carry it
-//! ([`JsonObject`], [`parse_strict`]), and the audit record of a call ([`AuditRecord`], [`AuditSink`]), and how bytes are spelled in hex ([`hex`]).
+//! ([`JsonObject`], [`parse_strict`]), the audit record of a call ([`AuditRecord`], [`AuditSink`]), and how bytes
+//! are spelled in hex ([`hex`]).
 //!
 //! It owns no behaviour that needs a runtime: it must not depend on tokio, axum, Redis or any other mcpfleet
 //! crate, so that auth, limits and the tools framework can share these types without depending on each other or

@@ -293,8 +293,8 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-/// Commands run so far on every node in `urls`, summed (`None` without any).
-async fn redis_calls(urls: &[String]) -> Result<Option<RedisCounters>, BenchError> {
+/// Commands run and CPU spent so far by every node in `urls`, summed (`None` without any).
+async fn redis_counters(urls: &[String]) -> Result<Option<RedisCounters>, BenchError> {
     if urls.is_empty() {
         return Ok(None);
     }
@@ -490,7 +490,7 @@ async fn measure(
     // Counters are read at the end of the warm-up, when every session is in its loop.
     tokio::time::sleep_until(warmup_end.into()).await;
     let cpu0: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
-    let redis0 = redis_calls(&a.redis_urls).await?;
+    let redis0 = redis_counters(&a.redis_urls).await?;
     let trips0 = round_trips(http, &a.metrics).await?;
     let started = Instant::now();
     let mut lat = Vec::new();
@@ -504,7 +504,7 @@ async fn measure(
     }
     let elapsed = started.elapsed();
     let cpu1: Vec<Option<f64>> = a.pids.iter().map(|p| cpu_seconds(*p)).collect();
-    let redis1 = redis_calls(&a.redis_urls).await?;
+    let redis1 = redis_counters(&a.redis_urls).await?;
     let trips1 = round_trips(http, &a.metrics).await?;
     lat.sort_unstable();
     let total = lat.len() as f64;

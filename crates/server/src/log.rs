@@ -16,12 +16,13 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::time::{FormatTime as _, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -35,7 +36,7 @@ struct Shared {
     out: Mutex<Box<dyn std::io::Write + Send>>,
     stop: AtomicBool,
     /// [`HIGH_WATER`], or 0 when there is no writer thread (every line is written at once).
-    high_water: usize,
+    high_water: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -46,7 +47,7 @@ impl Shared {
     fn append(&self, line: &[u8]) {
         let mut buf = lock(&self.buf);
         buf.extend_from_slice(line);
-        if buf.len() >= self.high_water {
+        if buf.len() >= self.high_water.load(Ordering::Relaxed) {
             self.drain(buf);
         }
     }
@@ -120,13 +121,12 @@ pub(crate) fn flush() {
 
 /// A buffered writer to `out`, and the guard that stops its writer thread.
 pub(crate) fn buffered(out: Box<dyn std::io::Write + Send>) -> (LogWriter, LogGuard) {
-    let new = |high_water| Shared {
+    let shared = Arc::new(Shared {
         buf: Mutex::new(Vec::with_capacity(64 * 1024)),
         out: Mutex::new(out),
         stop: false.into(),
-        high_water,
-    };
-    let shared = Arc::new(new(HIGH_WATER));
+        high_water: HIGH_WATER.into(),
+    });
     let s = shared.clone();
     let thread = std::thread::Builder::new().name("mcpfleet-log".to_owned()).spawn(move || {
         while !s.stop.load(Ordering::Acquire) {
@@ -134,16 +134,12 @@ pub(crate) fn buffered(out: Box<dyn std::io::Write + Send>) -> (LogWriter, LogGu
             s.drain(lock(&s.buf));
         }
     });
-    let (shared, thread) = match thread {
-        Ok(t) => (shared, Some(t)),
-        // No thread: every line is written at once.
-        Err(_) => match Arc::try_unwrap(shared) {
-            Ok(s) => (Arc::new(Shared { high_water: 0, ..s }), None),
-            Err(s) => (s, None),
-        },
-    };
+    if thread.is_err() {
+        // No writer thread: every line is written at once.
+        shared.high_water.store(0, Ordering::Relaxed);
+    }
     let _ = CURRENT.set(Arc::downgrade(&shared));
-    (LogWriter(shared.clone()), LogGuard { shared, thread })
+    (LogWriter(shared.clone()), LogGuard { shared, thread: thread.ok() })
 }
 
 /// The JSON event format: `tracing_subscriber`'s, flattened, written field by field.
@@ -169,7 +165,8 @@ where
         }
         let meta = event.metadata();
         w.write_str("{\"timestamp\":\"")?;
-        timestamp(&mut w, SystemTime::now())?;
+        // The timer the stock format uses, written straight into the line rather than into a String first.
+        SystemTime.format_time(&mut w)?;
         w.write_str("\",\"level\":\"")?;
         w.write_str(meta.level().as_str())?;
         w.write_char('"')?;
@@ -269,31 +266,6 @@ impl std::fmt::Write for Escaped<'_, '_> {
     }
 }
 
-/// RFC 3339 in UTC with microseconds, as `tracing_subscriber`'s `SystemTime` timer writes it.
-fn timestamp(w: &mut Writer<'_>, at: SystemTime) -> std::fmt::Result {
-    let d = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    write!(
-        w,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,19 +342,6 @@ mod tests {
         let ts = first["timestamp"].as_str().unwrap();
         assert_eq!((ts.len(), &ts[4..5], &ts[10..11], &ts[26..]), (27, "-", "T", "Z"), "{ts}");
         assert!(ours.lines().nth(2).unwrap().contains("\"spans\""), "an event in a span keeps its spans: {ours}");
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        let at = |secs: u64, micros: u32| {
-            let mut s = String::new();
-            timestamp(&mut Writer::new(&mut s), UNIX_EPOCH + Duration::new(secs, micros * 1000)).unwrap();
-            s
-        };
-        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
-        assert_eq!(at(1_796_180_064, 642_724), "2026-12-02T02:54:24.642724Z");
-        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
     }
 
     #[test]

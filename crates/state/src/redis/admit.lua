@@ -7,8 +7,7 @@
 --       12 slot ttl ms, 13 window limit ('' = no window), 14 window ms, 15.. slot tokens to release first (earlier
 --       calls' ends, riding on this round trip)
 -- Reply: {code, tokens (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)};
--- code 0 admitted, 1 bucket
--- empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
+-- code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
 --
 -- This is the hot path: every tools/call runs it. It writes only what changes (issue 19, docs/BENCHMARKS.md): a
 -- TTL is pushed out only when it would end too early, and then by more than is needed, so that the calls that
