@@ -799,21 +799,10 @@ impl LimitStore for RedisStore {
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
         let mut inv = self.inner.scripts.admit.key(&bucket_key);
         inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index).key(&slot_key).key(&window_key);
+        // The argument order of admit.lua: what every request may carry first, create's five only on a create.
         match a.bucket {
             Some(b) => inv.arg(b.capacity).arg(b.per_second),
             None => inv.arg("").arg(""),
-        };
-        match a.session {
-            SessionOp::None => inv.arg("").arg(sid).arg(0).arg(0).arg("").arg("").arg(""),
-            SessionOp::Touch(_) => inv.arg("touch").arg(sid).arg(0).arg(0).arg("").arg("").arg(""),
-            SessionOp::Create { session: s, max_sessions, .. } => inv
-                .arg("create")
-                .arg(sid)
-                .arg(max_sessions)
-                .arg(ms(s.idle_ttl))
-                .arg(&s.protocol_version)
-                .arg(&s.client_capabilities)
-                .arg(&s.client_info),
         };
         match a.slot {
             Some(s) => inv.arg(s.cap).arg(&s.token).arg(ms(s.ttl)),
@@ -822,6 +811,18 @@ impl LimitStore for RedisStore {
         match a.window {
             Some(w) => inv.arg(w.limit).arg(ms(w.window)),
             None => inv.arg("").arg(0),
+        };
+        match a.session {
+            SessionOp::None => inv.arg("").arg(sid),
+            SessionOp::Touch(_) => inv.arg("touch").arg(sid),
+            SessionOp::Create { session: s, max_sessions, .. } => inv
+                .arg("create")
+                .arg(sid)
+                .arg(max_sessions)
+                .arg(ms(s.idle_ttl))
+                .arg(&s.protocol_version)
+                .arg(&s.client_capabilities)
+                .arg(&s.client_info),
         };
         for token in a.release.map_or(&[][..], |(_, t)| t) {
             inv.arg(token);
