@@ -165,8 +165,7 @@ where
         }
         let meta = event.metadata();
         w.write_str("{\"timestamp\":\"")?;
-        // The timer the stock format uses, written straight into the line rather than into a String first.
-        SystemTime.format_time(&mut w)?;
+        timestamp(&mut w)?;
         w.write_str("\",\"level\":\"")?;
         w.write_str(meta.level().as_str())?;
         w.write_char('"')?;
@@ -177,6 +176,39 @@ where
         string(&mut w, meta.target())?;
         w.write_str("}\n")
     }
+}
+
+/// The time as the stock format's timer writes it (`2026-12-02T06:04:29.717547Z`), with the part up to the second
+/// formatted by that timer once a second per thread, not on every line.
+fn timestamp(w: &mut Writer<'_>) -> std::fmt::Result {
+    thread_local! {
+        static SECOND: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let (secs, micros) = (now.as_secs(), now.subsec_micros());
+    SECOND.with_borrow_mut(|(at, upto)| {
+        if *at != secs {
+            let mut full = String::with_capacity(32);
+            SystemTime.format_time(&mut Writer::new(&mut full))?;
+            // "…:SS.ffffffZ": the timer read the clock after us, so at a second's end it may be in the next one;
+            // then its own line is written, and nothing is kept.
+            let cut = full.len().saturating_sub(7);
+            let second = full.get(cut.saturating_sub(3)..cut.saturating_sub(1)).and_then(|ss| ss.parse::<u64>().ok());
+            if second != Some(secs % 60) {
+                return w.write_str(&full);
+            }
+            full.truncate(cut);
+            (*at, *upto) = (secs, full);
+        }
+        w.write_str(upto)?;
+        let mut digits = *b"000000Z";
+        let mut n = micros;
+        for d in digits[..6].iter_mut().rev() {
+            *d = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        w.write_str(std::str::from_utf8(&digits).map_err(|_| std::fmt::Error)?)
+    })
 }
 
 /// Writes each field as `,"name":value`.
@@ -241,8 +273,18 @@ struct Escaped<'a, 'w>(&'a mut Writer<'w>);
 
 impl std::fmt::Write for Escaped<'_, '_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let bytes = s.as_bytes();
         let mut start = 0;
-        for (i, b) in s.bytes().enumerate() {
+        let mut i = 0;
+        while i < bytes.len() {
+            // Eight bytes at a time while none of them needs escaping, which is nearly always (ids, names, hashes).
+            if let Some(chunk) = bytes.get(i..i + 8).and_then(|c| <[u8; 8]>::try_from(c).ok())
+                && !any_to_escape(u64::from_le_bytes(chunk))
+            {
+                i += 8;
+                continue;
+            }
+            let b = bytes[i];
             let esc = match b {
                 b'"' => "\\\"",
                 b'\\' => "\\\\",
@@ -252,7 +294,10 @@ impl std::fmt::Write for Escaped<'_, '_> {
                 0x08 => "\\b",
                 0x0c => "\\f",
                 0..0x20 => "",
-                _ => continue,
+                _ => {
+                    i += 1;
+                    continue;
+                }
             };
             self.0.write_str(&s[start..i])?;
             if esc.is_empty() {
@@ -260,10 +305,22 @@ impl std::fmt::Write for Escaped<'_, '_> {
             } else {
                 self.0.write_str(esc)?;
             }
-            start = i + 1;
+            i += 1;
+            start = i;
         }
         self.0.write_str(&s[start..])
     }
+}
+
+/// Whether any of eight bytes is `"`, `\` or below 0x20 (the bit tricks of "Bit Twiddling Hacks": a byte below
+/// n, a byte equal to zero). Bytes of 0x80 and up, UTF-8's multi-byte sequences, never match.
+fn any_to_escape(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v & HIGH;
+    let quote = x ^ (ONES * u64::from(b'"'));
+    let backslash = x ^ (ONES * u64::from(b'\\'));
+    (below(x, 0x20) | below(quote, 1) | below(backslash, 1)) != 0
 }
 
 #[cfg(test)]
@@ -317,6 +374,36 @@ mod tests {
         tracing::warn!("a message with \"quotes\"");
         let span = tracing::info_span!("outer", id = 7);
         span.in_scope(|| tracing::info!(inside = 1, "in a span"));
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them_at_every_offset() {
+        for len in 0..20 {
+            for at in 0..=len {
+                for special in ["\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "é", "\u{10348}", " "] {
+                    let mut s = "a".repeat(len);
+                    s.insert_str(at, special);
+                    let mut out = String::new();
+                    string(&mut Writer::new(&mut out), &s).unwrap();
+                    assert_eq!(out, serde_json::to_string(&s).unwrap(), "{s:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_timestamp_is_the_stock_timers_to_the_second() {
+        for _ in 0..3 {
+            let (mut ours, mut theirs) = (String::new(), String::new());
+            timestamp(&mut Writer::new(&mut ours)).unwrap();
+            SystemTime.format_time(&mut Writer::new(&mut theirs)).unwrap();
+            assert_eq!(ours.len(), theirs.len(), "{ours} {theirs}");
+            assert!(ours.ends_with('Z') && ours[20..26].bytes().all(|b| b.is_ascii_digit()), "{ours}");
+            if ours[..20] == theirs[..20] {
+                return;
+            }
+        }
+        panic!("the timestamp's seconds differ from the stock timer's three times in a row");
     }
 
     #[test]

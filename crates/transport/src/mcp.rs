@@ -158,7 +158,12 @@ pub(crate) async fn catalog_method(
 }
 
 pub(crate) fn truncate(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+    prefix(s, n).to_owned()
+}
+
+/// The first `n` characters of `s`, borrowed.
+pub(crate) fn prefix(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
 }
 
 /// Runs a tool. Unknown tools are protocol errors; tool failures become `isError` results with no internals.

@@ -114,9 +114,9 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
     }
     tracing::info!(
         target: "mcpfleet::access",
-        request_id = %request_id,
-        trace_id = %trace_id,
-        http.method = %http_method,
+        request_id = request_id.as_str(),
+        trace_id = trace_id.as_str(),
+        http.method = http_method.as_str(),
         rpc.method = method,
         tool.name = info.tool.as_deref(),
         principal = info.principal.as_deref(),

@@ -226,11 +226,11 @@ pub(crate) fn record_call(
     tracing::info!(
         target: "mcpfleet::audit",
         outcome = outcome.label(),
-        tool.name = %crate::mcp::truncate(&audit.tool, 64),
+        tool.name = crate::mcp::prefix(&audit.tool, 64),
         principal = principal.user.as_str(),
         duration_ms = took.as_secs_f64() * 1e3,
-        trace_id = %trace_id,
-        args.sha256 = %audit.args_sha256,
+        trace_id = trace_id,
+        args.sha256 = audit.args_sha256.as_str(),
         "tools/call"
     );
     if let Some(sink) = &app.audit {
