@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Redis's instructions per admission, counted by valgrind's callgrind on redis-server itself (stable on a noisy
+# machine, where Redis's CPU time is not), and what each part of admit.lua adds: redis-benchmark replays the full
+# stack's steady-state EVALSHA (16 clients: a touch of a live session, the bucket, an in-flight slot over 8 tokens
+# with one released, a quota window), then again with one part switched off by its argument; a part's cost is the
+# difference. "fixed" is the script with every part off (the EVALSHA, its arguments, TIME, the reply).
+#
+#   tests/admit-cost.sh                                   # this tree's admit.lua
+#   tests/admit-cost.sh /tmp/admit-a.lua /tmp/admit-b.lua # variants side by side (this tree's argument layout)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -gt 0 ]] || set -- crates/state/src/redis/admit.lua
+N="${N:-10000}"
+TMP="$(mktemp -d)"
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$TMP/cg.%p" \
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
+VG=$!
+trap 'kill $VG 2>/dev/null || true; wait $VG 2>/dev/null || true; rm -rf "$TMP"' EXIT
+R=(redis-cli -p "$port")
+for _ in $(seq 100); do "${R[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
+B='<p>{u:bench}'
+# A live session with most of its idle TTL left: a touch reads it and writes nothing.
+"${R[@]}" hset "$B:s:sid1" ttl 3600000 pv 2025-11-25 caps '{"roots":{}}' info '{}' created 0 n 0 >/dev/null
+"${R[@]}" pexpire "$B:s:sid1" 3800000 >/dev/null
+
+# Instructions per call of `redis-benchmark ARGS...` (after an unmeasured warm-up).
+cost() {
+  redis-benchmark -p "$port" -n 1000 -c 16 -r 8 -q "$@" >/dev/null
+  callgrind_control -z "$VG" >/dev/null 2>&1
+  callgrind_control -i on "$VG" >/dev/null 2>&1
+  redis-benchmark -p "$port" -n "$N" -c 16 -r 8 -q "$@" >/dev/null
+  callgrind_control -i off "$VG" >/dev/null 2>&1
+  callgrind_control -d "$VG" >/dev/null 2>&1
+  sleep 0.5
+  local ir
+  ir="$(cat "$TMP"/cg.*.* | awk '/^totals:/ { s += $2 } /^summary:/ { t += $2 } END { print (s ? s : t) }')"
+  rm -f "$TMP"/cg.*.*
+  echo $((ir / N))
+}
+
+echo "| script | admission | bucket | touch | slot | window | release | fixed |"
+echo "|---|---|---|---|---|---|---|---|"
+keys=(7 "$B:tb" "$B:s:sid1" "$B:ev:sid1" "$B:ls:sid1" "$B:ss" "$B:cc" "$B:q:t")
+for f in "$@"; do
+  sha="$("${R[@]}" script load "$(cat "$f")")"
+  # ARGV: capacity, per_second, slot cap, slot token, slot ttl, window limit, window ms, op, session id, releases.
+  run() { cost evalsha "$sha" "${keys[@]}" "$@"; }
+  all=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
+  bucket=$(run '' '' 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
+  touch=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' sid1 t__rand_int__)
+  slot=$(run 1000000 1000000 '' t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
+  window=$(run 1000000 1000000 100000 t__rand_int__ 300000 '' 3600000 touch sid1 t__rand_int__)
+  release=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1)
+  fixed=$(run '' '' '' t__rand_int__ 300000 '' 3600000 '' sid1)
+  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed |"
+done
