@@ -12,7 +12,8 @@
 
 use mcpfleet_tools::JsonObject;
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState, Tracer as _,
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+    Tracer as _,
 };
 use opentelemetry::{Context, KeyValue, global};
 use serde_json::Value;
@@ -62,17 +63,17 @@ pub(crate) fn trace_id_of(cx: &Context) -> Option<String> {
 
 /// Starts the HTTP server span of a request.
 pub(crate) fn http_span(method: &str, parent: &Context) -> Context {
-    let tracer = global::tracer(TRACER);
-    let span = tracer
-        .span_builder(format!("{method} /mcp"))
-        .with_kind(SpanKind::Server)
-        .with_attributes([
-            KeyValue::new("http.request.method", method.to_owned()),
-            KeyValue::new("http.route", "/mcp"),
-            KeyValue::new("network.protocol.name", "http"),
-        ])
-        .start_with_context(&tracer, parent);
-    parent.with_span(span)
+    server_span(
+        parent,
+        || format!("{method} /mcp"),
+        || {
+            vec![
+                KeyValue::new("http.request.method", method.to_owned()),
+                KeyValue::new("http.route", "/mcp"),
+                KeyValue::new("network.protocol.name", "http"),
+            ]
+        },
+    )
 }
 
 /// Starts the MCP span of one JSON-RPC request: named `{method} {target}`, with the MCP semantic-convention
@@ -84,32 +85,41 @@ pub(crate) fn mcp_span(
     request_id: Option<&Value>,
     session: Option<&str>,
 ) -> Context {
-    let name = match target {
+    let name = || match target {
         Some(t) => format!("{method} {t}"),
         None => method.to_owned(),
     };
-    let mut attrs = vec![
-        KeyValue::new("mcp.method.name", crate::metrics::method_label(method)),
-        KeyValue::new("network.transport", "tcp"),
-    ];
-    if let Some(id) = request_id {
-        attrs.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
-    }
-    if let Some(s) = session {
-        attrs.push(KeyValue::new("mcp.session.id", s.to_owned()));
-    }
-    if method == "tools/call"
-        && let Some(t) = target
-    {
-        attrs.push(KeyValue::new("gen_ai.tool.name", t.to_owned()));
-        attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-    }
+    server_span(parent, name, || {
+        let mut attrs = vec![
+            KeyValue::new("mcp.method.name", crate::metrics::method_label(method)),
+            KeyValue::new("network.transport", "tcp"),
+        ];
+        if let Some(id) = request_id {
+            attrs.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
+        }
+        if let Some(s) = session {
+            attrs.push(KeyValue::new("mcp.session.id", s.to_owned()));
+        }
+        if method == "tools/call"
+            && let Some(t) = target
+        {
+            attrs.push(KeyValue::new("gen_ai.tool.name", t.to_owned()));
+            attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        }
+        attrs
+    })
+}
+
+/// A server span under `parent`. Its name and attributes are built only if it records (an exporter is installed
+/// and the sampler took it): without an exporter a span carries only its ids, and every request would build
+/// strings for nobody (issue 19).
+fn server_span(parent: &Context, name: impl FnOnce() -> String, attrs: impl FnOnce() -> Vec<KeyValue>) -> Context {
     let tracer = global::tracer(TRACER);
-    let span = tracer
-        .span_builder(name)
-        .with_kind(SpanKind::Server)
-        .with_attributes(attrs)
-        .start_with_context(&tracer, parent);
+    let mut span = tracer.span_builder("").with_kind(SpanKind::Server).start_with_context(&tracer, parent);
+    if span.is_recording() {
+        span.update_name(name());
+        span.set_attributes(attrs());
+    }
     parent.with_span(span)
 }
 
