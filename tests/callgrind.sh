@@ -28,11 +28,11 @@ for bin in "$@"; do
   # Warm-up (caches, the token's verdict, lazy statics), then count a fixed load.
   "$BENCH" --url "$MCP_URL" --token "$TOKEN" --sessions 4 --secs 3 --warmup-secs 1 >/dev/null
   before="$(calls "$ADMIN_PORT")"
-  callgrind_control -i on >/dev/null 2>&1
+  callgrind_control -i on "$SERVER_PID" >/dev/null 2>&1
   "$BENCH" --url "$MCP_URL" --token "$TOKEN" --sessions 4 --secs "$SECS" --warmup-secs 0 >/dev/null
-  callgrind_control -i off >/dev/null 2>&1
+  callgrind_control -i off "$SERVER_PID" >/dev/null 2>&1
   after="$(calls "$ADMIN_PORT")"
-  callgrind_control -d >/dev/null 2>&1
+  callgrind_control -d "$SERVER_PID" >/dev/null 2>&1
   sleep 2
   ir="$(cat "$TMP"/cg.* | awk '/^totals:/ { s += $2 } /^summary:/ { t += $2 } END { print (s ? s : t) }')"
   echo "| $bin | $((after - before)) | $(( ir / (after - before) )) |"
