@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 [[ $# -gt 0 ]] || set -- crates/state/src/redis/admit.lua
 N="${N:-10000}"
 TMP="$(mktemp -d)"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+. tests/hot-path.sh # free_port
+port="$(free_port)"
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$TMP/cg.%p" \
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null 2>&1 &
 VG=$!

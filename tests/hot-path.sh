@@ -1,6 +1,6 @@
-# Sourced by tests/callgrind.sh and tests/flamegraph.sh: a Redis of its own and one replica serving the full
-# stack's hot path but the database (JWT, the bucket, a quota and the in-flight cap in force, the conformance
-# fixtures), for a profiler to watch under mcpfleet-bench.
+# Sourced by tests/callgrind.sh and tests/flamegraph.sh (tests/admit-cost.sh takes its free_port): a Redis of its
+# own and one replica serving the full stack's hot path but the database (JWT, the bucket, a quota and the in-flight
+# cap in force, the conformance fixtures), for a profiler to watch under mcpfleet-bench.
 #
 #   hot_path_start BIN [WRAPPER...]   # starts both in $TMP (which the caller owns and removes)
 # Sets REDIS_PID, SERVER_PID (the wrapper's, when there is one), TOKEN, MCP_URL and ADMIN_PORT.

@@ -1158,6 +1158,17 @@ async fn limits_slots_and_windows(kind: Kind) {
     let r =
         admit(s, &Admission { slot: Some(&a4), release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await;
     assert_eq!((r.refused, r.slots_used), (None, Some(1)), "two released before one taken");
+    // A session's creation carries releases too (in Redis they come after create's own arguments): a4 ends as
+    // alice opens a session, which then reads back as it was created.
+    let (ns, id, ended) = (new_session(LONG), session_id(), ["a4".to_owned()]);
+    let create = SessionOp::Create { id: &id, session: &ns, max_sessions: 0 };
+    let r =
+        admit(s, &Admission { session: create, release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await;
+    assert_eq!(r.refused, None);
+    let a5 = slot("a5", LONG);
+    let r = admit(s, &Admission { slot: Some(&a5), session: SessionOp::Touch(&id), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(1)), "a4 released by the create");
+    assert_eq!(r.session.map(|i| i.protocol_version), Some(ns.protocol_version.clone()));
     // Sets are per user and per kind.
     let streams = SlotSpec { set: SlotSet::Streams, ..slot("s1", LONG) };
     assert_eq!(admit(s, &Admission { slot: Some(&streams), ..admission(&alice) }).await.slots_used, Some(1));
