@@ -1,12 +1,36 @@
-//! Wall-clock times as the protocol and the audit trail write them (RFC 3339, UTC), from one calendar routine.
+//! Wall-clock times: the one reading of epoch milliseconds and seconds ([`epoch_ms`], [`epoch_secs`]), and the
+//! times the protocol and the audit trail write (RFC 3339, UTC), from one calendar routine.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, now. A clock before the epoch reads 0; one past `u64::MAX` ms saturates.
+#[must_use]
+pub fn epoch_ms() -> u64 {
+    epoch_ms_of(SystemTime::now())
+}
+
+/// `t` in milliseconds since the Unix epoch: 0 before the epoch, saturating at `u64::MAX`.
+#[must_use]
+pub fn epoch_ms_of(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whole seconds since the Unix epoch, now; a clock before the epoch reads 0.
+#[must_use]
+pub fn epoch_secs() -> u64 {
+    epoch_secs_of(SystemTime::now())
+}
+
+/// `t` in whole seconds since the Unix epoch; 0 before the epoch.
+#[must_use]
+pub fn epoch_secs_of(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 
 /// `t` as an RFC 3339 UTC time with seconds: `2026-12-01T10:00:00Z`.
 #[must_use]
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (date, s) = date_and_seconds(i64::try_from(secs).unwrap_or(i64::MAX));
+    let (date, s) = date_and_seconds(i64::try_from(epoch_secs_of(t)).unwrap_or(i64::MAX));
     format!("{date}T{:02}:{:02}:{:02}Z", s / 3600, s % 3600 / 60, s % 60)
 }
 
@@ -51,5 +75,18 @@ mod tests {
         assert_eq!(rfc3339_millis(1_796_083_200_042), "2026-12-01T00:00:00.042Z");
         assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+
+    #[test]
+    fn epoch_readings_saturate() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_796_083_200_042);
+        assert_eq!(epoch_ms_of(t), 1_796_083_200_042);
+        assert_eq!(epoch_secs_of(t), 1_796_083_200);
+        assert_eq!(epoch_ms_of(UNIX_EPOCH - Duration::from_secs(1)), 0, "before the epoch");
+        assert_eq!(epoch_secs_of(UNIX_EPOCH - Duration::from_secs(1)), 0, "before the epoch");
+        if let Some(far) = UNIX_EPOCH.checked_add(Duration::from_secs(u64::MAX / 100)) {
+            assert_eq!(epoch_ms_of(far), u64::MAX, "past u64::MAX ms");
+        }
+        assert!(epoch_ms() / 1000 >= epoch_secs().saturating_sub(1));
     }
 }
