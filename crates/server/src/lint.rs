@@ -1,17 +1,10 @@
 //! `mcpfleet lint URL`: connects to any MCP server as a client over Streamable HTTP, lists its tools, and runs the
 //! schema lint the server itself runs at start-up (`mcpfleet_tools::lint`) on each one.
 
+use crate::config::LintRequest;
 use mcpfleet_tools::lint::{Finding, Severity, lint_tool};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// What `mcpfleet lint` was asked.
-#[derive(Debug)]
-pub struct LintRequest {
-    pub url: String,
-    pub token: Option<crate::config::Secret>,
-    pub json: bool,
-}
 
 /// Exit codes: 0 no error (warnings allowed), 1 at least one error, 69 the server could not be listed.
 pub const EXIT_FINDINGS: i32 = 1;

@@ -165,7 +165,8 @@ pub enum Fixtures {
     /// The tools, resources, prompts and completion the MCP conformance suite expects.
     Conformance,
     /// The reference tools (search_docs, get_customer_summary, create_refund_draft, confirm_refund_draft,
-    /// export_report, get_ticket) over in-memory demo data per principal: one replica only.
+    /// export_report, get_ticket): on PostgreSQL with --database-url (any number of replicas), else over in-process
+    /// demo data (one replica only).
     Reference,
     /// Tools with open input schemas, one per kind of lint offence: the server refuses to start with them (a test
     /// of the startup lint).
@@ -215,12 +216,20 @@ pub struct TokenRequest {
     pub warnings: Vec<String>,
 }
 
+/// What `mcpfleet lint` was asked.
+#[derive(Debug)]
+pub struct LintRequest {
+    pub url: String,
+    pub token: Option<Secret>,
+    pub json: bool,
+}
+
 /// What the command line asked for.
 #[derive(Debug)]
 pub enum Parsed {
     Serve(Box<Config>),
     Token(TokenRequest),
-    Lint(crate::lint::LintRequest),
+    Lint(LintRequest),
     /// `migrate`, `demo-data`, `audit …`.
     Db(DbRequest),
     /// `--help` or `--version`: print and exit 0.
@@ -335,11 +344,11 @@ impl TokenArgs {
 }
 
 impl LintArgs {
-    fn into_request(self) -> Result<crate::lint::LintRequest, ServerError> {
+    fn into_request(self) -> Result<LintRequest, ServerError> {
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(config_error("lint: the URL must be http:// or https://"));
         }
-        Ok(crate::lint::LintRequest { url: self.url, token: self.token, json: self.json })
+        Ok(LintRequest { url: self.url, token: self.token, json: self.json })
     }
 }
 
