@@ -1,6 +1,7 @@
 //! The HTTP face of the `--auth dev` sign-in ([`mcpfleet_auth::dev_oauth`], which holds the protocol): the RFC 8414
-//! metadata, the registration, authorization and token endpoints, and the client's `Host` for the RFC 9728
-//! metadata and every challenge. Routed only with `--auth dev`, whose listener is loopback only.
+//! metadata and the registration, authorization and token endpoints. Routed only with `--auth dev`, whose listener
+//! is loopback only. (The client's `Host`, which names the RFC 9728 metadata and every challenge, is kept by
+//! `origin::with_host`.)
 //!
 //! Every endpoint passes the DNS-rebinding checks first: the `Host` must be allowed (the name becomes the issuer
 //! and the resource the client reads), and the endpoints that act (`/oauth/*`) also check the `Origin`. The
@@ -8,48 +9,16 @@
 //! origins (browser clients such as the Inspector sign in from their own page); the authorization endpoint is a
 //! navigation and answers no CORS.
 
-use crate::{AppState, HostPattern, origin, well_known};
+use crate::AppState;
+use crate::origin::{self, allowed_host};
+use crate::well_known::{self, Refusal, refusal};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mcpfleet_auth::ProtectedResource;
 use mcpfleet_auth::dev_oauth::{self as protocol, AuthorizeOutcome, DevAuthServer, ErrorCode, OAuthError};
-use serde_json::json;
-
-tokio::task_local! {
-    /// The allowed `Host` of the request being answered, for the challenges of `--auth dev`.
-    static HOST: String;
-}
-
-/// The single `Host` of a request, lowercased, when the allowlist admits it.
-pub(crate) fn allowed_host(headers: &HeaderMap, allowed: &[HostPattern]) -> Option<String> {
-    let mut all = headers.get_all(header::HOST).iter();
-    let (Some(host), None) = (all.next(), all.next()) else { return None };
-    let host = host.to_str().ok()?.to_ascii_lowercase();
-    let sane = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
-    (sane && allowed.iter().any(|p| p.matches(&host))).then_some(host)
-}
-
-/// Middleware of `--auth dev`: keeps the request's allowed `Host` in scope while the request is answered, so that
-/// every challenge (`error::auth_rejection`, from the extractors and the scope checks alike) points at the
-/// metadata under the name the client used. A request whose `Host` is not allowed is refused before any
-/// challenge by the `Caller` extractor.
-pub(crate) async fn with_host(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    match allowed_host(req.headers(), &app.config.allowed_hosts) {
-        Some(host) => HOST.scope(host, next.run(req)).await,
-        None => next.run(req).await,
-    }
-}
-
-/// With `--auth dev`, while a request is answered: the protected resource as its client named it.
-pub(crate) fn request_resource(app: &AppState) -> Option<ProtectedResource> {
-    let dev = app.config.dev_oauth.as_ref()?;
-    HOST.try_with(|host| dev.protected_resource(host)).ok()
-}
 
 /// The routes of the sign-in: RFC 8414 metadata (and its OpenID twin), registration, authorization, token.
 pub(crate) fn routes(mut r: Router<AppState>) -> Router<AppState> {
@@ -59,20 +28,6 @@ pub(crate) fn routes(mut r: Router<AppState>) -> Router<AppState> {
     r.route(protocol::REGISTER_PATH, post(register).options(preflight))
         .route(protocol::AUTHORIZE_PATH, get(authorize))
         .route(protocol::TOKEN_PATH, post(token).options(preflight))
-}
-
-/// `{"error": ..., "error_description": ...}` with `status`, for refusals before the protocol is reached.
-pub(crate) fn refusal(status: StatusCode, description: &str) -> Response {
-    Refusal(status, description).into_response()
-}
-
-/// A refusal before the protocol is reached: the DNS-rebinding checks, the body's size and deadline.
-struct Refusal<'a>(StatusCode, &'a str);
-
-impl IntoResponse for Refusal<'_> {
-    fn into_response(self) -> Response {
-        (self.0, axum::Json(json!({ "error": "invalid_request", "error_description": self.1 }))).into_response()
-    }
 }
 
 /// The sign-in and the client's host, after the DNS-rebinding checks (the `Origin` too when `act`).
@@ -203,25 +158,4 @@ async fn token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> R
         Err(refused) => refused.into_response(),
     };
     cors(&app, &headers, no_store(resp))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_single_allowed_host_is_taken() {
-        let allowed = HostPattern::loopback_hosts();
-        let mut h = HeaderMap::new();
-        assert_eq!(allowed_host(&h, &allowed), None);
-        h.insert(header::HOST, HeaderValue::from_static("LocalHost:8080"));
-        assert_eq!(allowed_host(&h, &allowed).as_deref(), Some("localhost:8080"));
-        h.insert(header::HOST, HeaderValue::from_static("[::1]:8080"));
-        assert_eq!(allowed_host(&h, &allowed).as_deref(), Some("[::1]:8080"));
-        h.insert(header::HOST, HeaderValue::from_static("evil.example:8080"));
-        assert_eq!(allowed_host(&h, &allowed), None);
-        h.insert(header::HOST, HeaderValue::from_static("localhost:8080"));
-        h.append(header::HOST, HeaderValue::from_static("localhost:8080"));
-        assert_eq!(allowed_host(&h, &allowed), None);
-    }
 }

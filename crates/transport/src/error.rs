@@ -1,6 +1,7 @@
 //! The one place where errors become HTTP statuses and JSON-RPC error codes. 5xx bodies stay generic; the detail
 //! goes to the log.
 
+use crate::origin::Forbidden;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mcpfleet_auth::{AuthError, ProtectedResource};
@@ -80,6 +81,15 @@ pub enum TransportError {
     Config(String),
 }
 
+impl From<Forbidden> for TransportError {
+    fn from(f: Forbidden) -> Self {
+        match f {
+            Forbidden::Origin => Self::ForbiddenOrigin,
+            Forbidden::Host => Self::ForbiddenHost,
+        }
+    }
+}
+
 impl From<LimitError> for TransportError {
     fn from(e: LimitError) -> Self {
         match e {
@@ -104,7 +114,7 @@ pub(crate) fn auth_rejection(app: &crate::AppState, e: AuthError) -> TransportEr
     };
     app.metrics.auth_refusals.with_label_values(&[reason]).inc();
     // `--auth dev`: the metadata under the host the client used; otherwise the configured resource's.
-    let dev = crate::dev_oauth::request_resource(app);
+    let dev = crate::origin::request_resource(app);
     challenge(e, dev.as_ref().or(app.config.protected_resource.as_ref()))
 }
 

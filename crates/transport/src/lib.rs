@@ -212,8 +212,8 @@ pub fn router(state: AppState) -> Router {
         r = r.route("/.well-known/jwks.json", get(well_known::dev_jwks).options(well_known::preflight));
     }
     if state.config.dev_oauth.is_some() {
-        // `--auth dev`: the sign-in, and the client's Host in scope for every challenge (dev_oauth::with_host).
-        r = dev_oauth::routes(r).layer(axum::middleware::from_fn_with_state(state.clone(), dev_oauth::with_host));
+        // `--auth dev`: the sign-in, and the client's Host in scope for every challenge (origin::with_host).
+        r = dev_oauth::routes(r).layer(axum::middleware::from_fn_with_state(state.clone(), origin::with_host));
     }
     r.with_state(state)
 }

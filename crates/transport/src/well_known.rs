@@ -1,11 +1,29 @@
 //! Public documents: RFC 9728 protected resource metadata and the dev issuer's JWKS. They need no credentials and
 //! carry no per-caller data, so CORS is open for GET (browser-based clients discover the authorization server
-//! from them). With `--auth dev` the metadata is named after the (allowed) `Host` the client used.
+//! from them). With `--auth dev` the metadata is named after the (allowed) `Host` the client used. Also the OAuth
+//! style refusal (`{"error": "invalid_request", ...}`) these documents and the dev sign-in send before their
+//! protocol is reached.
 
 use crate::AppState;
+use crate::origin::allowed_host;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// `{"error": ..., "error_description": ...}` with `status`, for refusals before the protocol is reached.
+pub(crate) fn refusal(status: StatusCode, description: &str) -> Response {
+    Refusal(status, description).into_response()
+}
+
+/// A refusal before the protocol is reached: the DNS-rebinding checks, the body's size and deadline.
+pub(crate) struct Refusal<'a>(pub(crate) StatusCode, pub(crate) &'a str);
+
+impl IntoResponse for Refusal<'_> {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": "invalid_request", "error_description": self.1 }))).into_response()
+    }
+}
 
 fn cors(mut resp: Response) -> Response {
     let h = resp.headers_mut();
@@ -24,9 +42,9 @@ pub(crate) fn public_json(value: serde_json::Value) -> Response {
 
 pub(crate) async fn resource_metadata(State(app): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(dev) = &app.config.dev_oauth {
-        return match crate::dev_oauth::allowed_host(&headers, &app.config.allowed_hosts) {
+        return match allowed_host(&headers, &app.config.allowed_hosts) {
             Some(host) => public_json(dev.protected_resource(&host).document()),
-            None => crate::dev_oauth::refusal(StatusCode::FORBIDDEN, "host not allowed"),
+            None => refusal(StatusCode::FORBIDDEN, "host not allowed"),
         };
     }
     match &app.config.protected_resource {
