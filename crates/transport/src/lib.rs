@@ -22,6 +22,7 @@ mod drain;
 mod error;
 mod extract;
 mod idempotency;
+mod input;
 mod jsonrpc;
 mod mcp;
 mod metrics;

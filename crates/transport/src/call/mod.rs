@@ -22,6 +22,12 @@ use mcpfleet_tools::JsonObject;
 use serde_json::Value;
 use std::sync::Arc;
 
+/// The session generation's name in the audit trail (the `GENERATION` of its front end and its sink).
+pub(crate) const SESSION_GENERATION: &str = "2025";
+/// The stateless generation's name in the audit trail (the `GENERATION` of its front end, its sink, and the sink
+/// of a queued task's run).
+pub(crate) const STATELESS_GENERATION: &str = "2026";
+
 /// What a call delivers when it ends on its own (or at its timeout).
 pub(crate) enum Finished {
     /// The answer to the request: a result (an `isError` one included) or a JSON-RPC error.
@@ -41,7 +47,7 @@ pub(crate) enum Interrupt {
 /// Where a call's answer goes, and what can stop it early.
 #[async_trait]
 pub(crate) trait CallSink: Send + Sync + Sized + 'static {
-    /// The protocol generation of its calls, in their audit rows: `2025` or `2026`.
+    /// The protocol generation of its calls, in their audit rows: [`SESSION_GENERATION`] or [`STATELESS_GENERATION`].
     const GENERATION: &'static str;
     /// What a run of the tool may end with besides a result.
     type Error: From<(i64, String)> + Send + 'static;

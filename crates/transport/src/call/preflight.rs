@@ -45,7 +45,7 @@ pub(crate) struct Cleared<T> {
 /// A front end's part in the checks of a `tools/call`.
 #[async_trait]
 pub(crate) trait Front: Send {
-    /// The protocol generation of its calls, in their audit rows: `2025` or `2026`.
+    /// The protocol generation of its calls, in their audit rows: `call::SESSION_GENERATION` or `STATELESS_GENERATION`.
     const GENERATION: &'static str;
     type Ticket: Send;
     /// How a call whose `name` or `arguments` are missing or ill-typed is answered.

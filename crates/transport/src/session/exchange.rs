@@ -507,7 +507,7 @@ pub(crate) struct SessionWatch {
 /// event in the session's log; a cancellation (on any replica), a deleted session or a lost lease stops the call.
 #[async_trait]
 impl CallSink for Exchange {
-    const GENERATION: &'static str = super::GENERATION;
+    const GENERATION: &'static str = crate::call::SESSION_GENERATION;
     type Error = (i64, String);
     type Watch = SessionWatch;
 

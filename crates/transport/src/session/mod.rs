@@ -6,7 +6,7 @@
 pub(crate) mod exchange;
 pub(crate) mod tail;
 
-use crate::call::{Cleared, Early, Front};
+use crate::call::{Cleared, Early, Front, SESSION_GENERATION};
 use crate::error::TransportError;
 use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, SESSION_HEADER};
 use crate::mcp;
@@ -72,12 +72,9 @@ struct SessionFront<'h> {
     h: &'h mut McpHeaders,
 }
 
-/// This generation's name in the audit trail, for its front end and its sink.
-pub(crate) const GENERATION: &str = "2025";
-
 #[async_trait]
 impl Front for SessionFront<'_> {
-    const GENERATION: &'static str = GENERATION;
+    const GENERATION: &'static str = SESSION_GENERATION;
     type Ticket = SessionKey;
 
     fn bad_target(&self, e: (i64, String)) -> Early {

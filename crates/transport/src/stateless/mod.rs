@@ -8,12 +8,13 @@
 
 pub(crate) mod mrtr;
 
-use crate::call::{CallEnd, CallSink, Finished, Interrupt};
+use crate::call::{CallEnd, CallSink, Finished, Interrupt, STATELESS_GENERATION};
 use crate::call::{Cleared, Early, Front, Identity};
 use crate::error::TransportError;
 use crate::extract::McpHeaders;
 use crate::extract::Message;
 use crate::idempotency::{self, Ran};
+use crate::input;
 use crate::mcp;
 use crate::request::{Post, accepted, admit};
 use crate::sse::{self, Frame};
@@ -309,12 +310,9 @@ struct StatelessFront<'h> {
     answers: JsonObject,
 }
 
-/// This generation's name in the audit trail, for its front end and its sink.
-pub(crate) const GENERATION: &str = "2026";
-
 #[async_trait]
 impl Front for StatelessFront<'_> {
-    const GENERATION: &'static str = GENERATION;
+    const GENERATION: &'static str = STATELESS_GENERATION;
     type Ticket = ();
 
     fn bad_target(&self, e: (i64, String)) -> Early {
@@ -554,13 +552,13 @@ impl Post<'_> {
             Ran::Here(Ok(v)) => Ok(v),
             Ran::Replayed(v) => {
                 // The same task as the first call's.
-                self.record_refused(q.name, q.args, CallEnd::Replayed, GENERATION);
+                self.record_refused(q.name, q.args, CallEnd::Replayed, STATELESS_GENERATION);
                 Ok(v)
             }
             Ran::Here(Err(Done::Rpc((c, msg)))) => Err((code::modern(c), msg)),
             Ran::Here(Err(Done::Refused(e))) => {
                 if matches!(e, TransportError::Limit(_)) {
-                    self.record_refused(q.name, q.args, CallEnd::RefusedByLimit, GENERATION);
+                    self.record_refused(q.name, q.args, CallEnd::RefusedByLimit, STATELESS_GENERATION);
                 }
                 return Err(e);
             }
@@ -825,21 +823,6 @@ enum Asking {
     Task(Value),
 }
 
-/// A client's answer to an input request as the tool gets it: a JSON-RPC error object becomes
-/// [`ToolError::ClientError`]; anything but an object is refused.
-pub(crate) fn answer_value(key: &str, answer: &Value) -> std::result::Result<Value, ToolError> {
-    match answer {
-        Value::Object(o) if o.contains_key("code") && o.contains_key("message") && o.len() <= 3 => {
-            Err(ToolError::ClientError {
-                code: o.get("code").and_then(Value::as_i64).unwrap_or(-32603),
-                message: o.get("message").and_then(Value::as_str).unwrap_or("error").chars().take(200).collect(),
-            })
-        }
-        Value::Object(_) => Ok(answer.clone()),
-        _ => Err(ToolError::InvalidParams(format!("inputResponses[\"{}\"] must be an object", mcp::truncate(key, 64)))),
-    }
-}
-
 /// One modern `tools/call` in flight. It answers with plain JSON unless it sends a notification (progress, a log
 /// message) or runs longer than `sse_after`; then it switches to an SSE stream of its own. Nothing is committed
 /// anywhere: a broken stream loses the call, and the client re-issues it (with its idempotency key, if it must
@@ -908,10 +891,12 @@ impl Inputs {
     /// The answer under `key`, if the request carries it; else the request joins this round's `inputRequests`
     /// and the handler is told to stop (it runs again, from the start, on the retry).
     fn ask(&self, key: &str, method: &str, params: Value) -> Asking {
-        let Some(kind) = input_kind(method) else { return Asking::Done(Err(ToolError::ClientUnsupported("requests"))) };
+        let Some(kind) = input::kind(method) else {
+            return Asking::Done(Err(ToolError::ClientUnsupported("requests")));
+        };
         if let Some(answer) = self.answers.get(key) {
             self.round().used.push(key.to_owned());
-            return Asking::Done(answer_value(key, answer));
+            return Asking::Done(input::answer_value(key, answer));
         }
         let mut round = self.round();
         if round.task {
@@ -928,7 +913,7 @@ impl Inputs {
 
     /// A key for an input request the handler did not name: `<kind>-<n>`, stable across rounds.
     fn auto_key(&self, method: &str) -> String {
-        let kind = input_kind(method).unwrap_or("request");
+        let kind = input::kind(method).unwrap_or("request");
         let mut round = self.round();
         let n = round.counts.entry(kind).or_insert(0);
         *n += 1;
@@ -946,7 +931,7 @@ impl Inputs {
     ) -> Option<std::result::Result<Value, TransportError>> {
         let round = std::mem::take(&mut *self.round());
         if let Err(ToolError::ClientUnsupported(cap)) = r
-            && input_capability(cap)
+            && input::is_capability(cap)
         {
             return Some(Err(TransportError::MissingCapability(vec![(*cap).to_owned()])));
         }
@@ -1089,7 +1074,7 @@ impl Call {
 /// client that closes its response stops the call, unless the call has an idempotency key.
 #[async_trait]
 impl CallSink for Call {
-    const GENERATION: &'static str = GENERATION;
+    const GENERATION: &'static str = STATELESS_GENERATION;
     type Error = Done;
     type Watch = crate::tasks::LinkWatch;
 
@@ -1255,21 +1240,6 @@ impl From<(i64, String)> for Done {
     fn from(e: (i64, String)) -> Self {
         Self::Rpc(e)
     }
-}
-
-/// The server→client requests a round may ask for, each with the client capability it needs (which also names
-/// its kind in automatic input keys).
-const INPUT_KINDS: [(&str, &str); 3] =
-    [("sampling/createMessage", "sampling"), ("elicitation/create", "elicitation"), ("roots/list", "roots")];
-
-/// Whether `cap` is a client capability that input requests need.
-pub(crate) fn input_capability(cap: &str) -> bool {
-    INPUT_KINDS.iter().any(|(_, c)| *c == cap)
-}
-
-/// The capability an input request of `method` needs.
-pub(crate) fn input_kind(method: &str) -> Option<&'static str> {
-    INPUT_KINDS.iter().find(|(m, _)| *m == method).map(|(_, c)| *c)
 }
 
 #[async_trait]

@@ -94,7 +94,7 @@ impl TaskLink {
         params: Value,
         capabilities: &Value,
     ) -> Result<Value, ToolError> {
-        let Some(kind) = crate::stateless::input_kind(method) else {
+        let Some(kind) = crate::input::kind(method) else {
             return Err(ToolError::ClientUnsupported("requests"));
         };
         if capabilities.get(kind).is_none() {
@@ -111,7 +111,7 @@ impl TaskLink {
             match store.ask_task(&self.key, self.generation, input, &request).await {
                 Ok(Asked::Answer(a)) => {
                     let answer = serde_json::from_str(&a).unwrap_or(Value::Null);
-                    return crate::stateless::answer_value(input, &answer);
+                    return crate::input::answer_value(input, &answer);
                 }
                 Ok(Asked::Stop) => return Err(ToolError::Cancelled),
                 Ok(Asked::Pending) => {

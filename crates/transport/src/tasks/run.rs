@@ -47,7 +47,7 @@ impl std::fmt::Debug for TaskRun {
 
 #[async_trait]
 impl CallSink for TaskRun {
-    const GENERATION: &'static str = crate::stateless::GENERATION;
+    const GENERATION: &'static str = crate::call::STATELESS_GENERATION;
     type Error = RunError;
     type Watch = LinkWatch;
 
@@ -60,7 +60,7 @@ impl CallSink for TaskRun {
         let own = mcp::own_outcome(&r);
         // Input the creating request's capabilities cannot carry refuses the run, as it refuses a call (-32021).
         if let Err(ToolError::ClientUnsupported(cap)) = &r
-            && crate::stateless::input_capability(cap)
+            && crate::input::is_capability(cap)
         {
             return (Err(RunError::Missing(cap)), own);
         }
@@ -114,7 +114,7 @@ impl ToolContext for TaskRun {
     }
 
     async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ToolError> {
-        let kind = crate::stateless::input_kind(method).unwrap_or("request");
+        let kind = crate::input::kind(method).unwrap_or("request");
         let key = {
             let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
             let n = counts.entry(kind).or_insert(0);
