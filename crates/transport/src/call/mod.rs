@@ -4,10 +4,10 @@
 //! with the trace id, an abort stops it), under its idempotency key if it has one, against its timeout, switching
 //! a silent call to SSE after `--sse-after`, and watching for what stops it early. What differs is where the
 //! answer goes and what can stop it: that is a [`CallSink`]. The session generation's sink is `Exchange`
-//! (`session/exchange.rs`: the event log, resumption, the doorbell), the stateless generation's is `stateless::Call` (one
-//! response, input requests, a client that closes its stream, and the task it may become after a delay), and a
-//! queued task's run on a worker is `tasks::run::TaskRun` (its answer goes into the durable task record; a
-//! cancellation asked on any replica or a hand-off stops it).
+//! (`session/exchange.rs`: the event log, resumption, the doorbell), the stateless generation's is `Call`
+//! (`stateless/call.rs`: one response, input requests, a client that closes its stream, and the task it may become
+//! after a delay), and a queued task's run on a worker is `tasks::run::TaskRun` (its answer goes into the durable
+//! task record; a cancellation asked on any replica or a hand-off stops it).
 //!
 //! It must not know HTTP: a sink turns the call's end into whatever its generation sends.
 
