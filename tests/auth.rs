@@ -323,9 +323,9 @@ async fn scopes_gate_the_endpoint_and_each_tool() {
     }
 
     // The 2026-07-28 generation answers the same challenge.
-    let modern = mcpfleet_fleetkit::ModernClient::new().with_token(&plain);
-    let resp = modern
-        .send(&urls[0], &modern.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[])
+    let stateless = mcpfleet_fleetkit::StatelessClient::new().with_token(&plain);
+    let resp = stateless
+        .send(&urls[0], &stateless.body(7, "tools/call", json!({ "name": "test_whoami", "arguments": {} })), &[])
         .await;
     assert_eq!(resp.status(), 403);
     let ch = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();

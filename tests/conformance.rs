@@ -75,16 +75,16 @@ async fn conformance_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    run_2025(proxy.url(), "redis-3").await;
+    run_session(proxy.url(), "redis-3").await;
     drop(proxy);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_2026_three_replicas_on_redis_behind_round_robin() {
+async fn conformance_stateless_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    run_2026(proxy.url(), "2026-redis-3").await;
+    run_stateless(proxy.url(), "2026-redis-3").await;
     drop(proxy);
 }
 
@@ -99,23 +99,27 @@ async fn conformance_both_generations_three_replicas_behind_sentinel() {
 }
 
 /// Both suites through 3 replicas on `topology`, behind the round-robin proxy.
-async fn both_generations_on(topology: &impl RedisTopology, label_2025: &'static str, label_2026: &'static str) {
+async fn both_generations_on(
+    topology: &impl RedisTopology,
+    label_session: &'static str,
+    label_stateless: &'static str,
+) {
     let fleet = Fleet::builder().replicas(3).redis_topology(topology).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    run_2025(proxy.url(), label_2025).await;
-    run_2026(proxy.url(), label_2026).await;
+    run_session(proxy.url(), label_session).await;
+    run_stateless(proxy.url(), label_stateless).await;
     drop(proxy);
 }
 
 /// The 0.1.16 suite, `--suite all`, through a fleet at `url`: every check passes, those that cross replicas too.
-async fn run_2025(url: String, label: &'static str) {
+async fn run_session(url: String, label: &'static str) {
     let summary = tokio::task::spawn_blocking(move || run_suite(&url, label)).await.expect("the suite ran");
     assert!(summary.contains(", 0 failed") && summary.contains("tools-call-elicitation: 1 passed"));
     assert!(summary.contains("server-sse-polling: 3 passed"));
 }
 
 /// The 0.2.0 alpha's 2026-07-28 requirements through a fleet at `url`, with the baseline.
-async fn run_2026(url: String, label: &'static str) {
+async fn run_stateless(url: String, label: &'static str) {
     let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance-2026-expected-failures.yml");
     let baseline = baseline.to_string_lossy().into_owned();
     let summary = tokio::task::spawn_blocking(move || {

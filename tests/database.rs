@@ -7,7 +7,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{JwtFleet, McpClient, ModernClient, PostgresServer, RoundRobinProxy, server_bin};
+use mcpfleet_fleetkit::{JwtFleet, McpClient, PostgresServer, RoundRobinProxy, StatelessClient, server_bin};
 use serde_json::{Value, json};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -332,8 +332,8 @@ async fn the_reference_tools_share_one_database_across_replicas() {
         .claim("org", json!("demo-0001"))
         .claim("scope", json!("mcp:access tools:read"))
         .sign();
-    let modern = ModernClient::new().with_token(&token);
-    let v = modern.call(&url, 11, "get_customer_summary", json!({ "customer_id": customer }), json!({})).await;
+    let stateless = StatelessClient::new().with_token(&token);
+    let v = stateless.call(&url, 11, "get_customer_summary", json!({ "customer_id": customer }), json!({})).await;
     assert_eq!(v["result"]["structuredContent"]["customer_id"], json!(customer), "{v}");
 
     // The audit trail: every call of the run is a row, with the principal's key and the outcome. The replicas
@@ -370,8 +370,8 @@ async fn the_reference_tools_share_one_database_across_replicas() {
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len() as u64, calls - 4, "bob made 3 calls and carol 1");
     assert!(lines.iter().all(|l| l["trace_id"].as_str().is_some_and(|t| t.len() == 32)), "{out}");
-    let modern_rows = lines.iter().filter(|l| l["generation"] == "2026").count();
-    assert_eq!(modern_rows, 1, "{out}");
+    let stateless_rows = lines.iter().filter(|l| l["generation"] == "2026").count();
+    assert_eq!(stateless_rows, 1, "{out}");
     assert!(lines.iter().all(|l| l["principal"] == lines[0]["principal"] && l["client_id"] == "test-client"));
     assert!(lines.iter().any(|l| l["tool"] == "confirm_refund_draft" && l["outcome"] == "ok"));
     assert!(lines.iter().any(|l| l["outcome"] == "is_error"));

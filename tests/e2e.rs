@@ -20,12 +20,12 @@ mod ha;
 mod interop;
 #[path = "limits.rs"]
 mod limits;
-#[path = "modern.rs"]
-mod modern;
 #[path = "operability.rs"]
 mod operability;
 #[path = "rmcp_client.rs"]
 mod rmcp_client;
+#[path = "stateless.rs"]
+mod stateless;
 #[path = "tasks.rs"]
 mod tasks;
 #[path = "tools.rs"]

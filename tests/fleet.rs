@@ -1187,10 +1187,10 @@ async fn one_strict_envelope_for_every_method() {
     let delete = c.http.delete(&a).header("mcp-session-id", c.session.as_deref().unwrap());
     assert_eq!(delete.header("mcp-protocol-version", "2025-06-18").send().await.unwrap().status(), 400);
     // 2026-07-28 still takes the stateless path, where the envelope is just as strict.
-    let modern = mcpfleet_fleetkit::ModernClient::new();
-    let mut body = modern.body(11, "tools/list", json!({}));
+    let stateless = mcpfleet_fleetkit::StatelessClient::new();
+    let mut body = stateless.body(11, "tools/list", json!({}));
     body["Params"] = json!({});
-    let resp = modern.send(&a, &body, &[]).await;
+    let resp = stateless.send(&a, &body, &[]).await;
     assert_eq!(resp.status(), 400);
     let r: Value = resp.json().await.unwrap();
     assert_eq!(r["error"]["code"], -32600, "{r}");

@@ -788,7 +788,7 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
     let note = stream.next(T).await.expect("the notice").expect("an event").json().expect("json");
     assert_eq!(note["method"], "notifications/resources/updated", "{label}: published on A, heard on B");
     // A task: created on A (its record, queue entry and WAIT), run by whichever replica takes it, polled on B.
-    let tasks = mcpfleet_fleetkit::ModernClient::new()
+    let tasks = mcpfleet_fleetkit::StatelessClient::new()
         .with_token(&tokens.token("alice"))
         .with_capabilities(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
     let r = tasks.call(&a, 1, "slow_job", json!({ "seconds": 0 }), json!({})).await;

@@ -26,7 +26,7 @@ struct TestClient {
     prompts: Arc<Mutex<Vec<String>>>,
     logs: Arc<Mutex<Vec<serde_json::Value>>>,
     /// Speaks rmcp's default version (2026-07-28) instead of 2025-11-25.
-    modern: bool,
+    stateless: bool,
 }
 
 impl ClientHandler for TestClient {
@@ -35,7 +35,7 @@ impl ClientHandler for TestClient {
         caps.sampling = Some(SamplingCapability::default());
         caps.elicitation = Some(ElicitationCapability::default());
         let config = ClientConfig::new(caps, Implementation::new("rmcp-test", "1"));
-        if self.modern { config } else { config.with_protocol_version(ProtocolVersion::V_2025_11_25) }
+        if self.stateless { config } else { config.with_protocol_version(ProtocolVersion::V_2025_11_25) }
     }
 
     async fn create_elicitation(
@@ -122,30 +122,30 @@ async fn rmcp_clients_of_both_generations_on_one_fleet() {
     let redis = RedisServer::start();
     let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
-    let modern_handler = TestClient { modern: true, ..TestClient::default() };
+    let stateless_handler = TestClient { stateless: true, ..TestClient::default() };
     let discover = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
-    let modern = modern_handler
+    let stateless = stateless_handler
         .clone()
         .serve_with_lifecycle(StreamableHttpClientTransport::from_uri(proxy.url()), discover)
         .await
         .unwrap();
-    let legacy_handler = TestClient::default();
-    let legacy = legacy_handler.clone().serve(StreamableHttpClientTransport::from_uri(proxy.url())).await.unwrap();
-    assert_eq!(modern.peer_info().unwrap().protocol_version, ProtocolVersion::V_2026_07_28);
-    assert_eq!(legacy.peer_info().unwrap().protocol_version, ProtocolVersion::V_2025_11_25);
+    let session_handler = TestClient::default();
+    let session = session_handler.clone().serve(StreamableHttpClientTransport::from_uri(proxy.url())).await.unwrap();
+    assert_eq!(stateless.peer_info().unwrap().protocol_version, ProtocolVersion::V_2026_07_28);
+    assert_eq!(session.peer_info().unwrap().protocol_version, ProtocolVersion::V_2025_11_25);
     // Both at once, interleaved on the same replicas.
-    tokio::join!(workflow(&modern, "2026-07-28"), workflow(&legacy, "2025-11-25"));
-    assert!(modern_handler.prompts.lock().unwrap().iter().any(|p| p.contains("from 2026-07-28")));
-    assert!(legacy_handler.prompts.lock().unwrap().iter().any(|p| p.contains("from 2025-11-25")));
-    // The 2026 client's subscription hears a resource update made by a call that lands on another replica.
+    tokio::join!(workflow(&stateless, "2026-07-28"), workflow(&session, "2025-11-25"));
+    assert!(stateless_handler.prompts.lock().unwrap().iter().any(|p| p.contains("from 2026-07-28")));
+    assert!(session_handler.prompts.lock().unwrap().iter().any(|p| p.contains("from 2025-11-25")));
+    // The stateless client's subscription hears a resource update made by a call that lands on another replica.
     let filter = SubscriptionFilter::builder().resource_subscription("test://watched-resource").build();
-    let mut sub = modern.listen(filter).await.unwrap();
-    modern.call_tool(CallToolRequestParams::new("test_update_watched_resource")).await.unwrap();
+    let mut sub = stateless.listen(filter).await.unwrap();
+    stateless.call_tool(CallToolRequestParams::new("test_update_watched_resource")).await.unwrap();
     let n = tokio::time::timeout(std::time::Duration::from_secs(10), sub.next()).await.unwrap().unwrap().unwrap();
     let n = serde_json::to_value(&n).unwrap();
     assert_eq!(n["method"], "notifications/resources/updated", "{n}");
     assert_eq!(n["params"]["uri"], "test://watched-resource");
     sub.cancel().await.unwrap();
-    legacy.cancel().await.unwrap();
-    modern.cancel().await.unwrap();
+    session.cancel().await.unwrap();
+    stateless.cancel().await.unwrap();
 }

@@ -4,7 +4,7 @@
 //! and is handed back when its replica shuts down; another principal learns nothing, and the cap and the quota
 //! hold across replicas.
 
-use mcpfleet_fleetkit::ModernClient;
+use mcpfleet_fleetkit::StatelessClient;
 use mcpfleet_fleetkit::{JwtFleet, SseStream, eventually};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -13,12 +13,12 @@ const EXT: &str = "io.modelcontextprotocol/tasks";
 const T: Duration = Duration::from_secs(10);
 
 /// A client of `sub` that declares the extension (and elicitation).
-fn tasks_client(s: &JwtFleet, sub: &str) -> ModernClient {
-    s.modern(sub).with_capabilities(json!({ "elicitation": {}, "extensions": { EXT: {} } }))
+fn tasks_client(s: &JwtFleet, sub: &str) -> StatelessClient {
+    s.stateless(sub).with_capabilities(json!({ "elicitation": {}, "extensions": { EXT: {} } }))
 }
 
 /// Calls `tool` and returns its task id (the answer must be a `CreateTaskResult`).
-async fn create(c: &ModernClient, url: &str, tool: &str, args: Value) -> String {
+async fn create(c: &StatelessClient, url: &str, tool: &str, args: Value) -> String {
     let r = c.call(url, 1, tool, args, json!({})).await;
     let res = &r["result"];
     assert_eq!(res["resultType"], "task", "{tool}: {r}");
@@ -27,12 +27,12 @@ async fn create(c: &ModernClient, url: &str, tool: &str, args: Value) -> String 
 }
 
 /// `tasks/get`: the HTTP status and the JSON-RPC response.
-async fn get(c: &ModernClient, url: &str, task: &str) -> (u16, Value) {
+async fn get(c: &StatelessClient, url: &str, task: &str) -> (u16, Value) {
     c.request(url, 2, "tasks/get", json!({ "taskId": task })).await
 }
 
 /// Polls `tasks/get` over `urls` in turn (every 100 ms) until `done` holds for the task; returns it.
-async fn until(c: &ModernClient, urls: &[String], task: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+async fn until(c: &StatelessClient, urls: &[String], task: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(secs);
     for i in 0.. {
         let (status, r) = get(c, &urls[i % urls.len()], task).await;
@@ -135,7 +135,7 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
 
     // Without the extension on the request: the task methods and an always-a-task tool are refused (-32021, 400,
     // naming the extension); a tool that may become a task runs inline.
-    let plain = s.modern("alice").with_capabilities(json!({}));
+    let plain = s.stateless("alice").with_capabilities(json!({}));
     let (status, r) = get(&plain, &urls[0], &id).await;
     assert_eq!((status, r["error"]["code"].clone()), (400, json!(-32021)), "{r}");
     assert_eq!(r["error"]["data"]["requiredCapabilities"], json!({ "extensions": { EXT: {} } }));
@@ -221,7 +221,7 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     assert_eq!(n["params"]["result"]["content"][0]["text"], "Deleted report.pdf (not really: this is a fixture).");
     assert_eq!(n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], json!(40));
     // Asking for task notifications needs the extension too.
-    let plain = s.modern("alice").with_capabilities(json!({}));
+    let plain = s.stateless("alice").with_capabilities(json!({}));
     for ids in [json!([id]), json!(["not-a-task-id"])] {
         let listen = plain.body(42, "subscriptions/listen", json!({ "notifications": { "taskIds": ids } }));
         let resp = plain.send(&urls[0], &listen, &[]).await;
@@ -231,7 +231,7 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     }
 
     // A task that asks for input the creating request cannot take fails with -32021, naming what is missing.
-    let mute = s.modern("alice").with_capabilities(json!({ "extensions": { EXT: {} } }));
+    let mute = s.stateless("alice").with_capabilities(json!({ "extensions": { EXT: {} } }));
     let id = create(&mute, &urls[0], "confirm_delete", json!({ "filename": "x.txt" })).await;
     let t = until(&mute, &urls[1..], &id, 10, terminal).await;
     assert_eq!((t["status"].clone(), t["error"]["code"].clone()), (json!("failed"), json!(-32021)), "{t}");

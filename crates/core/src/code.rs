@@ -26,20 +26,20 @@ pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// The requested protocol version is not served here (400); `error.data` lists the supported ones.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// 2026-07-28 answers keep out of the legacy sub-range (-32000 to -32019): a limit refused the request (429).
-pub const MODERN_LIMITED: i64 = -31429;
+pub const STATELESS_LIMITED: i64 = -31429;
 /// 2026-07-28: the state store is unavailable (503).
-pub const MODERN_UNAVAILABLE: i64 = -31503;
+pub const STATELESS_UNAVAILABLE: i64 = -31503;
 
 /// The code a 2026-07-28 answer carries for `code`: the legacy sub-range is not used there (the spec's
 /// allocation policy); transport refusals become `Invalid Request`, the store's unavailability and limit
 /// refusals get codes outside the JSON-RPC reserved range.
 #[must_use]
-pub fn modern(code: i64) -> i64 {
+pub fn stateless(code: i64) -> i64 {
     match code {
         SERVER_ERROR | SESSION_NOT_FOUND | REQUEST_LOST | CURSOR_GONE => INVALID_REQUEST,
         RESOURCE_NOT_FOUND => INVALID_PARAMS,
-        UNAVAILABLE => MODERN_UNAVAILABLE,
-        LIMITED => MODERN_LIMITED,
+        UNAVAILABLE => STATELESS_UNAVAILABLE,
+        LIMITED => STATELESS_LIMITED,
         other => other,
     }
 }

@@ -580,8 +580,8 @@ impl JwtFleet {
 
     /// A 2026-07-28 client with `sub`'s token.
     #[must_use]
-    pub fn modern(&self, sub: &str) -> mcpfleet_testkit::ModernClient {
-        mcpfleet_testkit::ModernClient::new().with_token(&self.token(sub))
+    pub fn stateless(&self, sub: &str) -> mcpfleet_testkit::StatelessClient {
+        mcpfleet_testkit::StatelessClient::new().with_token(&self.token(sub))
     }
 
     /// The `/mcp` URL of replica `i`.

@@ -146,12 +146,12 @@ struct Session {
     token: Option<String>,
     id: String,
     /// Speaks 2026-07-28: no session, the version and method in headers.
-    modern: bool,
+    stateless: bool,
 }
 
 impl Session {
     fn post(&self, url: &str, body: &Value) -> reqwest::RequestBuilder {
-        let version = if self.modern { "2026-07-28" } else { "2025-11-25" };
+        let version = if self.stateless { "2026-07-28" } else { "2025-11-25" };
         let mut rb = self
             .http
             .post(url)
@@ -159,7 +159,7 @@ impl Session {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", version)
             .body(body.to_string());
-        if self.modern {
+        if self.stateless {
             rb = rb.header("mcp-method", body["method"].as_str().unwrap_or_default());
             // The tool's name, or the task id of the tasks extension's methods.
             let params = &body["params"];
@@ -181,10 +181,10 @@ impl Session {
         urls: Arc<Vec<String>>,
         token: Option<String>,
         n: usize,
-        modern: bool,
+        stateless: bool,
     ) -> Result<Self, BenchError> {
-        let mut s = Self { http, urls, token, id: String::new(), modern };
-        if modern {
+        let mut s = Self { http, urls, token, id: String::new(), stateless };
+        if stateless {
             return Ok(s);
         }
         let url = s.urls[n % s.urls.len()].clone();
@@ -255,7 +255,7 @@ impl Session {
 }
 
 /// The `_meta` every 2026-07-28 request carries; with `tasks`, the tasks extension declared.
-fn modern_meta(tasks: bool) -> Value {
+fn stateless_meta(tasks: bool) -> Value {
     let capabilities = if tasks { json!({ "extensions": { TASKS_EXTENSION: {} } }) } else { json!({}) };
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -266,7 +266,7 @@ fn modern_meta(tasks: bool) -> Value {
 
 /// A `tasks/get` or `tasks/cancel` of task `id`.
 fn task_request(method: &str, id: &str) -> Value {
-    json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": { "taskId": id, "_meta": modern_meta(true) } })
+    json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": { "taskId": id, "_meta": stateless_meta(true) } })
 }
 
 /// Cancels the tasks (`ids[n]` belongs to `sessions[n]`), within [`CANCEL_TIMEOUT`]; how many were not.
@@ -363,9 +363,9 @@ async fn run(a: Args) -> Result<(), BenchError> {
     // Built together with the server, reqwest gets `rustls-no-provider` by feature unification: name ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args: Value = serde_json::from_str(&a.args)?;
-    let modern = a.generation == "2026";
+    let stateless = a.generation == "2026";
     let polls = a.op == Op::TasksGet;
-    if polls && !modern {
+    if polls && !stateless {
         return Err(BenchError::Usage("--op tasks-get needs --generation 2026"));
     }
     if polls && a.idempotency_keys {
@@ -384,12 +384,12 @@ async fn run(a: Args) -> Result<(), BenchError> {
     }
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
-        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, modern).await?));
+        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, stateless).await?));
     }
     let mut call =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
-    if modern {
-        call["params"]["_meta"] = modern_meta(polls);
+    if stateless {
+        call["params"]["_meta"] = stateless_meta(polls);
     }
     // What each session sends in its loop: the call, or `tasks/get` of the task it queued (before the warm-up).
     let (bodies, task_ids) = if polls {

@@ -286,13 +286,13 @@ impl Default for McpClient {
 /// A client of the 2026-07-28 generation: every request carries its version, capabilities and client info in
 /// `_meta`, and the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers; there is no session.
 #[derive(Debug, Clone)]
-pub struct ModernClient {
+pub struct StatelessClient {
     /// The connection and the identity (no session: a 2026-07-28 client never has one).
     base: McpClient,
     capabilities: Value,
 }
 
-impl ModernClient {
+impl StatelessClient {
     /// A client that declares the sampling, elicitation and roots capabilities.
     #[must_use]
     pub fn new() -> Self {
@@ -388,7 +388,7 @@ impl ModernClient {
     }
 }
 
-impl Default for ModernClient {
+impl Default for StatelessClient {
     fn default() -> Self {
         Self::new()
     }

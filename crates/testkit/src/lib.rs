@@ -22,7 +22,7 @@ mod redis_options;
 mod redis_sentinel;
 mod tls;
 
-pub use client::{McpClient, ModernClient, SseEvent, SseStream, data_messages, progress_values, response_of};
+pub use client::{McpClient, SseEvent, SseStream, StatelessClient, data_messages, progress_values, response_of};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use netns::{LabSite, NetLab};
 pub use postgres::PostgresServer;

@@ -225,13 +225,13 @@ impl TransportError {
     }
 
     /// The JSON-RPC error object of this error (for an answer whose HTTP status has gone out already).
-    pub(crate) fn rpc_error(&self, modern: bool) -> Value {
+    pub(crate) fn rpc_error(&self, stateless: bool) -> Value {
         let (_, c) = self.status_and_code();
         let data = match self {
             Self::MissingCapability(caps) => Some(capabilities_data(caps)),
             _ => None,
         };
-        crate::jsonrpc::error_object(if modern { code::modern(c) } else { c }, &self.to_string(), data)
+        crate::jsonrpc::error_object(if stateless { code::stateless(c) } else { c }, &self.to_string(), data)
     }
 
     /// The HTTP status this error is answered with.
@@ -305,10 +305,10 @@ impl IntoResponse for TransportError {
 
 impl TransportError {
     /// The HTTP answer to this error: a JSON-RPC error with `id` (null when unknown). A 2026-07-28 answer
-    /// (`modern`) carries the code of the spec's allocation policy (see [`code::modern`]).
-    pub(crate) fn response(self, id: Option<&Value>, modern: bool) -> Response {
+    /// (`stateless`) carries the code of the spec's allocation policy (see [`code::stateless`]).
+    pub(crate) fn response(self, id: Option<&Value>, stateless: bool) -> Response {
         let (status, code) = self.status_and_code();
-        let code = if modern { code::modern(code) } else { code };
+        let code = if stateless { code::stateless(code) } else { code };
         let mut data = Value::Null;
         let message = match &self {
             Self::Parse => "Parse error".to_owned(),
@@ -339,7 +339,7 @@ impl TransportError {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         match self {
-            Self::MethodNotAllowed if modern => {
+            Self::MethodNotAllowed if stateless => {
                 resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
             Self::MethodNotAllowed => {
@@ -407,10 +407,10 @@ mod tests {
             ),
             (limit(LimitError::Unavailable { retry_after: 1, source: None }), 503, -32005, -31503),
         ];
-        for (e, status, legacy, modern) in cases {
+        for (e, status, session, stateless) in cases {
             let what = format!("{e:?}");
             let (s, c) = e.status_and_code();
-            assert_eq!((s.as_u16(), c, code::modern(c)), (status, legacy, modern), "{what}");
+            assert_eq!((s.as_u16(), c, code::stateless(c)), (status, session, stateless), "{what}");
         }
     }
 

@@ -1,6 +1,6 @@
 //! mcpfleet-transport owns the Streamable HTTP endpoint `/mcp` for both protocol generations, chosen per request:
 //! the session generation (2025-03-26, 2025-06-18, 2025-11-25: POST/GET/DELETE, sessions, SSE resumption,
-//! server→client requests) and the stateless one (2026-07-28, `modern`: per-request `_meta` and header checks,
+//! server→client requests) and the stateless one (2026-07-28: per-request `_meta` and header checks,
 //! `server/discover`, multi round-trip requests with a signed `requestState` (`mrtr`), `subscriptions/listen`, and
 //! the tasks extension (`tasks`): durable tasks any replica answers for and any replica may run).
 //! Both share the JSON-RPC envelope, Origin/Host checks, the bearer challenges and RFC 9728 metadata of the auth

@@ -34,8 +34,8 @@ pub(crate) struct RpcInfo {
     pub(crate) rate: Option<mcpfleet_limits::RateStatus>,
     /// The request was admitted (or refused) by the limiter: it took its token.
     pub(crate) charged: bool,
-    /// Answered in the 2026-07-28 generation: errors carry the request id and the modern codes.
-    pub(crate) modern: bool,
+    /// Answered in the 2026-07-28 generation: errors carry the request id and the stateless codes.
+    pub(crate) stateless: bool,
     /// The JSON-RPC id of the request, once known (2026-07-28 errors carry it).
     pub(crate) request_id: Option<serde_json::Value>,
 }
@@ -133,7 +133,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
 pub(crate) fn with_info(r: Result<Response, TransportError>, info: RpcInfo) -> Response {
     let mut resp = match r {
         Ok(resp) => resp,
-        Err(e) => e.response(info.request_id.as_ref(), info.modern),
+        Err(e) => e.response(info.request_id.as_ref(), info.stateless),
     };
     resp.extensions_mut().insert(info);
     resp

@@ -31,7 +31,7 @@ pub(crate) async fn post(
         Err(e) => {
             let mut info = rpc_info(None, &caller, &h);
             // A body that could not be read is answered in the generation its version header names.
-            info.modern = stateless_header(&h);
+            info.stateless = stateless_header(&h);
             let r = charge_unadmitted(&app, &mut info, &asker, Err(e)).await;
             return with_info(r, info);
         }
@@ -95,7 +95,7 @@ impl Post<'_> {
             Message::Request { params, .. } | Message::Notification { params, .. } => Some(params),
             Message::Response { .. } => None,
         };
-        if crate::stateless::is_modern(&h, params) {
+        if crate::stateless::is_stateless(&h, params) {
             return self.stateless(h, message, duplicate).await;
         }
         self.session(h, message, duplicate).await

@@ -100,7 +100,7 @@ async function run(gen) {
       assertEq(rounds, 3, 'tools/call rounds of test_input_required_result_multi_round (two asks, then the result)');
       return `sampling 2 rounds, elicitation 2 rounds, multi_round ${rounds} rounds`;
     });
-    S.skip('resumption', '2026-07-28 streams are not resumable (no Last-Event-ID, no GET); the server refuses test_reconnection there (ClientUnsupported "stream resumption", crates/transport/src/modern.rs)');
+    S.skip('resumption', '2026-07-28 streams are not resumable (no Last-Event-ID, no GET); the server refuses test_reconnection there (ClientUnsupported "stream resumption", crates/transport/src/stateless/call.rs)');
     await S.step('no session to terminate', async () => {
       const mark = rec.mark();
       await transport.terminateSession();

@@ -264,7 +264,7 @@ pub(crate) async fn get(
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
         if stateless_header(&h) {
-            info.modern = true;
+            info.stateless = true;
             return Err(TransportError::MethodNotAllowed);
         }
         accepts?;
@@ -294,7 +294,7 @@ pub(crate) async fn delete(
     let asker = Asker::new(&app, &caller, peer);
     let r = async {
         if stateless_header(&h) {
-            info.modern = true;
+            info.stateless = true;
             return Err(TransportError::MethodNotAllowed);
         }
         h.version()?;

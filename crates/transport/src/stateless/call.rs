@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The stateless generation's part in a call's checks: the `Mcp-Param-*` headers, then the input answers of a
 /// retry (its `requestState` must verify); admission with the bucket (there is no session); early answers carry
-/// the modern code allocation and the result's `_meta`.
+/// the stateless code allocation and the result's `_meta`.
 struct StatelessFront<'h> {
     h: &'h McpHeaders,
     /// The request declares the tasks extension.
@@ -80,7 +80,7 @@ impl Front for StatelessFront<'_> {
 }
 
 impl Post<'_> {
-    pub(super) async fn modern_call(
+    pub(super) async fn stateless_call(
         &mut self,
         h: &McpHeaders,
         id: &Value,
@@ -95,7 +95,7 @@ impl Post<'_> {
         let Cleared { name, args, idem, granted, .. } = match self.preflight(&mut front, params, duplicate).await {
             Ok(c) => c,
             Err(Early::Answer(r)) => {
-                let r = r.map(|v| complete(app, v, false)).map_err(|(c, m)| (code::modern(c), m));
+                let r = r.map(|v| complete(app, v, false)).map_err(|(c, m)| (code::stateless(c), m));
                 return Ok(axum::Json(crate::jsonrpc::response(id, r)).into_response());
             }
             Err(Early::Refuse(e)) => return Err(e),
@@ -199,7 +199,7 @@ impl Post<'_> {
                 self.record_refused(q.name, q.args, CallEnd::Replayed, STATELESS_GENERATION);
                 Ok(v)
             }
-            Ran::Here(Err(Done::Rpc((c, msg)))) => Err((code::modern(c), msg)),
+            Ran::Here(Err(Done::Rpc((c, msg)))) => Err((code::stateless(c), msg)),
             Ran::Here(Err(Done::Refused(e))) => {
                 if matches!(e, TransportError::Limit(_)) {
                     self.record_refused(q.name, q.args, CallEnd::RefusedByLimit, STATELESS_GENERATION);
@@ -226,7 +226,7 @@ enum Out {
     Done,
 }
 
-/// One modern `tools/call` in flight. It answers with plain JSON unless it sends a notification (progress, a log
+/// One stateless `tools/call` in flight. It answers with plain JSON unless it sends a notification (progress, a log
 /// message) or runs longer than `sse_after`; then it switches to an SSE stream of its own. Nothing is committed
 /// anywhere: a broken stream loses the call, and the client re-issues it (with its idempotency key, if it must
 /// not run twice).
@@ -337,7 +337,7 @@ impl Call {
 }
 
 /// The stateless generation's sink: one response (JSON, or an SSE stream of its own once the call notifies or runs
-/// long), with the modern code allocation and cache-free `_meta`; a refused `requestState` refuses the request; a
+/// long), with the stateless code allocation and cache-free `_meta`; a refused `requestState` refuses the request; a
 /// client that closes its response stops the call, unless the call has an idempotency key.
 #[async_trait]
 impl CallSink for Call {
@@ -377,7 +377,7 @@ impl CallSink for Call {
         }
         match finished {
             Finished::Answer(r) => {
-                let r = r.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::modern(c), m));
+                let r = r.map(|v| complete(&self.app, v, false)).map_err(|(c, m)| (code::stateless(c), m));
                 self.send_final(crate::jsonrpc::response(&self.request_id, r)).await;
             }
             Finished::Refused(e) => self.refuse(e).await,

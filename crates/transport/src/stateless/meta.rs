@@ -15,17 +15,17 @@ const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
 
-/// Whether a POSTed message is answered in the 2026-07-28 generation: its version header says a modern version,
+/// Whether a POSTed message is answered in the 2026-07-28 generation: its version header says a stateless version,
 /// or its `_meta` names a protocol version that is not one of the session generation's (the session generation
 /// has no such field; a `_meta` naming a session version is left to the session path, which asks for a session).
-pub(crate) fn is_modern(h: &McpHeaders, params: Option<&JsonObject>) -> bool {
+pub(crate) fn is_stateless(h: &McpHeaders, params: Option<&JsonObject>) -> bool {
     let header = crate::request::stateless_header(h);
     let meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(VERSION_KEY));
     header
         || meta.is_some_and(|v| v.as_str().and_then(ProtocolVersion::parse).is_none_or(ProtocolVersion::is_stateless))
 }
 
-/// What a modern request says of itself in `_meta`.
+/// What a stateless request says of itself in `_meta`.
 pub(crate) struct Meta {
     pub(crate) capabilities: Value,
     /// The lowest log level the client wants (`notifications/message` is sent only when set).
@@ -93,7 +93,7 @@ mod tests {
         v.as_object().cloned().unwrap_or_default()
     }
 
-    fn modern_meta(extra: Value) -> JsonObject {
+    fn stateless_meta(extra: Value) -> JsonObject {
         let mut meta = json!({ VERSION_KEY: "2026-07-28", CAPABILITIES_KEY: {} });
         if let (Some(m), Some(e)) = (meta.as_object_mut(), extra.as_object()) {
             m.extend(e.clone());
@@ -105,13 +105,13 @@ mod tests {
     fn the_generation_is_the_header_or_a_meta_version_outside_the_session_generation() {
         let none = McpHeaders::of(&[]);
         let header = McpHeaders::of(&[("mcp-protocol-version", "2026-07-28")]);
-        assert!(is_modern(&header, None));
-        assert!(!is_modern(&none, None));
-        assert!(is_modern(&none, Some(&modern_meta(json!({})))));
+        assert!(is_stateless(&header, None));
+        assert!(!is_stateless(&none, None));
+        assert!(is_stateless(&none, Some(&stateless_meta(json!({})))));
         let session = params(json!({ "_meta": { VERSION_KEY: "2025-11-25" } }));
-        assert!(!is_modern(&none, Some(&session)), "a session version in _meta takes the session path");
+        assert!(!is_stateless(&none, Some(&session)), "a session version in _meta takes the session path");
         let odd = params(json!({ "_meta": { VERSION_KEY: 7 } }));
-        assert!(is_modern(&none, Some(&odd)), "a malformed _meta version is refused by the stateless checks");
+        assert!(is_stateless(&none, Some(&odd)), "a malformed _meta version is refused by the stateless checks");
     }
 
     #[test]
@@ -127,19 +127,19 @@ mod tests {
         let not_object = params(json!({ "_meta": 1 }));
         assert!(err(&h, &not_object).is_some_and(|(_, m)| m.contains("must be an object")));
         // Then the header against the body.
-        let missing = err(&McpHeaders::of(&[]), &modern_meta(json!({}))).unwrap_or_default().1;
+        let missing = err(&McpHeaders::of(&[]), &stateless_meta(json!({}))).unwrap_or_default().1;
         assert!(missing.contains("header is required"), "{missing}");
         let other = McpHeaders::of(&[("mcp-protocol-version", "2025-11-25")]);
-        let mismatch = err(&other, &modern_meta(json!({}))).unwrap_or_default().1;
+        let mismatch = err(&other, &stateless_meta(json!({}))).unwrap_or_default().1;
         assert!(mismatch.contains("does not match body value '2026-07-28'"), "{mismatch}");
         // Then the version.
         let future = McpHeaders::of(&[("mcp-protocol-version", "2027-01-01")]);
         let p = params(json!({ "_meta": { VERSION_KEY: "2027-01-01", CAPABILITIES_KEY: {} } }));
         assert!(matches!(meta(&future, &p), Err(TransportError::ProtocolVersion(v)) if v == "2027-01-01"));
         // The log level, when given, must be a level.
-        let bad_level = modern_meta(json!({ LOG_LEVEL_KEY: "loud" }));
+        let bad_level = stateless_meta(json!({ LOG_LEVEL_KEY: "loud" }));
         assert!(err(&h, &bad_level).is_some_and(|(_, m)| m.contains("must be one of debug")));
-        let ok = meta(&h, &modern_meta(json!({ LOG_LEVEL_KEY: "warning" }))).ok();
+        let ok = meta(&h, &stateless_meta(json!({ LOG_LEVEL_KEY: "warning" }))).ok();
         assert_eq!(ok.and_then(|m| m.log_level), LOG_LEVELS.iter().position(|l| *l == "warning"));
     }
 }

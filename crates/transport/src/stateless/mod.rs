@@ -1,6 +1,6 @@
 //! The 2026-07-28 generation: every request is self-describing and answered on its own, by any replica, with no
 //! session. A POST is answered this way when its `MCP-Protocol-Version` header or its
-//! `params._meta["io.modelcontextprotocol/protocolVersion"]` names a modern version; anything else takes the
+//! `params._meta["io.modelcontextprotocol/protocolVersion"]` names a stateless version; anything else takes the
 //! session path (`session/`).
 //!
 //! This module holds the entry point, [`Post::stateless`]: a message's kind, then a request's checks and its
@@ -22,7 +22,7 @@ mod prompt;
 mod reply;
 mod rounds;
 
-pub(crate) use meta::is_modern;
+pub(crate) use meta::is_stateless;
 
 use crate::code;
 use crate::error::TransportError;
@@ -43,11 +43,11 @@ impl Post<'_> {
         duplicate: Option<&str>,
     ) -> Result<Response> {
         let app = self.app;
-        self.info.modern = true;
+        self.info.stateless = true;
         match message {
             Message::Request { id, method, params } => {
                 self.info.request_id = Some(id.clone());
-                self.modern(&h, &id, &method, &params, duplicate).await
+                self.stateless_request(&h, &id, &method, &params, duplicate).await
             }
             // 2026-07-28 defines no client notification over HTTP: accepted, and ignored (a cancellation, as in the
             // session generation, without touching the bucket).
@@ -63,8 +63,8 @@ impl Post<'_> {
         }
     }
 
-    /// Answers one modern request. Every error carries the request's id and the modern code allocation.
-    pub(crate) async fn modern(
+    /// Answers one stateless request. Every error carries the request's id and the stateless code allocation.
+    async fn stateless_request(
         &mut self,
         h: &McpHeaders,
         id: &Value,
@@ -80,8 +80,8 @@ impl Post<'_> {
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
         );
         match method {
-            "tools/call" => self.modern_call(h, id, params, m, duplicate).await,
-            "prompts/get" => self.modern_prompt(id, params, m).await,
+            "tools/call" => self.stateless_call(h, id, params, m, duplicate).await,
+            "prompts/get" => self.stateless_prompt(id, params, m).await,
             "subscriptions/listen" => self.listen(id, params, &m.capabilities).await,
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
                 Ok(match self.task_method(method, params, &m.capabilities).await? {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 impl Post<'_> {
     /// `prompts/get`, which may ask the client for input (multi round-trip) like a tool.
-    pub(super) async fn modern_prompt(&mut self, id: &Value, params: &JsonObject, m: Meta) -> Result<Response> {
+    pub(super) async fn stateless_prompt(&mut self, id: &Value, params: &JsonObject, m: Meta) -> Result<Response> {
         let app = self.app;
         let (name, args) = mcp::target(params).map_err(|e| TransportError::InvalidMeta(e.1))?;
         let digest = idempotency::digest(&name, &args);

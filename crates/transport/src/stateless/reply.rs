@@ -41,9 +41,9 @@ pub(super) fn ok(id: &Value, result: Value) -> Response {
     axum::Json(crate::jsonrpc::result(id, result)).into_response()
 }
 
-/// A JSON-RPC error answered with HTTP 200 (an error of the method itself, with the modern code allocation).
+/// A JSON-RPC error answered with HTTP 200 (an error of the method itself, with the stateless code allocation).
 pub(super) fn rpc_error(id: &Value, (c, message): (i64, String), data: Option<Value>) -> Response {
-    let error = crate::jsonrpc::error_object(code::modern(c), &message, data);
+    let error = crate::jsonrpc::error_object(code::stateless(c), &message, data);
     axum::Json(crate::jsonrpc::error(Some(id), error)).into_response()
 }
 

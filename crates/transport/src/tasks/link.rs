@@ -173,7 +173,7 @@ impl TaskLink {
                     TaskEnd::Completed(text)
                 }
             }
-            Finished::Answer(Err((c, m))) => failed(code::modern(c), &m),
+            Finished::Answer(Err((c, m))) => failed(code::stateless(c), &m),
             Finished::Refused(e) => {
                 let err = e.rpc_error(true);
                 let m = err.get("message").and_then(Value::as_str).unwrap_or("refused").to_owned();

@@ -27,27 +27,30 @@ async fn both_generations_on_every_replica() {
     let r = legacy.request(&b, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
     assert_eq!(text_of(&r), "This is a simple text response for testing.");
     assert!(r["result"].get("resultType").is_none(), "2025 results are unchanged: {r}");
-    // A 2026 client on the same replicas, in between: no session, and every result says what it is.
-    let modern = s.modern("alice");
-    let (status, d) = modern.request(&a, 2, "server/discover", json!({})).await;
+    // A stateless client on the same replicas, in between: no session, and every result says what it is.
+    let stateless = s.stateless("alice");
+    let (status, d) = stateless.request(&a, 2, "server/discover", json!({})).await;
     assert_eq!(status, 200);
     let d = &d["result"];
     assert_eq!(d["resultType"], "complete");
     assert_eq!(d["supportedVersions"], json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]));
     assert_eq!(d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcpfleet");
     assert!(d["ttlMs"].as_u64().is_some() && d["cacheScope"] == "private", "{d}");
-    assert!(d["capabilities"]["resources"].get("subscribe").is_none(), "2026 has no resources/subscribe: {d}");
-    let r = modern.call(&b, 3, "test_simple_text", json!({}), json!({})).await;
+    assert!(
+        d["capabilities"]["resources"].get("subscribe").is_none(),
+        "the stateless generation has no resources/subscribe: {d}"
+    );
+    let r = stateless.call(&b, 3, "test_simple_text", json!({}), json!({})).await;
     assert_eq!(
         (text_of(&r), r["result"]["resultType"].clone()),
         ("This is a simple text response for testing.".into(), json!("complete"))
     );
-    // The session still works after the modern traffic, on either replica.
+    // The session still works after the stateless traffic, on either replica.
     let r = legacy.request(&a, 4, "tools/list", json!({})).await;
     assert!(r["result"]["tools"].as_array().unwrap().len() > 5);
-    // A 2026 request ignores Mcp-Session-Id and Last-Event-ID (even a garbage one) and mints no session.
-    let body = modern.body(5, "tools/list", json!({}));
-    let resp = modern.send(&b, &body, &[("mcp-session-id", "not-a-session"), ("last-event-id", "garbage")]).await;
+    // A stateless request ignores Mcp-Session-Id and Last-Event-ID (even a garbage one) and mints no session.
+    let body = stateless.body(5, "tools/list", json!({}));
+    let resp = stateless.send(&b, &body, &[("mcp-session-id", "not-a-session"), ("last-event-id", "garbage")]).await;
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("mcp-session-id").is_none());
     let l: Value = resp.json().await.unwrap();
@@ -56,7 +59,7 @@ async fn both_generations_on_every_replica() {
     // tools/list is the same list in the same order on every replica.
     let names =
         |v: &Value| v["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect::<Vec<_>>();
-    let (_, on_a) = modern.request(&a, 6, "tools/list", json!({})).await;
+    let (_, on_a) = stateless.request(&a, 6, "tools/list", json!({})).await;
     assert_eq!(names(&on_a), names(&l));
     // GET and DELETE saying 2026-07-28 get 405 (Allow: POST), on both replicas.
     let http = reqwest::Client::new();
@@ -72,10 +75,10 @@ async fn both_generations_on_every_replica() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modern_requests_are_checked_before_anything_runs() {
+async fn stateless_requests_are_checked_before_anything_runs() {
     let s = setup(1, &[]).await;
     let url = s.url(0);
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let err = |v: &Value| (v["id"].clone(), v["error"]["code"].clone());
     // Missing required _meta fields: 400, -32602, the id echoed.
     let no_meta = json!({ "jsonrpc": "2.0", "id": 7, "method": "server/discover", "params": {} });
@@ -153,7 +156,7 @@ async fn modern_requests_are_checked_before_anything_runs() {
     let (_, v) = c.request(&url, 13, "resources/read", json!({ "uri": "test://nope" })).await;
     assert_eq!((v["error"]["code"].clone(), v["error"]["data"]["uri"].clone()), (json!(-32602), json!("test://nope")));
     // A tool that needs a capability the request did not declare: 400, -32021, naming it; the tool never ran.
-    let bare_caps = s.modern("alice").with_capabilities(json!({}));
+    let bare_caps = s.stateless("alice").with_capabilities(json!({}));
     let resp = bare_caps
         .send(&url, &bare_caps.body(14, "tools/call", json!({ "name": "test_missing_capability" })), &[])
         .await;
@@ -172,7 +175,7 @@ async fn modern_requests_are_checked_before_anything_runs() {
 async fn log_messages_only_at_the_requested_level() {
     let s = setup(1, &[]).await;
     let url = s.url(0);
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let logs = |level: Option<&'static str>| {
         let c = c.clone();
         let url = url.clone();
@@ -200,7 +203,7 @@ async fn log_messages_only_at_the_requested_level() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_input_round_trip_continues_on_other_replicas() {
     let s = setup(3, &[]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     // Round 1 on A: the tool asks for a name.
     let r1 = c.call(&s.url(0), 1, "test_input_required_result_multi_round", json!({}), json!({})).await;
     let r1 = &r1["result"];
@@ -221,7 +224,7 @@ async fn an_input_round_trip_continues_on_other_replicas() {
     let r3 = c.call(&s.url(2), 3, "test_input_required_result_multi_round", json!({}), retry).await;
     assert_eq!(text_of(&r3), "Alice likes blue.");
     assert_eq!(r3["result"]["resultType"], "complete");
-    // A 2025 fixture works in 2026 too: the server→client request becomes an input request.
+    // A 2025 fixture works in the stateless generation too: the server→client request becomes an input request.
     let args = json!({ "prompt": "What is 2+2?" });
     let r1 = c.call(&s.url(2), 4, "test_sampling", args.clone(), json!({})).await;
     let key = r1["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
@@ -241,7 +244,7 @@ async fn an_input_round_trip_continues_on_other_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_expired_and_foreign_states_are_refused() {
     let s = setup(2, &["--request-state-ttl", "1s"]).await;
-    let alice = s.modern("alice");
+    let alice = s.stateless("alice");
     let tool = "test_input_required_result_request_state";
     let r1 = alice.call(&s.url(0), 1, tool, json!({}), json!({})).await;
     let state = r1["result"]["requestState"].as_str().unwrap().to_owned();
@@ -260,7 +263,7 @@ async fn forged_expired_and_foreign_states_are_refused() {
     let v = alice.call(&s.url(1), 2, tool, json!({}), retry(&forged)).await;
     refused(&v, "failed verification");
     // Another principal presenting alice's state: refused.
-    let v = s.modern("bob").call(&s.url(1), 3, tool, json!({}), retry(&state)).await;
+    let v = s.stateless("bob").call(&s.url(1), 3, tool, json!({}), retry(&state)).await;
     refused(&v, "another principal");
     // The state of one tool on another: refused.
     let v = alice.call(&s.url(1), 4, "test_input_required_result_tampered_state", json!({}), retry(&state)).await;
@@ -281,7 +284,7 @@ async fn forged_expired_and_foreign_states_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_streams_hear_notifications_published_on_other_replicas() {
     let mut s = setup(2, &["--max-streams-per-user", "1"]).await;
-    let alice = s.modern("alice");
+    let alice = s.stateless("alice");
     let filter =
         json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://watched-resource"] } });
     let resp = alice.send(&s.url(0), &alice.body(41, "subscriptions/listen", filter.clone()), &[]).await;
@@ -293,7 +296,7 @@ async fn listen_streams_hear_notifications_published_on_other_replicas() {
     // The per-principal stream cap applies to listen streams (bob has his own).
     let again = alice.send(&s.url(1), &alice.body(42, "subscriptions/listen", filter.clone()), &[]).await;
     assert_eq!(again.status(), 429);
-    let bob = s.modern("bob");
+    let bob = s.stateless("bob");
     let mut bobs =
         SseStream::new(bob.send(&s.url(1), &bob.body(43, "subscriptions/listen", filter.clone()), &[]).await);
     bobs.until_method("notifications/subscriptions/acknowledged", T).await.unwrap();
@@ -329,7 +332,7 @@ async fn listen_streams_hear_notifications_published_on_other_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_call_runs_once_across_replicas() {
     let s = setup(2, &[]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
     let args = json!({ "delay_ms": 700 });
     // The same call with the same key, at once, to both replicas.
@@ -356,7 +359,7 @@ async fn a_duplicate_call_runs_once_across_replicas() {
     let other = c.call(&s.url(0), 4, "test_mint", json!({ "delay_ms": 1 }), keyed("order-1")).await;
     assert_eq!(other["error"]["code"], -32602, "{other}");
     let fresh = c.call(&s.url(0), 5, "test_mint", args.clone(), keyed("order-2")).await;
-    let bobs = s.modern("bob").call(&s.url(1), 6, "test_mint", args.clone(), keyed("order-1")).await;
+    let bobs = s.stateless("bob").call(&s.url(1), 6, "test_mint", args.clone(), keyed("order-1")).await;
     assert!(text_of(&fresh) != minted && text_of(&bobs) != minted && text_of(&bobs) != text_of(&fresh));
     assert_eq!(s.metric(ran).await, 3.0);
     // A key that is not a short visible string is refused before anything runs.
@@ -367,7 +370,7 @@ async fn a_duplicate_call_runs_once_across_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_the_stream_cancels_the_call() {
     let s = setup(1, &[]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let params = json!({ "name": "test_countdown", "arguments": { "count": 50, "interval_ms": 100 }, "_meta": { "progressToken": "p" } });
     let resp = c.send(&s.url(0), &c.body(1, "tools/call", params), &[]).await;
     let mut stream = SseStream::new(resp);
@@ -381,7 +384,7 @@ async fn closing_the_stream_cancels_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_silent_call_switches_to_sse_and_still_answers() {
     let s = setup(1, &["--sse-after", "200ms", "--keep-alive", "100ms"]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let body = c.body(1, "tools/call", json!({ "name": "test_mint", "arguments": { "delay_ms": 1200 } }));
     let resp = c.send(&s.url(0), &body, &[]).await;
     assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
@@ -394,7 +397,7 @@ async fn a_long_silent_call_switches_to_sse_and_still_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
     let s = setup(2, &[]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let params = json!({ "name": "test_mint", "arguments": { "delay_ms": 1500 },
         "_meta": { "io.mcpfleet/idempotencyKey": "broken-1" } });
     // The first attempt's connection breaks while the tool runs.
@@ -413,7 +416,7 @@ async fn a_keyed_call_whose_stream_broke_finishes_for_its_re_issue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_keeps_the_tools_own_outcome_and_not_a_passing_failure() {
     let s = setup(2, &["--tool-timeout", "1s"]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
     let count = |tool: &str, outcome: &str| format!("mcp_tool_calls_total{{outcome=\"{outcome}\",tool=\"{tool}\"}}");
     // A failure inside the tool (it may pass) is not kept: the re-issue runs again.
@@ -452,7 +455,7 @@ async fn a_key_keeps_the_tools_own_outcome_and_not_a_passing_failure() {
 async fn a_multi_round_call_uses_one_quota_unit_and_a_state_cannot_be_replayed_for_free() {
     let tool = "test_input_required_result_request_state";
     let s = setup(2, &["--quota", "test_input_required_result_request_state=1/1h"]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     // Round 1 asks for input: its unit comes back. Round 2 completes: one unit used.
     let r1 = c.call(&s.url(0), 1, tool, json!({}), json!({})).await;
     assert_eq!(r1["result"]["resultType"], "input_required");
@@ -468,7 +471,7 @@ async fn a_multi_round_call_uses_one_quota_unit_and_a_state_cannot_be_replayed_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_carries_only_the_answers_the_tool_used() {
     let s = setup(1, &["--max-body-bytes", "2000000"]).await;
-    let c = s.modern("alice");
+    let c = s.stateless("alice");
     let tool = "test_input_required_result_multi_round";
     let junk = "x".repeat(300_000);
     let first = json!({ "inputResponses": {
