@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mcpfleet_auth::dev_oauth::{self as protocol, AuthorizeOutcome, DevAuthServer, ErrorCode, OAuthError};
+use mcpfleet_core::time::epoch_secs;
 
 /// The routes of the sign-in: RFC 8414 metadata (and its OpenID twin), registration, authorization, token.
 pub(crate) fn routes(mut r: Router<AppState>) -> Router<AppState> {
@@ -121,7 +122,7 @@ async fn register(State(app): State<AppState>, headers: HeaderMap, body: Body) -
         Err(refused) => return refused.into_response(),
     };
     let resp = match read(&app, &headers, body).await {
-        Ok(body) => match dev.register(&headers, &body, protocol::unix_now()) {
+        Ok(body) => match dev.register(&headers, &body, epoch_secs()) {
             Ok(client) => (StatusCode::CREATED, axum::Json(client)).into_response(),
             Err(e) => oauth_error(&e),
         },
@@ -135,7 +136,7 @@ async fn authorize(State(app): State<AppState>, headers: HeaderMap, uri: Uri) ->
         Ok(site) => site,
         Err(refused) => return refused.into_response(),
     };
-    let resp = match dev.authorize(&host, uri.query().unwrap_or(""), protocol::unix_now()) {
+    let resp = match dev.authorize(&host, uri.query().unwrap_or(""), epoch_secs()) {
         AuthorizeOutcome::Redirect(location) => match HeaderValue::from_str(&location) {
             Ok(location) => (StatusCode::FOUND, [(header::LOCATION, location)]).into_response(),
             Err(_) => refusal(StatusCode::BAD_REQUEST, "the redirect URI cannot be sent in a Location header"),
@@ -151,7 +152,7 @@ async fn token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> R
         Err(refused) => return refused.into_response(),
     };
     let resp = match read(&app, &headers, body).await {
-        Ok(body) => match dev.token(&headers, &body, protocol::unix_now()) {
+        Ok(body) => match dev.token(&headers, &body, epoch_secs()) {
             Ok(tokens) => axum::Json(tokens).into_response(),
             Err(e) => oauth_error(&e),
         },

@@ -12,9 +12,10 @@ use crate::TransportError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use hmac::{KeyInit, Mac};
+use mcpfleet_core::time::epoch_ms;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
@@ -84,7 +85,7 @@ impl RequestStateKeys {
 
     /// Signs `state`, with an expiry of now + ttl.
     pub(crate) fn seal(&self, mut state: RequestState) -> String {
-        state.e = now_ms() + u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX / 2);
+        state.e = epoch_ms().saturating_add(u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX / 2));
         let Some((kid, secret)) = self.keys.first() else { return String::new() };
         let payload = B64.encode(serde_json::to_vec(&state).unwrap_or_default());
         let signed = format!("{kid}.{payload}");
@@ -115,7 +116,7 @@ impl RequestStateKeys {
         if state.v != 1 {
             return Err(StateRefusal::Malformed);
         }
-        if state.e <= now_ms() {
+        if state.e <= epoch_ms() {
             return Err(StateRefusal::Expired);
         }
         if state.p != user {
@@ -126,10 +127,6 @@ impl RequestStateKeys {
         }
         Ok(state)
     }
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(0)
 }
 
 /// What a `requestState` carries.
