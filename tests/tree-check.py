@@ -96,6 +96,10 @@ def check_crate(crate_dir):
             paths += [(m.group(1), p) for p in expand([], m.group(2).strip())]
         for m in re.finditer(r"\b(crate|super)((?:::\w+)+)", code):
             paths.append((m.group(1), m.group(2).strip(":").split("::")))
+        # A module's own children, named without `self::` (`worker::start`, `use worker::start`).
+        for child in re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", code, re.M):
+            if re.search(rf"(?<![\w:]){child}::", code):
+                paths.append(("self", [child]))
         for kind, parts in paths:
             base = [] if kind == "crate" else list(module) if kind == "self" else list(module)[:-1]
             if kind == "super" and dir_module:
