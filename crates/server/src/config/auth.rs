@@ -1,8 +1,7 @@
 //! Who may call: the auth mode (none, JWT, the dev issuer) with its issuer, audience, keys and scopes; the protected
 //! resource metadata; and the Host and Origin allow lists that protect against DNS rebinding.
 
-use super::cli::{MaybeBare, Unit, duration, duration_or_bare_secs, renamed};
-use super::config_error;
+use super::cli::{MaybeBare, Unit, config_error, duration, duration_or_bare_secs, renamed};
 use crate::ServerError;
 use clap::ValueEnum;
 use mcpfleet_auth::{JwtSettings, ProtectedResource, TypPolicy, dev, split_url};

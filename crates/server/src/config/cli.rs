@@ -1,7 +1,14 @@
-//! What every area's flags share: one duration syntax, and the deprecated unit-named aliases of duration flags.
+//! What every area's flags share: one duration syntax, the deprecated unit-named aliases of duration flags, and
+//! the one-line configuration error.
 
+use crate::ServerError;
 use mcpfleet_limits::parse_duration;
 use std::time::Duration;
+
+/// A one-line [`ServerError::Config`] (exit code 64) with this reason.
+pub(super) fn config_error(msg: impl Into<String>) -> ServerError {
+    ServerError::Config(msg.into())
+}
 
 /// A clap value parser: a duration with a unit (`250ms`, `30s`, `5m`, `1h`, `1d`; zero needs none) between `min`
 /// and `max`, which are written the same way. The message of a value out of range names the range.

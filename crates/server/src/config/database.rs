@@ -2,8 +2,8 @@
 //! audit trail's settings; and the flags of the commands that work on the database alone (`migrate`,
 //! `demo-data`, `audit verify|export|prune`).
 
-use super::cli::duration;
-use super::{Secret, config_error};
+use super::cli::{config_error, duration};
+use super::secret::Secret;
 use crate::ServerError;
 use mcpfleet_db::DbSettings;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The fleet-wide limits of each principal: the token bucket, the per-tool quotas, the caps on sessions, streams and
 //! calls in flight and open tasks, and what the rate limit does when Redis cannot answer.
 
-use super::config_error;
+use super::cli::config_error;
 use crate::ServerError;
 use clap::ValueEnum;
 use mcpfleet_limits::{FailMode, LimitsConfig, Quota, RateLimit};

@@ -4,9 +4,9 @@
 //!
 //! One module per area, each with its flags (a `clap::Args` flattened into `serve`) and the step that turns them
 //! into its part of [`Config`]: `store`, `auth` (identity and the Host/Origin allow lists), `limits`,
-//! `transport` (timings, sizes, keys, the drain). `cli` holds the one duration syntax (`250ms`, `30s`, `5m`, `1h`)
-//! and the deprecated `*-ms`/`*-secs` aliases, which still work and leave a warning in [`Config::warnings`];
-//! `secret` the type that keeps secrets out of `Debug`.
+//! `transport` (timings, sizes, keys, the drain). `cli` holds the one duration syntax (`250ms`, `30s`, `5m`, `1h`),
+//! the deprecated `*-ms`/`*-secs` aliases, which still work and leave a warning in [`Config::warnings`], and the
+//! one-line configuration error every area returns; `secret` the type that keeps secrets out of `Debug`.
 
 mod auth;
 mod cli;
@@ -20,6 +20,8 @@ mod transport;
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
 pub use secret::Secret;
+
+use cli::config_error;
 
 use crate::ServerError;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -234,10 +236,6 @@ pub enum Parsed {
     Db(DbRequest),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
-}
-
-fn config_error(msg: impl Into<String>) -> ServerError {
-    ServerError::Config(msg.into())
 }
 
 /// Parses arguments (and `MCPFLEET_*` variables).

@@ -1,8 +1,8 @@
 //! Where the state lives: Redis (standalone, a cluster or behind Sentinel; its credentials, TLS, key prefix and
 //! deadline) or, without Redis, the in-memory store; and how many events a session keeps in either.
 
-use super::cli::duration;
-use super::{Secret, config_error};
+use super::cli::{config_error, duration};
+use super::secret::Secret;
 use crate::ServerError;
 use mcpfleet_state::{RedisConfig, RedisTopology};
 use std::time::Duration;

@@ -2,8 +2,7 @@
 //! once, the shards of the shared work queue, the lease a run holds, and what clients are told about a task's
 //! lifetime and polling.
 
-use super::cli::duration;
-use super::config_error;
+use super::cli::{config_error, duration};
 use crate::ServerError;
 use mcpfleet_transport::TaskConfig;
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! call timeouts, the `requestState` keys, cache and idempotency lifetimes, and the drain on SIGTERM.
 
 use super::auth::Access;
-use super::cli::{Unit, duration, duration_or_zero, human, renamed};
-use super::{Secret, config_error};
+use super::cli::{Unit, config_error, duration, duration_or_zero, human, renamed};
+use super::secret::Secret;
 use crate::ServerError;
 use mcpfleet_transport::{RequestStateKeys, TransportConfig};
 use std::time::Duration;
