@@ -5,8 +5,8 @@
 //! is an `isError` result for the model). A front end says how it admits and how it words the early answers
 //! ([`Front`]).
 
+use super::audit::{CallEnd, RefusedCall};
 use crate::AppState;
-use crate::call::{CallEnd, RefusedCall};
 use crate::error::{TransportError, auth_rejection};
 use crate::idempotency::{self, Idempotent};
 use crate::mcp;
