@@ -2,7 +2,8 @@
 //! task where it was running): it asks the client for input through the task, watches for a cancellation or a
 //! hand-off, and writes the run's end into the record, then tells the principal's listeners.
 
-use super::{Handoff, Held, MAX_RESULT_BYTES, concerns, notify};
+use super::held::{Handoff, Held};
+use super::notice::{announce_end, concerns, notify};
 use crate::call::{CallEnd, Finished};
 use crate::{AppState, code};
 use mcpfleet_state::{Asked, Requeue, RunCheck, Subscription, TaskEnd, TaskKey};
@@ -16,6 +17,8 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// How long a run keeps trying to write its end when the store fails; then its lease runs out and a sweeper
 /// decides (a re-run, or `failed`).
 const FINISH_RETRY_FOR: Duration = Duration::from_secs(10);
+/// Largest result a task keeps; a larger one ends the task `failed` (never truncated).
+pub const MAX_RESULT_BYTES: usize = 1 << 20;
 
 /// A run's hold on its task. Dropping it forgets the run here (its lease is released by [`TaskLink::end`]).
 #[derive(Debug)]
@@ -211,7 +214,7 @@ impl TaskLink {
             }
             Ok(Requeue::Cancelled) => {
                 // Its client had asked to cancel it: it ended cancelled instead.
-                super::worker::announce_end(app, &self.key).await;
+                announce_end(app, &self.key).await;
                 let _ = app.store.release_task_lease(shard, &self.key, self.generation).await;
             }
             Ok(Requeue::Refused) => {

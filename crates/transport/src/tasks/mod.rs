@@ -7,21 +7,33 @@
 //! finds); `After(d)` tools run inline and become a task when still running after `d`, keeping their run where it
 //! started under a lease ([`link`]). A queued task is taken by whichever replica has a free worker
 //! ([`worker`]), runs through the one call pipeline as a third sink ([`run`]), and is reclaimed when its replica
-//! dies: run again if its tool is safe to re-run, else ended `failed` with what to do.
+//! dies: run again if its tool is safe to re-run, else ended `failed` with what to do. What these share sits
+//! beside them: [`held`] a run held here and why it stops early, [`notice`] what goes out on the principal's notice
+//! channel, [`wire`](mod@wire) a task as a client reads it, [`principal`] the principal as a task keeps it.
 //!
 //! The state lives in the store (`mcpfleet_state::TaskStore`); a replica holds only the runs it is executing.
 
+mod held;
 mod link;
+mod notice;
+mod principal;
 mod run;
+mod wire;
 mod worker;
 
 pub(crate) use link::{LinkWatch, TaskLink};
+pub(crate) use principal::principal_json;
+pub(crate) use wire::created_result;
 pub use worker::start;
+
+use held::{Handoff, Held};
+use notice::{notify, poke};
+use wire::wire;
 
 use crate::error::TransportError;
 use crate::request::{Post, admit};
 use crate::{AppState, Principal, code};
-use mcpfleet_state::{CancelOutcome, TaskId, TaskKey, TaskView};
+use mcpfleet_state::{CancelOutcome, TaskId, TaskKey};
 use mcpfleet_tools::JsonObject;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use serde_json::{Value, json};
@@ -33,11 +45,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The extension's identifier, in capabilities.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
-/// Largest result a task keeps; a larger one ends the task `failed` (never truncated).
-pub const MAX_RESULT_BYTES: usize = 1 << 20;
-/// The method of the internal nudge to a task's runner (a cancellation asked, answers arrived): published on the
-/// principal's notice channel, never passed to a client.
-const POKE: &str = "mcpfleet/tasks/poke";
 
 /// How this replica runs tasks. Every replica of a fleet needs the same `shards`.
 #[derive(Clone, Debug)]
@@ -63,38 +70,6 @@ impl Default for TaskConfig {
             ttl: Duration::from_secs(3600),
             poll_interval: Duration::from_secs(2),
         }
-    }
-}
-
-/// Why a run held here stops before its tool ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Handoff {
-    /// The replica is shutting down: a re-runnable task goes back to the queue at once.
-    HandedBack,
-    /// The run's lease was taken by a sweeper (this replica could not renew it in time): another run owns it now.
-    LeaseLost,
-}
-
-/// One run this replica holds.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) shard: u16,
-    pub(crate) generation: u64,
-    pub(crate) rerunnable: bool,
-    /// Taken from the queue (counts against `--task-workers`), rather than a call that became a task here.
-    pub(crate) worker: bool,
-    pub(crate) interrupt: CancellationToken,
-    pub(crate) reason: Mutex<Option<Handoff>>,
-}
-
-impl Held {
-    pub(crate) fn hand_off(&self, why: Handoff) {
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
-        self.interrupt.cancel();
-    }
-
-    pub(crate) fn reason(&self) -> Option<Handoff> {
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -284,126 +259,6 @@ pub(crate) fn declared(capabilities: &Value) -> bool {
     capabilities.get("extensions").and_then(|e| e.get(EXTENSION)).is_some()
 }
 
-/// The task's fields on the wire (a `CreateTaskResult` without `resultType`, or the body of a notification):
-/// with `detailed`, what its status adds (`inputRequests`, `result` or `error`).
-pub(crate) fn wire(id: &TaskId, v: &TaskView, detailed: bool) -> Value {
-    let mut t = json!({
-        "taskId": id.as_str(),
-        "status": v.status.wire(),
-        "createdAt": mcpfleet_core::time::rfc3339_millis(v.created_ms),
-        "lastUpdatedAt": mcpfleet_core::time::rfc3339_millis(v.updated_ms),
-        "ttlMs": v.ttl_ms,
-        "pollIntervalMs": v.poll_ms.max(1),
-    });
-    if let Some(m) = &v.message {
-        t["statusMessage"] = json!(m);
-    }
-    if !detailed {
-        return t;
-    }
-    let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
-    match v.status {
-        mcpfleet_state::TaskStatus::InputRequired => {
-            let requests: JsonObject = v.input_requests.iter().map(|(k, r)| (k.clone(), parse(r))).collect();
-            t["inputRequests"] = Value::Object(requests);
-        }
-        mcpfleet_state::TaskStatus::Completed => {
-            t["result"] = v.outcome.as_deref().map_or_else(|| json!({ "content": [] }), parse);
-        }
-        mcpfleet_state::TaskStatus::Failed => {
-            t["error"] = v
-                .outcome
-                .as_deref()
-                .map_or_else(|| json!({ "code": code::INTERNAL_ERROR, "message": "the task failed" }), parse);
-        }
-        _ => {}
-    }
-    t
-}
-
-/// Publishes `notifications/tasks` (the detailed task) to the principal's `subscriptions/listen` streams, on
-/// every replica. Best effort: a client that misses one polls.
-pub(crate) async fn notify(app: &AppState, key: &TaskKey, v: &TaskView) {
-    let msg = crate::jsonrpc::notification("notifications/tasks", wire(&key.id, v, true)).to_string();
-    if let Err(e) = app.store.publish_user(&key.user, &msg).await {
-        tracing::debug!(error = %e, "task notification not published");
-    }
-}
-
-/// Nudges the runner of a task, wherever it runs: it re-reads its task (a cancellation, answers).
-pub(crate) async fn poke(app: &AppState, key: &TaskKey) {
-    let msg = crate::jsonrpc::notification(POKE, json!({ "taskId": key.id.as_str() })).to_string();
-    if let Err(e) = app.store.publish_user(&key.user, &msg).await {
-        tracing::debug!(error = %e, "task poke not published");
-    }
-}
-
-/// Whether a notice (a JSON-RPC notification on the principal's channel) concerns task `id`.
-pub(crate) fn concerns(notice: &str, id: &TaskId) -> bool {
-    // Cheap test first: most notices are about other things.
-    notice.contains(id.as_str())
-        && serde_json::from_str::<Value>(notice).ok().is_some_and(|n| {
-            matches!(n.get("method").and_then(Value::as_str), Some("notifications/tasks" | POKE))
-                && n.get("params").and_then(|p| p.get("taskId")).and_then(Value::as_str) == Some(id.as_str())
-        })
-}
-
-/// The `CreateTaskResult` of a task created at `created_ms`.
-pub(crate) fn created_result(app: &AppState, id: &TaskId, created_ms: u64, working: bool) -> Value {
-    let cfg = app.tasks.config();
-    let v = TaskView {
-        status: if working { mcpfleet_state::TaskStatus::Working } else { mcpfleet_state::TaskStatus::Queued },
-        created_ms,
-        updated_ms: created_ms,
-        ttl_ms: ms(cfg.ttl),
-        poll_ms: ms(cfg.poll_interval),
-        message: None,
-        outcome: None,
-        input_requests: Vec::new(),
-        generation: 1,
-        rerunnable: false,
-        tool: String::new(),
-        cancel_requested: false,
-    };
-    let mut r = wire(id, &v, false);
-    r["resultType"] = json!("task");
-    r
-}
-
-pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The principal as a task keeps it, for whichever replica runs the task.
-pub(crate) fn principal_json(p: &Principal) -> String {
-    json!({
-        "iss": p.issuer,
-        "sub": p.subject,
-        "client_id": p.client_id,
-        "scopes": p.scopes.list(),
-        "tenant": p.tenant,
-    })
-    .to_string()
-}
-
-/// The principal a task was created by.
-pub(crate) fn principal_from(user: &mcpfleet_state::UserKey, s: &str) -> Option<Principal> {
-    let v: Value = serde_json::from_str(s).ok()?;
-    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    let scopes = match v.get("scopes") {
-        Some(Value::Array(a)) => mcpfleet_core::Scopes::granted(a.iter().filter_map(Value::as_str)),
-        _ => mcpfleet_core::Scopes::All,
-    };
-    Some(Principal {
-        user: user.clone(),
-        issuer: text("iss").unwrap_or_default(),
-        subject: text("sub").unwrap_or_default(),
-        client_id: text("client_id"),
-        scopes,
-        tenant: text("tenant"),
-    })
-}
-
 /// The task a `tasks/*` request names, if it can name one of this principal's.
 fn task_key(caller: &Principal, params: &JsonObject) -> Result<Option<TaskKey>, TransportError> {
     match params.get("taskId") {
@@ -552,72 +407,6 @@ pub(crate) async fn create_queued(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcpfleet_state::TaskStatus;
-
-    fn view(status: TaskStatus, outcome: Option<&str>, requests: &[(&str, &str)]) -> TaskView {
-        TaskView {
-            status,
-            created_ms: 1_796_083_200_000,
-            updated_ms: 1_796_083_201_500,
-            ttl_ms: 3_600_000,
-            poll_ms: 1000,
-            message: None,
-            outcome: outcome.map(str::to_owned),
-            input_requests: requests.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-            generation: 1,
-            rerunnable: true,
-            tool: "t".to_owned(),
-            cancel_requested: false,
-        }
-    }
-
-    #[test]
-    fn the_wire_carries_what_each_status_adds_and_nothing_else() {
-        let id = TaskId::random();
-        let base = wire(&id, &view(TaskStatus::Queued, None, &[]), true);
-        assert_eq!(base["status"], "working", "a queued task is working on the wire");
-        assert_eq!(base["createdAt"], "2026-12-01T00:00:00.000Z");
-        assert_eq!(base["lastUpdatedAt"], "2026-12-01T00:00:01.500Z");
-        assert_eq!((base["ttlMs"].clone(), base["pollIntervalMs"].clone()), (json!(3_600_000), json!(1000)));
-        for k in ["result", "error", "inputRequests", "requestState", "ttl", "pollInterval", "resultType"] {
-            assert!(base.get(k).is_none(), "{k}: {base}");
-        }
-        let asked = view(TaskStatus::InputRequired, None, &[("a", r#"{"method":"elicitation/create","params":{}}"#)]);
-        let t = wire(&id, &asked, true);
-        assert_eq!(t["inputRequests"]["a"]["method"], "elicitation/create");
-        assert!(wire(&id, &asked, false).get("inputRequests").is_none(), "a handle is never detailed");
-        let done = wire(&id, &view(TaskStatus::Completed, Some(r#"{"content":[],"isError":true}"#), &[]), true);
-        assert_eq!((done["result"]["isError"].clone(), done.get("error")), (json!(true), None));
-        let failed = wire(&id, &view(TaskStatus::Failed, Some(r#"{"code":-32603,"message":"m"}"#), &[]), true);
-        assert_eq!((failed["error"]["code"].clone(), failed.get("result")), (json!(-32603), None));
-    }
-
-    #[test]
-    fn notices_are_matched_to_their_task() {
-        let id = TaskId::random();
-        let other = TaskId::random();
-        let n = |method: &str, task: &TaskId| {
-            crate::jsonrpc::notification(method, json!({ "taskId": task.as_str() })).to_string()
-        };
-        assert!(concerns(&n("notifications/tasks", &id), &id));
-        assert!(concerns(&n(POKE, &id), &id));
-        assert!(!concerns(&n("notifications/tasks", &other), &id));
-        assert!(!concerns(&n("notifications/tools/list_changed", &id), &id));
-        assert!(!concerns(&format!("not json {}", id.as_str()), &id));
-    }
-
-    #[test]
-    fn a_task_keeps_its_principal() {
-        let mut p =
-            Principal::new("https://issuer".into(), "alice".into(), Some("app".into()), Scopes::granted(["a b"]));
-        p.tenant = Some("acme".into());
-        let back = principal_from(&p.user, &principal_json(&p)).unwrap_or_else(Principal::anonymous);
-        assert_eq!((back.user, back.issuer, back.subject), (p.user.clone(), p.issuer.clone(), p.subject.clone()));
-        assert_eq!((back.client_id, back.tenant, back.scopes), (p.client_id, p.tenant, p.scopes));
-        let all = principal_from(&UserKey::anonymous(), &principal_json(&Principal::anonymous()));
-        assert_eq!(all.map(|p| p.scopes), Some(Scopes::All));
-        assert!(principal_from(&UserKey::anonymous(), "not json").is_none());
-    }
 
     #[test]
     fn the_extension_is_declared_per_request() {
@@ -625,7 +414,4 @@ mod tests {
         assert!(!declared(&json!({ "extensions": {} })));
         assert!(!declared(&json!({ "tasks": {} })), "the v1 slot is not the extension");
     }
-
-    use mcpfleet_core::Scopes;
-    use mcpfleet_state::UserKey;
 }

@@ -2,7 +2,7 @@
 //! task record, not to a connection; what stops it is a cancellation asked on any replica or a hand-off; input it
 //! needs is asked through the task. No progress or log notifications: a task has no stream to carry them.
 
-use super::{LinkWatch, TaskLink};
+use super::link::{LinkWatch, TaskLink};
 use crate::call::{CallEnd, CallSink, Finished, Identity, Interrupt};
 use crate::idempotency::Ran;
 use crate::{AppState, Principal, mcp};

@@ -2,7 +2,9 @@
 //! leases of the runs held here, sweeps the shards for leases that ran out (a dead replica's tasks), and reads the
 //! queue for the metrics.
 
-use super::{TaskLink, notify, principal_from};
+use super::link::TaskLink;
+use super::notice::{announce_end, notify};
+use super::principal::principal_from;
 use crate::AppState;
 use crate::call::Admitted;
 use mcpfleet_state::{AfterTake, Queued, Requeue, TaskEnd, TaskKey, TaskStatus};
@@ -271,16 +273,6 @@ async fn reclaim(app: &AppState, shard: u16, key: &TaskKey, generation: u64) -> 
         notify(app, key, &v).await;
     }
     store.release_task_lease(shard, key, generation).await
-}
-
-/// Counts and announces a task the store ended cancelled on a requeue (its client had asked).
-pub(super) async fn announce_end(app: &AppState, key: &TaskKey) {
-    if let Ok(Some(v)) = app.store.get_task(key).await
-        && v.status.is_terminal()
-    {
-        app.tasks.metrics().ended.with_label_values(&[v.status.as_str()]).inc();
-        notify(app, key, &v).await;
-    }
 }
 
 async fn read_stats(app: &AppState) {
