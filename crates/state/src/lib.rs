@@ -15,7 +15,6 @@
 mod error;
 mod limits;
 mod memory;
-mod memory_tasks;
 mod metrics;
 mod redis;
 mod stateless;

@@ -1,9 +1,17 @@
 //! The embedded default for one process: the same contract as Redis, with maps and broadcast channels.
 //! It is single-replica only: two processes never see each other's sessions.
+//!
+//! Sessions, event logs, routing, limits and idempotency records are here, behind one lock; durable tasks are in
+//! [`tasks`], behind a lock of their own.
+
+mod tasks;
 
 use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
-use crate::memory_tasks::Tasks;
 use crate::stateless::{Claim, ClaimSpec, IdempotencyKey};
+use crate::tasks::{
+    AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskKey, TaskStore,
+    TaskView, TaskWork, UpdateOutcome,
+};
 use crate::types::UserKey;
 use crate::types::{
     AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
@@ -15,13 +23,14 @@ use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tasks::Tasks;
 use tokio::sync::broadcast;
 
 /// The in-memory store. Cheap to clone; clones share state.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
-    /// Task records and the work queue, behind a lock of their own (see `crate::memory_tasks`).
+    /// Task records and the work queue, behind a lock of their own (see [`tasks`]).
     tasks: Arc<Mutex<Tasks>>,
     max_events: Option<usize>,
 }
@@ -125,9 +134,11 @@ impl MemoryStore {
         g
     }
 
-    /// The task records and the work queue.
-    pub(crate) fn tasks(&self) -> MutexGuard<'_, Tasks> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The task records and the work queue; the call counts towards their next sweep.
+    fn task_lock(&self) -> MutexGuard<'_, Tasks> {
+        let mut g = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        g.tick();
+        g
     }
 }
 
@@ -492,7 +503,7 @@ impl LimitStore for MemoryStore {
 }
 
 #[derive(Debug)]
-pub(crate) struct MemorySubscription(pub(crate) broadcast::Receiver<Ring>);
+struct MemorySubscription(broadcast::Receiver<Ring>);
 
 #[async_trait]
 impl Subscription for MemorySubscription {
@@ -611,5 +622,91 @@ impl IdempotencyStore for MemoryStore {
             g.idempotency.remove(key);
         }
         Ok(())
+    }
+}
+
+/// Each call runs on `Tasks` under the task lock.
+#[async_trait]
+impl TaskStore for MemoryStore {
+    async fn create_task(&self, task: &NewTask<'_>) -> Result<Option<u64>> {
+        self.task_lock().create_task(task)
+    }
+
+    async fn get_task(&self, key: &TaskKey) -> Result<Option<TaskView>> {
+        self.task_lock().get_task(key)
+    }
+
+    async fn update_task(&self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {
+        self.task_lock().update_task(key, answers)
+    }
+
+    async fn cancel_task(&self, key: &TaskKey) -> Result<Option<CancelOutcome>> {
+        self.task_lock().cancel_task(key)
+    }
+
+    async fn start_task(&self, key: &TaskKey, generation: u64, _replica: &str) -> Result<Option<TaskWork>> {
+        self.task_lock().start_task(key, generation)
+    }
+
+    async fn ask_task(&self, key: &TaskKey, generation: u64, input: &str, request: &str) -> Result<Asked> {
+        self.task_lock().ask_task(key, generation, input, request)
+    }
+
+    async fn check_task(&self, key: &TaskKey, generation: u64) -> Result<RunCheck> {
+        self.task_lock().check_task(key, generation)
+    }
+
+    async fn finish_task(&self, key: &TaskKey, generation: u64, end: &TaskEnd) -> Result<Option<TaskView>> {
+        self.task_lock().finish_task(key, generation, end)
+    }
+
+    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Requeue> {
+        self.task_lock().requeue_task(key, generation)
+    }
+
+    async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
+        self.task_lock().enqueue(shard, key, generation, check)
+    }
+
+    async fn dequeue(&self, shard: u16, _consumer: &str, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
+        self.task_lock().dequeue(shard, count, stale_after)
+    }
+
+    async fn settle(&self, shard: u16, entry: &Queued, then: AfterTake) -> Result<()> {
+        self.task_lock().settle(shard, entry, then)
+    }
+
+    async fn renew_task_leases(
+        &self,
+        shard: u16,
+        runs: &[(TaskKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<(TaskKey, u64)>> {
+        self.task_lock().renew_task_leases(shard, runs, ttl)
+    }
+
+    async fn lease_task(&self, shard: u16, key: &TaskKey, generation: u64, ttl: Duration) -> Result<()> {
+        self.task_lock().lease_task(shard, key, generation, ttl)
+    }
+
+    async fn release_task_lease(&self, shard: u16, key: &TaskKey, generation: u64) -> Result<()> {
+        self.task_lock().release_task_lease(shard, key, generation)
+    }
+
+    async fn expired_task_leases(&self, shard: u16, grace: Duration, limit: usize) -> Result<Vec<(TaskKey, u64)>> {
+        self.task_lock().expired_task_leases(shard, grace, limit)
+    }
+
+    async fn subscribe_queue(&self, _shards: u16) -> Result<Box<dyn Subscription>> {
+        Ok(Box::new(MemorySubscription(self.task_lock().subscribe_queue())))
+    }
+
+    async fn tidy_consumers(&self, _shard: u16, _leaving: Option<&str>, _idle: Duration) -> Result<u64> {
+        // One process: no consumers to keep apart.
+        Ok(0)
+    }
+
+    async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {
+        self.task_lock().queue_stats(shard)
     }
 }

@@ -1,20 +1,20 @@
-//! Durable tasks in memory (see `crate::tasks`): the same records, queue and leases as Redis, in maps behind
-//! the [`MemoryStore`]'s task lock. Each shard's "stream" is an ordered map of waiting entries beside a map of
-//! entries taken and not yet settled (Redis' pending entries list), and its lease set is a map from run to expiry.
+//! Durable tasks in memory (see `crate::tasks`): the same records, queue and leases as Redis, in maps. [`Tasks`]
+//! holds them and does what each [`TaskStore`](crate::TaskStore) call asks; the
+//! [`MemoryStore`](super::MemoryStore) runs every call on it under its task lock. Each shard's "stream" is an
+//! ordered map of waiting entries beside a map of entries taken and not yet settled (Redis' pending entries list),
+//! and its lease set is a map from run to expiry.
 //!
 //! Epoch milliseconds (`created_ms`, `updated_ms`, entry ids) come from [`SystemTime`]; every expiry is an
 //! [`Instant`], like the rest of the memory store.
 
-use crate::memory::MemoryStore;
 use crate::tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskKey, TaskStatus,
-    TaskStore, TaskView, TaskWork, UpdateOutcome,
+    TaskView, TaskWork, UpdateOutcome,
 };
-use crate::{Result, StateError};
-use async_trait::async_trait;
+use crate::{Result, Ring, StateError};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
 
 /// Expired records are dropped on access, and all of them every this many calls.
 const SWEEP_EVERY: usize = 1024;
@@ -27,7 +27,7 @@ type Run = (TaskKey, u64);
 
 /// The task records and every shard of the work queue.
 #[derive(Debug, Default)]
-pub(crate) struct Tasks {
+pub(super) struct Tasks {
     records: HashMap<TaskKey, Task>,
     shards: HashMap<u16, Shard>,
     /// The last entry id handed out, for strictly increasing ids across every shard.
@@ -35,7 +35,7 @@ pub(crate) struct Tasks {
     /// Calls since the last sweep of expired records.
     since_sweep: usize,
     /// The queue's bell, once someone listens: rung by every enqueue.
-    bell: Option<tokio::sync::broadcast::Sender<crate::Ring>>,
+    bell: Option<broadcast::Sender<Ring>>,
 }
 
 #[derive(Debug)]
@@ -151,7 +151,8 @@ impl Task {
 }
 
 impl Tasks {
-    fn tick(&mut self) {
+    /// Counts a call, and drops every expired record once every [`SWEEP_EVERY`] calls.
+    pub(super) fn tick(&mut self) {
         self.since_sweep += 1;
         if self.since_sweep >= SWEEP_EVERY {
             self.since_sweep = 0;
@@ -194,26 +195,17 @@ impl Shard {
     }
 }
 
-impl MemoryStore {
-    fn task_lock(&self) -> MutexGuard<'_, Tasks> {
-        let mut g = self.tasks();
-        g.tick();
-        g
-    }
-}
-
-#[async_trait]
-impl TaskStore for MemoryStore {
-    async fn create_task(&self, task: &NewTask<'_>) -> Result<Option<u64>> {
-        let mut g = self.task_lock();
+/// The [`TaskStore`](crate::TaskStore) calls, each under the task lock (after [`Tasks::tick`]).
+impl Tasks {
+    pub(super) fn create_task(&mut self, task: &NewTask<'_>) -> Result<Option<u64>> {
         let now = Instant::now();
         if task.max_open > 0 {
-            let open = g.records.iter().filter(|(k, t)| k.user == task.key.user && t.is_open(now)).count();
+            let open = self.records.iter().filter(|(k, t)| k.user == task.key.user && t.is_open(now)).count();
             if u64::try_from(open).unwrap_or(u64::MAX) >= task.max_open {
                 return Ok(None);
             }
         }
-        if g.live(task.key).is_some() {
+        if self.live(task.key).is_some() {
             return Err(StateError::Conflict);
         }
         let created_ms = epoch_ms();
@@ -237,17 +229,16 @@ impl TaskStore for MemoryStore {
             requests: BTreeMap::new(),
             answers: parse_answers(task.answers),
         };
-        g.records.insert(task.key.clone(), record);
+        self.records.insert(task.key.clone(), record);
         Ok(Some(created_ms))
     }
 
-    async fn get_task(&self, key: &TaskKey) -> Result<Option<TaskView>> {
-        Ok(self.task_lock().live(key).map(|t| t.view()))
+    pub(super) fn get_task(&mut self, key: &TaskKey) -> Result<Option<TaskView>> {
+        Ok(self.live(key).map(|t| t.view()))
     }
 
-    async fn update_task(&self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {
-        let mut g = self.task_lock();
-        let Some(t) = g.live(key) else { return Ok(None) };
+    pub(super) fn update_task(&mut self, key: &TaskKey, answers: &[(String, String)]) -> Result<Option<UpdateOutcome>> {
+        let Some(t) = self.live(key) else { return Ok(None) };
         let mut out = UpdateOutcome { accepted: 0, resumed: false };
         if t.status.is_terminal() {
             return Ok(Some(out));
@@ -268,9 +259,8 @@ impl TaskStore for MemoryStore {
         Ok(Some(out))
     }
 
-    async fn cancel_task(&self, key: &TaskKey) -> Result<Option<CancelOutcome>> {
-        let mut g = self.task_lock();
-        let Some(t) = g.live(key) else { return Ok(None) };
+    pub(super) fn cancel_task(&mut self, key: &TaskKey) -> Result<Option<CancelOutcome>> {
+        let Some(t) = self.live(key) else { return Ok(None) };
         Ok(Some(match t.status {
             s if s.is_terminal() => CancelOutcome::AlreadyEnded,
             TaskStatus::Queued => {
@@ -286,9 +276,8 @@ impl TaskStore for MemoryStore {
         }))
     }
 
-    async fn start_task(&self, key: &TaskKey, generation: u64, _replica: &str) -> Result<Option<TaskWork>> {
-        let mut g = self.task_lock();
-        let Some(t) = g.run(key, generation).filter(|t| t.status == TaskStatus::Queued) else { return Ok(None) };
+    pub(super) fn start_task(&mut self, key: &TaskKey, generation: u64) -> Result<Option<TaskWork>> {
+        let Some(t) = self.run(key, generation).filter(|t| t.status == TaskStatus::Queued) else { return Ok(None) };
         t.status = TaskStatus::Working;
         t.touch();
         Ok(Some(TaskWork {
@@ -302,9 +291,8 @@ impl TaskStore for MemoryStore {
         }))
     }
 
-    async fn ask_task(&self, key: &TaskKey, generation: u64, input: &str, request: &str) -> Result<Asked> {
-        let mut g = self.task_lock();
-        let Some(t) = g.run(key, generation).filter(|t| !t.cancel_requested) else { return Ok(Asked::Stop) };
+    pub(super) fn ask_task(&mut self, key: &TaskKey, generation: u64, input: &str, request: &str) -> Result<Asked> {
+        let Some(t) = self.run(key, generation).filter(|t| !t.cancel_requested) else { return Ok(Asked::Stop) };
         if let Some(answer) = t.answers.get(input) {
             return Ok(Asked::Answer(answer.clone()));
         }
@@ -316,18 +304,16 @@ impl TaskStore for MemoryStore {
         Ok(Asked::Pending)
     }
 
-    async fn check_task(&self, key: &TaskKey, generation: u64) -> Result<RunCheck> {
-        let mut g = self.task_lock();
-        Ok(match g.run(key, generation) {
+    pub(super) fn check_task(&mut self, key: &TaskKey, generation: u64) -> Result<RunCheck> {
+        Ok(match self.run(key, generation) {
             None => RunCheck::Gone,
             Some(t) if t.cancel_requested => RunCheck::CancelRequested,
             Some(_) => RunCheck::Run,
         })
     }
 
-    async fn finish_task(&self, key: &TaskKey, generation: u64, end: &TaskEnd) -> Result<Option<TaskView>> {
-        let mut g = self.task_lock();
-        let Some(t) = g.run(key, generation) else { return Ok(None) };
+    pub(super) fn finish_task(&mut self, key: &TaskKey, generation: u64, end: &TaskEnd) -> Result<Option<TaskView>> {
+        let Some(t) = self.run(key, generation) else { return Ok(None) };
         // An empty outcome or message is none, as in Redis.
         let some = |s: &String| (!s.is_empty()).then(|| s.clone());
         // The client asked to cancel it before this end: it is cancelled.
@@ -351,9 +337,8 @@ impl TaskStore for MemoryStore {
         Ok(Some(t.view()))
     }
 
-    async fn requeue_task(&self, key: &TaskKey, generation: u64) -> Result<Requeue> {
-        let mut g = self.task_lock();
-        let Some(t) = g.run(key, generation) else { return Ok(Requeue::Refused) };
+    pub(super) fn requeue_task(&mut self, key: &TaskKey, generation: u64) -> Result<Requeue> {
+        let Some(t) = self.run(key, generation) else { return Ok(Requeue::Refused) };
         t.requests.clear();
         t.touch();
         if t.cancel_requested {
@@ -367,24 +352,22 @@ impl TaskStore for MemoryStore {
         Ok(Requeue::Queued(t.generation))
     }
 
-    async fn enqueue(&self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
-        let mut g = self.task_lock();
-        let pos = g.next_entry();
+    pub(super) fn enqueue(&mut self, shard: u16, key: &TaskKey, generation: u64, check: Duration) -> Result<()> {
+        let pos = self.next_entry();
         let now = Instant::now();
-        let s = g.shard(shard);
+        let s = self.shard(shard);
         s.waiting.insert(pos, Entry { key: key.clone(), generation, added: now });
         s.leases.insert((key.clone(), generation), Lease { expires: after(now, check), entry: Some(pos) });
-        if let Some(bell) = &g.bell {
-            let _ = bell.send(crate::Ring::Event(u64::from(shard)));
+        if let Some(bell) = &self.bell {
+            let _ = bell.send(Ring::Event(u64::from(shard)));
         }
         Ok(())
     }
 
-    async fn dequeue(&self, shard: u16, _consumer: &str, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
+    pub(super) fn dequeue(&mut self, shard: u16, count: usize, stale_after: Duration) -> Result<Vec<Queued>> {
         let count = count.max(1);
-        let mut g = self.task_lock();
         let now = Instant::now();
-        let s = g.shard(shard);
+        let s = self.shard(shard);
         let mut out = Vec::new();
         while out.len() < count {
             let Some((pos, e)) = s.waiting.pop_first() else { break };
@@ -404,9 +387,8 @@ impl TaskStore for MemoryStore {
         Ok(out)
     }
 
-    async fn settle(&self, shard: u16, entry: &Queued, then: AfterTake) -> Result<()> {
-        let mut g = self.task_lock();
-        let s = g.shard(shard);
+    pub(super) fn settle(&mut self, shard: u16, entry: &Queued, then: AfterTake) -> Result<()> {
+        let s = self.shard(shard);
         let run = (entry.key.clone(), entry.generation);
         if let Some(pos) = parse_entry_id(&entry.entry) {
             s.waiting.remove(&pos);
@@ -428,10 +410,9 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
-    async fn renew_task_leases(&self, shard: u16, runs: &[Run], ttl: Duration) -> Result<Vec<Run>> {
-        let mut g = self.task_lock();
+    pub(super) fn renew_task_leases(&mut self, shard: u16, runs: &[Run], ttl: Duration) -> Result<Vec<Run>> {
         let expires = after(Instant::now(), ttl);
-        let s = g.shard(shard);
+        let s = self.shard(shard);
         let mut lost = Vec::new();
         for (key, generation) in runs {
             match s.leases.get_mut(&(key.clone(), *generation)) {
@@ -442,11 +423,10 @@ impl TaskStore for MemoryStore {
         Ok(lost)
     }
 
-    async fn lease_task(&self, shard: u16, key: &TaskKey, generation: u64, ttl: Duration) -> Result<()> {
-        let mut g = self.task_lock();
+    pub(super) fn lease_task(&mut self, shard: u16, key: &TaskKey, generation: u64, ttl: Duration) -> Result<()> {
         let expires = after(Instant::now(), ttl);
         // Like a `ZADD`: an existing lease keeps its queue entry.
-        g.shard(shard)
+        self.shard(shard)
             .leases
             .entry((key.clone(), generation))
             .and_modify(|l| l.expires = expires)
@@ -454,16 +434,14 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
-    async fn release_task_lease(&self, shard: u16, key: &TaskKey, generation: u64) -> Result<()> {
-        let mut g = self.task_lock();
-        g.shard(shard).leases.remove(&(key.clone(), generation));
+    pub(super) fn release_task_lease(&mut self, shard: u16, key: &TaskKey, generation: u64) -> Result<()> {
+        self.shard(shard).leases.remove(&(key.clone(), generation));
         Ok(())
     }
 
-    async fn expired_task_leases(&self, shard: u16, grace: Duration, limit: usize) -> Result<Vec<Run>> {
-        let mut g = self.task_lock();
+    pub(super) fn expired_task_leases(&mut self, shard: u16, grace: Duration, limit: usize) -> Result<Vec<Run>> {
         let now = Instant::now();
-        let s = g.shard(shard);
+        let s = self.shard(shard);
         let limit = limit.max(1);
         let mut expired: Vec<(Instant, Run)> =
             s.leases.iter().filter(|(_, l)| l.expires <= now).map(|(run, l)| (l.expires, run.clone())).collect();
@@ -490,20 +468,13 @@ impl TaskStore for MemoryStore {
         Ok(out)
     }
 
-    async fn subscribe_queue(&self, _shards: u16) -> Result<Box<dyn crate::Subscription>> {
-        let mut g = self.task_lock();
-        let bell = g.bell.get_or_insert_with(|| tokio::sync::broadcast::channel(256).0);
-        Ok(Box::new(crate::memory::MemorySubscription(bell.subscribe())))
+    /// A receiver of the queue's bell, which the first one sets up.
+    pub(super) fn subscribe_queue(&mut self) -> broadcast::Receiver<Ring> {
+        self.bell.get_or_insert_with(|| broadcast::channel(256).0).subscribe()
     }
 
-    async fn tidy_consumers(&self, _shard: u16, _leaving: Option<&str>, _idle: Duration) -> Result<u64> {
-        // One process: no consumers to keep apart.
-        Ok(0)
-    }
-
-    async fn queue_stats(&self, shard: u16) -> Result<QueueStats> {
-        let g = self.task_lock();
-        let Some(s) = g.shards.get(&shard) else { return Ok(QueueStats::default()) };
+    pub(super) fn queue_stats(&self, shard: u16) -> Result<QueueStats> {
+        let Some(s) = self.shards.get(&shard) else { return Ok(QueueStats::default()) };
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         Ok(QueueStats {
             waiting: count(s.waiting.len()),
