@@ -127,6 +127,9 @@ mod tests {
     fn kinds_in_sources() -> BTreeSet<&'static str> {
         let sources = [
             include_str!("redis/mod.rs"),
+            include_str!("redis/sessions.rs"),
+            include_str!("redis/limits.rs"),
+            include_str!("redis/idempotency.rs"),
             include_str!("redis/tasks.rs"),
             include_str!("redis/link.rs"),
             include_str!("redis/subscriber.rs"),

@@ -15,7 +15,7 @@
 //!
 //! Credentials come from the URL or from [`RedisConfig::username`]/[`RedisConfig::password`]; they are never logged.
 
-use super::{RedisConfig, RedisTopology, with_deadline};
+use super::config::{RedisConfig, RedisTopology};
 use crate::{Result, StateError};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
@@ -42,6 +42,11 @@ const FAILOVER_EVENTS: [&str; 6] = [
     "-failover-abort-slave-timeout",
     "+failover-end-for-timeout",
 ];
+
+/// `f`, or [`StateError::Timeout`] if it takes longer than `t`: the deadline of every Redis call.
+pub(super) async fn with_deadline<F: std::future::Future>(t: Duration, f: F) -> Result<F::Output> {
+    tokio::time::timeout(t, f).await.map_err(|_| StateError::Timeout(t))
+}
 
 /// The connection info of one data node at `host:port` (or of the standalone URL), with the configured TLS,
 /// certificate authority and credentials.

@@ -7,8 +7,8 @@
 //! a connection that comes back is subscribed again, and every local subscriber then gets [`Ring::Lagged`] to
 //! re-check what it may have missed. Under Sentinel the connection follows the master.
 
-use super::link::{cluster_builder, manager_config};
-use super::{RedisConfig, with_deadline};
+use super::config::RedisConfig;
+use super::link::{cluster_builder, manager_config, with_deadline};
 use crate::types::Ring;
 use crate::{Result, StateError, Subscription};
 use async_trait::async_trait;

@@ -12,7 +12,8 @@
 //!
 //! A record and its work hash expire with the task's TTL. The queue keys are few and permanent.
 
-use super::{PubSubKind, RedisStore, array, int, script, string};
+use super::RedisStore;
+use super::codec::{array, int, ms, string};
 use crate::tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
     TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
@@ -20,46 +21,8 @@ use crate::tasks::{
 use crate::types::UserKey;
 use crate::{Result, StateError};
 use async_trait::async_trait;
-use redis::{Script, Value};
+use redis::Value;
 use std::time::Duration;
-
-pub(super) struct TaskScripts {
-    create: Script,
-    update: Script,
-    cancel: Script,
-    start: Script,
-    ask: Script,
-    finish: Script,
-    requeue: Script,
-    enqueue: Script,
-    dequeue: Script,
-    settle: Script,
-    renew: Script,
-    expired: Script,
-    stats: Script,
-    tidy: Script,
-}
-
-impl TaskScripts {
-    pub(super) fn new(kind: PubSubKind) -> Self {
-        Self {
-            create: Script::new(include_str!("tasks/create.lua")),
-            update: Script::new(include_str!("tasks/update.lua")),
-            cancel: Script::new(include_str!("tasks/cancel.lua")),
-            start: Script::new(include_str!("tasks/start.lua")),
-            ask: Script::new(include_str!("tasks/ask.lua")),
-            finish: Script::new(include_str!("tasks/finish.lua")),
-            requeue: Script::new(include_str!("tasks/requeue.lua")),
-            enqueue: script(include_str!("tasks/enqueue.lua"), kind),
-            dequeue: Script::new(include_str!("tasks/dequeue.lua")),
-            settle: Script::new(include_str!("tasks/settle.lua")),
-            renew: Script::new(include_str!("tasks/renew.lua")),
-            expired: Script::new(include_str!("tasks/expired.lua")),
-            stats: Script::new(include_str!("tasks/stats.lua")),
-            tidy: Script::new(include_str!("tasks/tidy.lua")),
-        }
-    }
-}
 
 struct TaskKeys {
     record: String,
@@ -86,10 +49,6 @@ fn parse_member(m: &str) -> Option<(TaskKey, u64)> {
     let id = TaskId::parse(it.next()?)?;
     let generation = it.next()?.parse().ok()?;
     Some((TaskKey { user, id }, generation))
-}
-
-fn ms(d: Duration) -> u64 {
-    super::ms(d)
 }
 
 impl RedisStore {
