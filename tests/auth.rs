@@ -6,7 +6,8 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use jsonwebtoken::Algorithm;
-use mcpfleet_fleetkit::issuer::{AUDIENCE, now};
+use mcpfleet_core::time::epoch_secs;
+use mcpfleet_fleetkit::issuer::AUDIENCE;
 use mcpfleet_fleetkit::{Fleet, Issuer, McpClient, RedisServer, SseStream, TestKey, eventually, scrape, server_bin};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -167,9 +168,9 @@ async fn every_bad_credential_gets_its_challenge() {
     let cases: Vec<(&str, String)> = vec![
         ("not a JWT", "abc.def".to_owned()),
         ("garbage in three parts", "eyJhbGciOi.eyJzdWIiOi.c2ln".to_owned()),
-        ("expired", good().claim("exp", json!(now() - 120)).sign()),
-        ("not yet valid (nbf)", good().claim("nbf", json!(now() + 120)).sign()),
-        ("issued in the future (iat)", good().claim("iat", json!(now() + 120)).sign()),
+        ("expired", good().claim("exp", json!(epoch_secs() - 120)).sign()),
+        ("not yet valid (nbf)", good().claim("nbf", json!(epoch_secs() + 120)).sign()),
+        ("issued in the future (iat)", good().claim("iat", json!(epoch_secs() + 120)).sign()),
         ("wrong iss", good().claim("iss", json!("https://evil.example")).sign()),
         ("missing iss", good().without_claim("iss").sign()),
         ("wrong aud", good().claim("aud", json!("https://other.example/mcp")).sign()),
@@ -390,8 +391,11 @@ async fn sessions_belong_to_their_subject_and_survive_a_token_refresh() {
 
     // A refreshed token (new jti, exp, scopes) for the same iss and sub keeps the session, on either replica.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let refreshed =
-        key.token(&id, "bob").claim("exp", json!(now() + 3600)).claim("scope", json!("mcp:access tools:read")).sign();
+    let refreshed = key
+        .token(&id, "bob")
+        .claim("exp", json!(epoch_secs() + 3600))
+        .claim("scope", json!("mcp:access tools:read"))
+        .sign();
     assert_ne!(refreshed, bob.token.clone().unwrap());
     let bob2 = McpClient { token: Some(refreshed), ..bob.clone() };
     assert_eq!(bob2.request(&b, 4, "ping", json!({})).await["result"], json!({}));
@@ -511,7 +515,7 @@ async fn keys_are_cached_for_their_max_age() {
 async fn a_remembered_token_still_expires() {
     let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &["--jwt-leeway", "0s"]).await;
     let url = fleet.urls()[0].clone();
-    let token = key.token(&issuer.id(), "alice").claim("exp", json!(now() + 2)).sign();
+    let token = key.token(&issuer.id(), "alice").claim("exp", json!(epoch_secs() + 2)).sign();
     assert_eq!(with_token(&url, &token).await.status, 200);
     assert_eq!(with_token(&url, &token).await.status, 200);
     tokio::time::sleep(Duration::from_millis(3100)).await;

@@ -11,7 +11,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::Algorithm;
 use mcpfleet_auth::ProtectedResource;
 use mcpfleet_auth::dev::DevIssuer;
-use mcpfleet_auth::dev_oauth::{AuthorizeOutcome, DevAuthServer, unix_now};
+use mcpfleet_auth::dev_oauth::{AuthorizeOutcome, DevAuthServer};
+use mcpfleet_core::time::epoch_secs;
 use mcpfleet_fleetkit::{Fleet, Issuer, McpClient, TestKey, server_bin};
 use reqwest::Url;
 use serde_json::{Value, json};
@@ -425,7 +426,7 @@ async fn the_sign_in_refuses_what_it_must() {
     let twin = DevAuthServer::new(&issuer, &pr);
     let host = format!("localhost:{}", dev.port);
     let AuthorizeOutcome::Redirect(old) =
-        twin.authorize(&host, &form(&code_request(&client_id, &challenge, &[])), unix_now() - 120)
+        twin.authorize(&host, &form(&code_request(&client_id, &challenge, &[])), epoch_secs() - 120)
     else {
         panic!("no redirect");
     };

@@ -8,11 +8,12 @@ use crate::{AuthError, JwtSettings, TypPolicy};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
+use mcpfleet_core::time::epoch_secs;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use std::io::Write as _;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// `iss` of dev tokens.
 pub const DEV_ISSUER: &str = "urn:mcpfleet:dev";
@@ -140,7 +141,7 @@ impl DevIssuer {
     /// # Errors
     /// Signing failed.
     pub fn mint(&self, sub: &str, scope: &str, client_id: Option<&str>, ttl: Duration) -> Result<String, AuthError> {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = epoch_secs();
         let claims = json!({
             "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "sub": sub, "scope": scope,
             "client_id": client_id.unwrap_or("mcpfleet-dev"),

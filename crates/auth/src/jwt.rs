@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use http::request::Parts;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Validation, decode, decode_header};
+use mcpfleet_core::time::epoch_secs;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
@@ -67,13 +68,14 @@ impl Verified {
     fn get(&self, digest: &[u8; 32], generation: u64, leeway: u64) -> Option<Principal> {
         let map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (p, exp, at, g) = map.get(digest)?;
-        (*g == generation && now_secs() <= exp.saturating_add(leeway) && at.elapsed() < VERIFIED_TTL).then(|| p.clone())
+        (*g == generation && epoch_secs() <= exp.saturating_add(leeway) && at.elapsed() < VERIFIED_TTL)
+            .then(|| p.clone())
     }
 
     fn put(&self, digest: [u8; 32], p: &Principal, exp: u64, generation: u64) {
         let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= VERIFIED_CAPACITY {
-            let now = now_secs();
+            let now = epoch_secs();
             map.retain(|_, (_, exp, at, g)| *g == generation && *exp >= now && at.elapsed() < VERIFIED_TTL);
             if map.len() >= VERIFIED_CAPACITY {
                 map.clear();
@@ -125,10 +127,6 @@ fn bounded_str(claims: &Map<String, Value>, name: &str) -> Result<Option<String>
         Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_CLAIM => Ok(Some(s.clone())),
         Some(_) => Err(AuthError::InvalidToken("a claim of the token is malformed")),
     }
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 impl JwtAuthenticator {
@@ -219,7 +217,7 @@ impl JwtAuthenticator {
             decode::<Map<String, Value>>(token, &key.key, &v).map_err(|e| AuthError::InvalidToken(claim_error(&e)))?;
         let claims = data.claims;
         if let Some(iat) = claims.get("iat") {
-            let ok = iat.as_f64().is_some_and(|t| t <= (now_secs() + leeway) as f64);
+            let ok = iat.as_f64().is_some_and(|t| t <= (epoch_secs() + leeway) as f64);
             if !ok {
                 return Err(AuthError::InvalidToken("the token was issued in the future"));
             }

@@ -217,7 +217,7 @@ fn verify_metrics(report: &audit::Report) -> String {
     let tampered = report.tampered().count();
     let open = report.open().count();
     let ended = report.chains.len() - open - tampered;
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = mcpfleet_core::time::epoch_secs();
     format!(
         "# HELP mcp_audit_verify_chains Audit chains by the result of the last `mcpfleet audit verify`.\n\
          # TYPE mcp_audit_verify_chains gauge\n\

@@ -11,6 +11,7 @@
 
 #![expect(clippy::expect_used, reason = "a contract check fails by panicking with what it expected")]
 
+use mcpfleet_core::time::epoch_ms;
 use mcpfleet_state::{
     Admission, Admitted, AfterTake, AppendOptions, Asked, BucketSpec, CancelOutcome, Claim, ClaimSpec, Event, EventId,
     IdempotencyKey, LeaseToken, MemoryStore, NewSession, NewTask, OpenStream, QueueStats, RedisConfig, RedisStore,
@@ -1277,11 +1278,6 @@ async fn status(s: &dyn Store, key: &TaskKey) -> TaskStatus {
     task(s, key).await.status
 }
 
-fn now_ms() -> u64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
-    u64::try_from(now.as_millis()).expect("ms fit u64")
-}
-
 fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).expect("valid JSON")
 }
@@ -1297,9 +1293,9 @@ async fn tasks_create_get_and_cap(kind: Kind) {
 
     // A queued task: every field as created, generation 1.
     let key = task_key("alice");
-    let before = now_ms();
+    let before = epoch_ms();
     let created = create_task(s, &new_task(&key)).await;
-    assert!(created >= before.saturating_sub(1000) && created <= now_ms() + 1000, "{created} vs {before}");
+    assert!(created >= before.saturating_sub(1000) && created <= epoch_ms() + 1000, "{created} vs {before}");
     let want = TaskView {
         status: TaskStatus::Queued,
         created_ms: created,

@@ -11,11 +11,11 @@ use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, EncodingKey};
+use mcpfleet_core::time::epoch_secs;
 use serde_json::{Map, Value, json};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
 /// The audience the auth tests configure (`--jwt-audience`).
@@ -94,7 +94,7 @@ impl TestKey {
     /// `iss`, `aud` ([`AUDIENCE`]), `sub`, `exp` (+5 min), `iat`, `scope` (`mcp:access`), `client_id`, `jti`.
     #[must_use]
     pub fn token(&self, issuer: &str, sub: &str) -> TokenBuilder {
-        let now = now();
+        let now = epoch_secs();
         let jti: [u8; 12] = rand::random();
         let mut header = Map::new();
         header.insert("alg".into(), serde_json::to_value(self.alg).expect("alg"));
@@ -107,12 +107,6 @@ impl TestKey {
         let Value::Object(claims) = claims else { unreachable!() };
         TokenBuilder { header, claims, key: self.encoding.clone(), alg: self.alg }
     }
-}
-
-/// Seconds since the epoch.
-#[must_use]
-pub fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A token being built: any header or claim can be set or removed.

@@ -44,7 +44,7 @@ use crate::ProtectedResource;
 use crate::dev::DevIssuer;
 use seal::Sealer;
 use serde_json::{Value, json};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Where the authorization endpoint is served.
 pub const AUTHORIZE_PATH: &str = "/oauth/authorize";
@@ -83,12 +83,6 @@ impl std::fmt::Debug for DevAuthServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DevAuthServer").field("scopes_supported", &self.scopes_supported).finish_non_exhaustive()
     }
-}
-
-/// Now, in Unix seconds.
-#[must_use]
-pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// `http://<host>`: the issuer identifier of the dev sign-in as a client that used `host` sees it.
@@ -160,6 +154,7 @@ mod tests {
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
     use http::{HeaderMap, header};
+    use mcpfleet_core::time::epoch_secs;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -186,7 +181,7 @@ mod tests {
     }
 
     fn register(s: &DevAuthServer, meta: Value) -> Result<Value, OAuthError> {
-        s.register(&headers("application/json"), meta.to_string().as_bytes(), unix_now())
+        s.register(&headers("application/json"), meta.to_string().as_bytes(), epoch_secs())
     }
 
     fn public_client(s: &DevAuthServer) -> String {
@@ -227,7 +222,7 @@ mod tests {
     }
 
     fn token(s: &DevAuthServer, pairs: &[(&str, &str)]) -> Result<Value, OAuthError> {
-        s.token(&headers("application/x-www-form-urlencoded"), query(pairs).as_bytes(), unix_now())
+        s.token(&headers("application/x-www-form-urlencoded"), query(pairs).as_bytes(), epoch_secs())
     }
 
     fn exchange(s: &DevAuthServer, client_id: &str, code: &str, verifier: &str) -> Result<Value, OAuthError> {
@@ -247,7 +242,7 @@ mod tests {
     async fn the_code_flow_issues_tokens_the_dev_verifier_accepts() {
         let (s, issuer) = server();
         let client_id = public_client(&s);
-        let code = code_for(&s, &client_id, &[("login_hint", "alice@example.com")], unix_now());
+        let code = code_for(&s, &client_id, &[("login_hint", "alice@example.com")], epoch_secs());
         let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
         assert_eq!(t["token_type"], "Bearer");
         assert_eq!(t["scope"], "mcp:access");
@@ -264,7 +259,7 @@ mod tests {
     async fn offline_access_brings_a_refresh_token_that_keeps_the_grant() {
         let (s, issuer) = server();
         let client_id = public_client(&s);
-        let code = code_for(&s, &client_id, &[("scope", "offline_access mcp:access fixtures:whoami")], unix_now());
+        let code = code_for(&s, &client_id, &[("scope", "offline_access mcp:access fixtures:whoami")], epoch_secs());
         let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
         assert_eq!(t["scope"], "fixtures:whoami mcp:access offline_access");
         let v = JwtAuthenticator::new(DevIssuer::settings(vec![]), KeySource::Static(Arc::new(issuer.key_set())));
@@ -293,7 +288,7 @@ mod tests {
         assert!(refresh(rt, None).is_ok());
 
         // offline_access alone asks for the endpoint's scopes too; a refresh never widens the grant.
-        let code = code_for(&s, &client_id, &[("scope", "offline_access")], unix_now());
+        let code = code_for(&s, &client_id, &[("scope", "offline_access")], epoch_secs());
         let t = exchange(&s, &client_id, &code, VERIFIER).unwrap();
         assert_eq!(t["scope"], "mcp:access offline_access");
         assert!(t["refresh_token"].is_string(), "{t}");
@@ -305,7 +300,7 @@ mod tests {
     fn pkce_is_required_and_checked() {
         let (s, _) = server();
         let client_id = public_client(&s);
-        let code = code_for(&s, &client_id, &[], unix_now());
+        let code = code_for(&s, &client_id, &[], epoch_secs());
         let wrong = "x".repeat(43);
         assert_eq!(exchange(&s, &client_id, &code, &wrong).unwrap_err().code, ErrorCode::InvalidGrant);
         assert_eq!(exchange(&s, &client_id, &code, "short").unwrap_err().code, ErrorCode::InvalidRequest);
@@ -317,7 +312,7 @@ mod tests {
                 ("code_challenge_method", method),
                 ("state", "s1"),
             ]);
-            let p = redirect_params(s.authorize(HOST, &q, unix_now()));
+            let p = redirect_params(s.authorize(HOST, &q, epoch_secs()));
             assert_eq!(p["error"], "invalid_request", "{method}: {p:?}");
             assert_eq!(p["state"], "s1");
         }
@@ -327,10 +322,10 @@ mod tests {
     fn codes_expire_and_cannot_be_forged_or_moved() {
         let (s, _) = server();
         let client_id = public_client(&s);
-        let old = code_for(&s, &client_id, &[], unix_now() - 61);
+        let old = code_for(&s, &client_id, &[], epoch_secs() - 61);
         let e = exchange(&s, &client_id, &old, VERIFIER).unwrap_err();
         assert_eq!((e.code, e.description.contains("expired")), (ErrorCode::InvalidGrant, true));
-        let code = code_for(&s, &client_id, &[], unix_now());
+        let code = code_for(&s, &client_id, &[], epoch_secs());
         let mut tampered = code.clone().into_bytes();
         let i = tampered.len() - 30;
         tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
@@ -395,7 +390,7 @@ mod tests {
             register(&s, json!({ "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "client_secret_post" }))
                 .unwrap();
         let (id, secret) = (r["client_id"].as_str().unwrap(), r["client_secret"].as_str().unwrap());
-        let code = code_for(&s, id, &[], unix_now());
+        let code = code_for(&s, id, &[], epoch_secs());
         let form = |secret: &str| {
             query(&[
                 ("grant_type", "authorization_code"),
@@ -407,11 +402,11 @@ mod tests {
             ])
         };
         let h = headers("application/x-www-form-urlencoded");
-        let wrong = s.token(&h, form("wrong").as_bytes(), unix_now()).unwrap_err();
+        let wrong = s.token(&h, form("wrong").as_bytes(), epoch_secs()).unwrap_err();
         assert_eq!(wrong.code, ErrorCode::InvalidClient);
         let missing = exchange(&s, id, &code, VERIFIER).unwrap_err();
         assert_eq!(missing.code, ErrorCode::InvalidClient);
-        assert!(s.token(&h, form(secret).as_bytes(), unix_now()).is_ok());
+        assert!(s.token(&h, form(secret).as_bytes(), epoch_secs()).is_ok());
         // The same client with HTTP Basic (the TypeScript SDK prefers it when it has a secret).
         let mut basic = h.clone();
         let creds = STANDARD.encode(format!("{id}:{secret}"));
@@ -422,7 +417,7 @@ mod tests {
             ("redirect_uri", REDIRECT),
             ("code_verifier", VERIFIER),
         ]);
-        assert!(s.token(&basic, body.as_bytes(), unix_now()).is_ok());
+        assert!(s.token(&basic, body.as_bytes(), epoch_secs()).is_ok());
         // A public client cannot send a secret.
         let public = public_client(&s);
         let e = token(&s, &[("grant_type", "refresh_token"), ("client_id", &public), ("client_secret", secret)]);
@@ -441,7 +436,7 @@ mod tests {
                 ("code_challenge_method", "S256"),
             ];
             pairs.extend_from_slice(extra);
-            redirect_params(s.authorize(HOST, &query(&pairs), unix_now()))
+            redirect_params(s.authorize(HOST, &query(&pairs), epoch_secs()))
         };
         for good in ["http://localhost:8123/mcp", "http://127.0.0.1:8123/mcp", "http://[::1]:8123/mcp"] {
             assert!(ask(&[("resource", good)]).contains_key("code"), "{good}");
@@ -466,14 +461,14 @@ mod tests {
             ("code_challenge", CHALLENGE),
             ("code_challenge_method", "S256"),
         ]);
-        assert_eq!(redirect_params(s.authorize(HOST, &token_type, unix_now()))["error"], "unsupported_response_type");
+        assert_eq!(redirect_params(s.authorize(HOST, &token_type, epoch_secs()))["error"], "unsupported_response_type");
     }
 
     #[test]
     fn untrusted_clients_and_redirects_get_a_page_not_a_redirect() {
         let (s, _) = server();
         let client_id = public_client(&s);
-        let page = |q: &str| match s.authorize(HOST, q, unix_now()) {
+        let page = |q: &str| match s.authorize(HOST, q, epoch_secs()) {
             AuthorizeOutcome::Refused(e) => e,
             AuthorizeOutcome::Redirect(loc) => panic!("redirected to {loc}"),
         };

@@ -117,7 +117,7 @@ impl Chain {
     pub(crate) fn new(replica: &str) -> Self {
         let tag: [u8; 4] = rand::random();
         let tag = mcpfleet_core::hex(&tag);
-        let started = micros(SystemTime::now()) / 1000;
+        let started = mcpfleet_core::time::epoch_ms();
         Self {
             id: format!("{replica}/{started:x}-{tag}").into(),
             replica: replica.into(),

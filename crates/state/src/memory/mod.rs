@@ -22,7 +22,7 @@ use crate::{
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tasks::Tasks;
 use tokio::sync::broadcast;
 
@@ -191,8 +191,7 @@ impl Inner {
     }
 
     fn next_id(&mut self, stream: u64) -> EventId {
-        let now =
-            u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(0);
+        let now = mcpfleet_core::time::epoch_ms();
         let (ms, seq) = if now > self.last_id.0 { (now, 0) } else { (self.last_id.0, self.last_id.1 + 1) };
         self.last_id = (ms, seq);
         EventId { stream, ms, seq }

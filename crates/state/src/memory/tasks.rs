@@ -4,7 +4,7 @@
 //! ordered map of waiting entries beside a map of entries taken and not yet settled (Redis' pending entries list),
 //! and its lease set is a map from run to expiry.
 //!
-//! Epoch milliseconds (`created_ms`, `updated_ms`, entry ids) come from [`SystemTime`]; every expiry is an
+//! Epoch milliseconds (`created_ms`, `updated_ms`, entry ids) come from [`epoch_ms`]; every expiry is an
 //! [`Instant`], like the rest of the memory store.
 
 use crate::tasks::{
@@ -12,8 +12,9 @@ use crate::tasks::{
     TaskView, TaskWork, UpdateOutcome,
 };
 use crate::{Result, Ring, StateError};
+use mcpfleet_core::time::epoch_ms;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 /// Expired records are dropped on access, and all of them every this many calls.
@@ -88,11 +89,6 @@ struct Lease {
     expires: Instant,
     /// The run's queue entry, from `enqueue` until it is settled.
     entry: Option<Pos>,
-}
-
-/// Milliseconds since the Unix epoch.
-fn epoch_ms() -> u64 {
-    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()).unwrap_or(u64::MAX)
 }
 
 fn millis(d: Duration) -> u64 {
