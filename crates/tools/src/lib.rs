@@ -14,14 +14,16 @@ mod empty;
 pub mod envelope;
 pub mod headers;
 pub mod lint;
+pub mod schema;
 pub mod tool;
 pub mod validate;
 
+pub use async_trait::async_trait;
 pub use empty::EmptyCatalog;
 pub use mcpfleet_core::{JsonObject, Principal, Quota, Scopes};
+pub use schemars;
 pub use tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};
 
-use async_trait::async_trait;
 use serde_json::Value;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

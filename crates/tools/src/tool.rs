@@ -13,8 +13,10 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// MCP tool annotations: hints for clients, set truthfully.
+/// MCP tool annotations: hints for clients, set truthfully. Build them with [`ToolInfo`]'s setters
+/// ([`read_only`](ToolInfo::read_only), [`destructive`](ToolInfo::destructive), ...).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Annotations {
     pub read_only: bool,
     pub destructive: bool,
@@ -22,21 +24,153 @@ pub struct Annotations {
     pub open_world: bool,
 }
 
-/// Everything a tool declares.
+/// Everything a tool declares: its name and what differs from the defaults, set with chained calls. Strings are
+/// owned, so a tool can be built from configuration. Unless [`input_schema`](Self::input_schema) gives one by hand,
+/// the input schema is derived from the tool's [`Tool::Args`] when it is registered ([`crate::schema::derive`]),
+/// and that document is the one `tools/list` publishes and every call is validated against.
+///
+/// ```
+/// use mcpfleet_tools::{Quota, ToolInfo};
+/// use std::time::Duration;
+///
+/// let info = ToolInfo::new("order_status")
+///     .title("Order status")
+///     .description("The status of one of the calling user's orders.")
+///     .read_only()
+///     .scopes(["orders:read"])
+///     .quota(Quota::new(100, Duration::from_secs(3600)));
+/// assert_eq!(info.scopes, ["orders:read"]);
+/// assert!(info.input_schema.is_none(), "derived from the tool's Args at registration");
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ToolInfo {
-    pub name: &'static str,
-    pub title: &'static str,
-    pub description: &'static str,
-    pub input_schema: Value,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// A hand-written input schema; `None` derives it from [`Tool::Args`].
+    pub input_schema: Option<Value>,
     pub output_schema: Option<Value>,
     pub annotations: Annotations,
     /// Scopes a caller needs to see and call it.
-    pub scopes: &'static [&'static str],
+    pub scopes: Vec<String>,
     pub quota: Option<Quota>,
     pub timeout: Option<Duration>,
     /// Whether and when a call becomes a task ([`crate::TaskMode`]); `TaskSupport::default()` answers inline.
     pub task: TaskSupport,
+}
+
+impl ToolInfo {
+    /// A tool named `name` (`[A-Za-z0-9_.-]{1,128}`, checked at registration) with every default: no title or
+    /// description, the input schema derived from its arguments, no output schema, every annotation false, no
+    /// scopes, no quota, the server's timeout, answered inline.
+    #[must_use]
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: None,
+            output_schema: None,
+            annotations: Annotations::default(),
+            scopes: Vec::new(),
+            quota: None,
+            timeout: None,
+            task: TaskSupport::default(),
+        }
+    }
+
+    /// A human-readable name (`title`, also the annotations' title).
+    #[must_use]
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// What the tool does, for the model.
+    #[must_use]
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// A hand-written input schema instead of the derived one, for a bound schemars cannot express. It is linted
+    /// and enforced like a derived one; it must still describe what [`Tool::Args`] accepts.
+    #[must_use]
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// The output schema, derived from `O` (a `Serialize + JsonSchema` type); `structuredContent` is checked
+    /// against it before anything is sent.
+    #[must_use]
+    pub fn output<O: schemars::JsonSchema>(self) -> Self {
+        self.output_schema(crate::schema::derive::<O>())
+    }
+
+    /// A hand-written output schema.
+    #[must_use]
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// `readOnlyHint`: the tool changes nothing.
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        self.annotations.read_only = true;
+        self
+    }
+
+    /// `destructiveHint`: the tool may delete or overwrite.
+    #[must_use]
+    pub fn destructive(mut self) -> Self {
+        self.annotations.destructive = true;
+        self
+    }
+
+    /// `idempotentHint`: calling it twice with the same arguments does no more than once.
+    #[must_use]
+    pub fn idempotent(mut self) -> Self {
+        self.annotations.idempotent = true;
+        self
+    }
+
+    /// `openWorldHint`: the tool reaches outside the server (the internet, another service).
+    #[must_use]
+    pub fn open_world(mut self) -> Self {
+        self.annotations.open_world = true;
+        self
+    }
+
+    /// Scopes a caller needs to see and call it (on top of what the operator adds with `--tool-scope`).
+    #[must_use]
+    pub fn scopes<I: IntoIterator<Item = S>, S: Into<String>>(mut self, scopes: I) -> Self {
+        self.scopes = scopes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The tool's own quota per principal, enforced across the fleet (the operator may override it).
+    #[must_use]
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// How long a call may run before it is stopped (an `isError` result); unset, `--tool-timeout`.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether and when a call becomes a task.
+    #[must_use]
+    pub fn task(mut self, task: TaskSupport) -> Self {
+        self.task = task;
+        self
+    }
 }
 
 /// What a handler returns: content blocks, and structured content when it declares an output schema.
@@ -64,13 +198,25 @@ impl ToolOutput {
         self.structured = Some(v);
         self
     }
+
+    /// `value` as structured content (checked against the tool's output schema), and as its JSON text in one text
+    /// block, for clients that read only content.
+    ///
+    /// # Errors
+    /// `value` does not serialize to JSON: [`ToolError::Internal`].
+    pub fn structured<T: serde::Serialize>(value: &T) -> Result<Self, ToolError> {
+        let v = serde_json::to_value(value).map_err(|e| ToolError::Internal(format!("structured output: {e}")))?;
+        Ok(Self::text(v.to_string()).with_structured(v))
+    }
 }
 
 /// A tool with typed arguments.
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
-    /// The arguments, as the input schema describes them. Use `#[serde(deny_unknown_fields)]`.
-    type Args: DeserializeOwned + Send;
+    /// The arguments: `#[derive(Deserialize, JsonSchema)]` with `#[serde(deny_unknown_fields)]`, every string,
+    /// number and list bounded by a `#[schemars(...)]` attribute. Its derived schema is the published input schema,
+    /// unless [`ToolInfo::input_schema`] gives one by hand.
+    type Args: DeserializeOwned + schemars::JsonSchema + Send;
 
     fn info(&self) -> ToolInfo;
 
@@ -101,6 +247,8 @@ impl<T: Tool> Erased for Typed<T> {
 
 struct Entry {
     info: ToolInfo,
+    /// The input schema: hand-written or derived.
+    input: Value,
     listed: Value,
     output: Option<jsonschema::Validator>,
     run: Box<dyn Erased>,
@@ -109,7 +257,7 @@ struct Entry {
 /// Tools served as a catalog.
 #[derive(Default)]
 pub struct Registry {
-    tools: BTreeMap<&'static str, Entry>,
+    tools: BTreeMap<String, Entry>,
     instructions: Option<String>,
 }
 
@@ -137,16 +285,17 @@ impl Registry {
         self
     }
 
-    /// Adds a tool.
+    /// Adds a tool. Its input schema is [`ToolInfo::input_schema`] if it has one, else derived from
+    /// [`Tool::Args`]. The server lints every schema at start-up ([`crate::lint`]); this does not.
     ///
     /// # Errors
     /// A name that is not `[A-Za-z0-9_.-]{1,128}` or already taken, or an output schema that does not compile.
     pub fn register<T: Tool>(&mut self, tool: T) -> Result<&mut Self, String> {
         let info = tool.info();
-        if !valid_name(info.name) {
+        if !valid_name(&info.name) {
             return Err(format!("tool name {:?} is not [A-Za-z0-9_.-]{{1,128}}", info.name));
         }
-        if self.tools.contains_key(info.name) {
+        if self.tools.contains_key(&info.name) {
             return Err(format!("tool {} is registered twice", info.name));
         }
         let output = match &info.output_schema {
@@ -158,20 +307,36 @@ impl Registry {
             ),
             None => None,
         };
+        let input = info.input_schema.clone().unwrap_or_else(crate::schema::derive::<T::Args>);
         let a = info.annotations;
-        let mut listed = json!({
-            "name": info.name,
-            "title": info.title,
-            "description": info.description,
-            "inputSchema": info.input_schema,
-            "annotations": { "title": info.title, "readOnlyHint": a.read_only, "destructiveHint": a.destructive,
-                             "idempotentHint": a.idempotent, "openWorldHint": a.open_world },
-        });
+        let mut annotations = json!({ "readOnlyHint": a.read_only, "destructiveHint": a.destructive,
+                                      "idempotentHint": a.idempotent, "openWorldHint": a.open_world });
+        let mut listed = json!({ "name": info.name, "inputSchema": input });
+        if let Some(t) = &info.title {
+            listed["title"] = json!(t);
+            annotations["title"] = json!(t);
+        }
+        if let Some(d) = &info.description {
+            listed["description"] = json!(d);
+        }
+        listed["annotations"] = annotations;
         if let Some(o) = &info.output_schema {
             listed["outputSchema"] = o.clone();
         }
-        self.tools.insert(info.name, Entry { info, listed, output, run: Box::new(Typed(tool)) });
+        self.tools.insert(info.name.clone(), Entry { info, input, listed, output, run: Box::new(Typed(tool)) });
         Ok(self)
+    }
+
+    /// The input schema `tool` publishes (hand-written or derived), if it is registered.
+    #[must_use]
+    pub fn input_schema(&self, tool: &str) -> Option<&Value> {
+        self.tools.get(tool).map(|e| &e.input)
+    }
+
+    /// Whether no tool is registered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
     }
 }
 
@@ -190,7 +355,7 @@ impl Catalog for Registry {
     }
 
     fn tool_scopes(&self, tool: &str) -> Vec<String> {
-        self.tools.get(tool).map(|e| e.info.scopes.iter().map(|s| (*s).to_owned()).collect()).unwrap_or_default()
+        self.tools.get(tool).map(|e| e.info.scopes.clone()).unwrap_or_default()
     }
 
     fn tool_quota(&self, tool: &str) -> Option<Quota> {
@@ -274,9 +439,10 @@ mod tests {
     /// Answers with whatever structured content it is given, against an output schema.
     struct Echo;
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     struct EchoArgs {
+        #[schemars(range(min = -9, max = 9))]
         n: i64,
     }
 
@@ -284,22 +450,15 @@ mod tests {
     impl Tool for Echo {
         type Args = EchoArgs;
         fn info(&self) -> ToolInfo {
-            ToolInfo {
-                name: "echo",
-                title: "Echo",
-                description: "Echoes n as structured content",
-                input_schema: json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": -9, "maximum": 9 } },
-                                      "required": ["n"], "additionalProperties": false }),
-                output_schema: Some(
-                    json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": 0 } },
-                                            "required": ["n"], "additionalProperties": false }),
-                ),
-                annotations: Annotations { read_only: true, ..Annotations::default() },
-                scopes: &["tools:read"],
-                quota: None,
-                timeout: Some(Duration::from_secs(2)),
-                task: TaskSupport { mode: TaskMode::After(Duration::from_secs(1)), rerunnable: true },
-            }
+            ToolInfo::new("echo")
+                .title("Echo")
+                .description("Echoes n as structured content")
+                .output_schema(json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": 0 } },
+                                       "required": ["n"], "additionalProperties": false }))
+                .read_only()
+                .scopes(["tools:read"])
+                .timeout(Duration::from_secs(2))
+                .task(TaskSupport { mode: TaskMode::After(Duration::from_secs(1)), rerunnable: true })
         }
         async fn call(&self, a: EchoArgs, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
             Ok(ToolOutput::text("ok").with_structured(json!({ "n": a.n })))
@@ -326,6 +485,14 @@ mod tests {
         assert_eq!(listed[0]["name"], "echo");
         assert_eq!(listed[0]["annotations"]["readOnlyHint"], true);
         assert_eq!(listed[0]["outputSchema"]["required"], json!(["n"]));
+        let derived = &listed[0]["inputSchema"];
+        assert_eq!(derived["additionalProperties"], false, "deny_unknown_fields closes it: {derived}");
+        assert_eq!(
+            (&derived["properties"]["n"]["minimum"], &derived["properties"]["n"]["maximum"]),
+            (&json!(-9), &json!(9))
+        );
+        assert_eq!(r.input_schema("echo"), Some(derived));
+        assert!(crate::lint::lint_tool(&listed[0]).is_empty(), "{:?}", crate::lint::lint_tool(&listed[0]));
         assert_eq!(r.tool_scopes("echo"), vec!["tools:read".to_owned()]);
         assert_eq!(r.tool_timeout("echo"), Some(Duration::from_secs(2)));
         let task = TaskSupport { mode: TaskMode::After(Duration::from_secs(1)), rerunnable: true };
