@@ -221,6 +221,8 @@ pub struct FleetBuilder {
     catalog: Option<Arc<dyn mcpfleet_tools::Catalog>>,
     log_file: Option<PathBuf>,
     server_limits: bool,
+    /// A server binary of a tool writer's instead of `mcpfleet` (no `--fixtures` then).
+    binary: Option<PathBuf>,
 }
 
 /// A running fleet.
@@ -256,6 +258,7 @@ impl Fleet {
             log_file: None,
             server_limits: false,
             catalog: None,
+            binary: None,
         }
     }
 
@@ -403,11 +406,19 @@ impl FleetBuilder {
         self
     }
 
+    /// Process replicas run `binary` (a server built on the `mcpfleet` library, with tools of its own) instead of
+    /// the `mcpfleet` binary, with the same flags but `--fixtures`.
+    #[must_use]
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
+        self
+    }
+
     /// `mcpfleet serve ...` for a replica listening on `host` (`127.0.0.1` but in a lab).
     fn serve_args(&self, host: &str) -> Vec<String> {
         let listen = format!("{host}:0");
         let mut a = vec!["mcpfleet".to_owned(), "serve".to_owned(), "--listen".to_owned(), listen.clone()];
-        if !self.args.iter().any(|x| x == "--fixtures") {
+        if self.binary.is_none() && !self.args.iter().any(|x| x == "--fixtures") {
             a.extend(["--fixtures".to_owned(), "conformance".to_owned()]);
         }
         if let Some(redis_flags) = self.redis.clone() {
@@ -486,10 +497,10 @@ impl FleetBuilder {
             // `ip netns exec` execs the server: the child is the server.
             Some((netns, _)) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", netns]).arg(server_bin());
+                c.args(["netns", "exec", netns]).arg(self.binary.clone().unwrap_or_else(server_bin));
                 c
             }
-            None => Command::new(server_bin()),
+            None => Command::new(self.binary.clone().unwrap_or_else(server_bin)),
         };
         let mut child = command
             .args(&args[1..])
@@ -510,12 +521,9 @@ impl FleetBuilder {
     }
 
     async fn start_in_process(&self) -> Replica {
-        let mcpfleet::config::Parsed::Serve(cfg) =
-            mcpfleet::config::parse(self.serve_args("127.0.0.1").into_iter().map(Into::into)).expect("config")
-        else {
-            panic!("not a serve command");
-        };
-        let state = mcpfleet::build_state(&cfg).await.expect("state").state.with(|state| {
+        let flags = self.serve_args("127.0.0.1").into_iter().skip(2);
+        let app = mcpfleet::Server::new("mcpfleet", env!("CARGO_PKG_VERSION")).build(flags).await.expect("a replica");
+        let state = app.state().clone().with(|state| {
             if self.header_auth {
                 state.auth = Arc::new(HeaderAuth);
             }

@@ -111,6 +111,7 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
             }
             0
         }
+        #[cfg(feature = "reference")]
         DbCommand::DemoData { scale } => {
             match migrate::status(&db).await {
                 Ok(s) if !s.pending.is_empty() => {

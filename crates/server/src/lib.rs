@@ -1,26 +1,46 @@
-//! mcpfleet, the server: config → telemetry → state → [`AppState`] → [`serve`]. The binary is a thin wrapper
-//! around [`run`]. This crate wires the others together and owns nothing else.
+//! mcpfleet, the crate tool writers depend on: [`Server`] serves your tools on a fleet of replicas with the
+//! `mcpfleet` command line (config → telemetry → state → [`AppState`] → [`serve`]), and this crate re-exports
+//! everything a tool needs ([`Tool`], [`ToolInfo`], [`ToolContext`], [`ToolError`], [`ToolOutput`],
+//! [`async_trait`], [`schemars`] and [`JsonSchema`]), so that a tool's crate depends on `mcpfleet` alone and never
+//! pins a second version of ours. The `mcpfleet` binary is a user of this API like any other, plus the fixture sets
+//! behind the default-on cargo features `fixtures` and `reference` (`--fixtures`). The test harness for tools is
+//! [`testing`]. This crate wires the others together and owns nothing else.
 
+mod app;
+mod catalog;
 pub mod config;
 mod database;
+#[cfg(any(feature = "fixtures", feature = "reference"))]
+mod fixtures;
 pub mod lint;
 mod log;
+pub mod testing;
 
+pub use app::{App, Server};
+pub use catalog::CheckedCatalog;
+pub use mcpfleet_tools::schemars::{self, JsonSchema};
+pub use mcpfleet_tools::{
+    Annotations, Catalog, JsonObject, Principal, Quota, Registry, Scopes, TaskMode, TaskSupport, Tool, ToolContext,
+    ToolError, ToolInfo, ToolOutput, async_trait, envelope,
+};
 pub use mcpfleet_transport::{AppState, serve};
+/// The allocator the `mcpfleet` binary uses; a tool writer's binary takes it in two lines (`#[global_allocator]`).
+pub use mimalloc;
+/// JSON values, as tools and the harness take them.
+pub use serde_json;
+/// The logging facade the server's subscriber listens to: a tool's `tracing::info!` lines join the server's log.
+pub use tracing;
 
-use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_SCHEMA, EXIT_UNAVAILABLE, Fixtures, KeysFrom, Parsed};
+use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_SCHEMA, EXIT_UNAVAILABLE, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::DevAuthServer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
 use mcpfleet_db::Database;
-use mcpfleet_fixtures::{ConformanceCatalog, OpenCatalog};
 use mcpfleet_limits::{LimitMetrics, Limiter};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
-use mcpfleet_tools::{Catalog, EmptyCatalog};
 use mcpfleet_transport::{AdminState, Shared, TransportMetrics, admin_router};
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use prometheus::Registry;
-use std::ffi::OsString;
+use prometheus::Registry as Metrics;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -99,95 +119,24 @@ async fn build_auth(
 #[derive(Debug)]
 pub struct Built {
     pub state: AppState,
-    pub registry: Registry,
+    pub registry: Metrics,
     pub dev: Option<DevIssuer>,
     /// The audit trail's writer, when there is one: the drain closes it.
     pub audit: Option<Arc<mcpfleet_db::audit::Writer>>,
 }
 
-/// The catalog `--fixtures` selects, after the start-up checks: its tools' input schemas pass the lint, and every
-/// `--quota` names one of its tools. Built once, before logging starts, so that a refusal is one line.
-#[derive(Debug)]
-pub struct CheckedCatalog {
-    catalog: Arc<dyn Catalog>,
-    /// Its `tools/list` entries.
-    tools: Vec<serde_json::Value>,
-    /// Lint warnings, for the log.
-    warnings: Vec<String>,
-}
-
-impl CheckedCatalog {
-    /// Builds and checks the catalog of `cfg`; the reference tools work on `db` when there is one.
-    ///
-    /// # Errors
-    /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`), or a
-    /// `--quota` names a tool this server does not have.
-    pub fn new(cfg: &Config, db: Option<&Database>) -> Result<Self, ServerError> {
-        let catalog: Arc<dyn Catalog> = match cfg.fixtures {
-            Some(Fixtures::Conformance) => Arc::new(ConformanceCatalog),
-            Some(Fixtures::Open) => Arc::new(OpenCatalog),
-            Some(Fixtures::Reference) => {
-                let repo: Arc<dyn mcpfleet_reference::Repository> = match db {
-                    Some(db) => Arc::new(mcpfleet_reference::PgRepo::new(
-                        db.pool().clone(),
-                        mcpfleet_reference::PgOptions {
-                            timeout: db.timeout(),
-                            // Dev sign-in: a principal without data of its own works on one of the demo tenants.
-                            assign_demo_tenant: matches!(cfg.auth, AuthConfig::Dev { .. } | AuthConfig::None),
-                        },
-                    )),
-                    None => Arc::new(mcpfleet_reference::MemoryRepo::new()),
-                };
-                Arc::new(mcpfleet_reference::catalog(repo).map_err(ServerError::Config)?)
-            }
-            None => Arc::new(EmptyCatalog),
-        };
-        let tools = catalog.tools();
-        let name = |t: &serde_json::Value| t.get("name").and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
-        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
-        for tool in &tools {
-            for f in mcpfleet_tools::lint::lint_tool(tool) {
-                let line = format!("{} {f}", name(tool));
-                match f.severity {
-                    mcpfleet_tools::lint::Severity::Error => errors.push(line),
-                    mcpfleet_tools::lint::Severity::Warning => warnings.push(line),
-                }
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ServerError::Config(format!("tool input schemas fail the lint: {}", errors.join("; "))));
-        }
-        // A quota for a tool that does not exist is a typo that would silently limit nothing.
-        let known: Vec<String> = tools.iter().map(name).collect();
-        if let Some(unknown) = cfg.limits.quotas.keys().find(|t| !known.contains(t)) {
-            return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
-        }
-        Ok(Self { catalog, tools, warnings })
-    }
-}
-
-/// Builds the shared state from a parsed config: the metrics registry (with process metrics), the store
-/// (connecting to Redis when configured), the catalog, and the authenticator (loading its keys).
-///
-/// # Errors
-/// A catalog that fails its checks ([`CheckedCatalog::new`]); Redis or the database unreachable at start, or its
-/// schema behind; an unusable key file.
-pub async fn build_state(cfg: &Config) -> Result<Built, ServerError> {
-    let db = database::open(cfg)?;
-    let checked = CheckedCatalog::new(cfg, db.as_ref())?;
-    build_state_with(cfg, checked, db).await
-}
-
-/// [`build_state`] with a catalog already built and checked, and the database it uses.
+/// Builds the shared state from a parsed config, a checked catalog and the database it uses: the metrics registry
+/// (with process metrics), the store (connecting to Redis when configured), and the authenticator (loading its
+/// keys).
 ///
 /// # Errors
 /// Redis or the database unreachable at start, or its schema behind; an unusable key file.
-pub async fn build_state_with(
+pub(crate) async fn build_state_with(
     cfg: &Config,
     checked: CheckedCatalog,
     db: Option<Database>,
 ) -> Result<Built, ServerError> {
-    let registry = Registry::new();
+    let registry = Metrics::new();
     let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
     #[cfg(target_os = "linux")]
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).map_err(metrics_error)?;
@@ -211,7 +160,7 @@ pub async fn build_state_with(
         }
     };
     let CheckedCatalog { catalog, tools, warnings } = checked;
-    transport_metrics.seed_tools(tools.iter().filter_map(|t| t.get("name").and_then(serde_json::Value::as_str)));
+    transport_metrics.seed_tools(tools.iter().map(catalog::tool_name));
     for w in warnings {
         tracing::warn!(finding = %w, "tool schema lint");
     }
@@ -226,9 +175,7 @@ pub async fn build_state_with(
     if let Some(pr) = &mut transport.protected_resource {
         // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
         for tool in &tools {
-            if let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) {
-                pr.scopes_supported.extend(catalog.tool_scopes(name));
-            }
+            pr.scopes_supported.extend(catalog.tool_scopes(catalog::tool_name(tool)));
         }
         pr.scopes_supported.extend(transport.tool_scopes.values().flatten().cloned());
         pr.scopes_supported.sort();
@@ -258,16 +205,16 @@ pub async fn build_state_with(
     Ok(Built { state, registry, dev, audit })
 }
 
-/// Installs the global tracer provider. With an OTLP endpoint, sampled spans (parent-based, always on) go out
+/// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled spans (parent-based, always on) go out
 /// in batches over OTLP/HTTP; without one nothing is recorded, but every span still gets real W3C ids, which the
 /// logs and tool errors carry.
 ///
 /// # Errors
 /// The exporter cannot be built.
-pub fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
+fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
     use opentelemetry_otlp::WithExportConfig as _;
     use opentelemetry_sdk::trace::Sampler;
-    let resource = opentelemetry_sdk::Resource::builder().with_service_name("mcpfleet").build();
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name(cfg.transport.server_name.clone()).build();
     let builder = SdkTracerProvider::builder().with_resource(resource);
     let provider = match &cfg.otlp_endpoint {
         Some(endpoint) => {
@@ -308,8 +255,9 @@ fn init_tracing(cfg: &Config) -> log::LogGuard {
 /// `--auth dev`: one ready-to-use token, with every scope the server knows, on the third line of stdout.
 fn print_dev_token(issuer: &DevIssuer, state: &AppState) {
     let scope = state.config.protected_resource.as_ref().map(|p| p.scopes_supported.join(" ")).unwrap_or_default();
+    let name = &state.config.server_name;
     match issuer.mint("dev", &scope, None, std::time::Duration::from_secs(24 * 3600)) {
-        Ok(token) => println!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `mcpfleet token`): {token}"),
+        Ok(token) => println!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `{name} token`): {token}"),
         Err(e) => tracing::error!(error = %e, "cannot mint the dev token"),
     }
 }
@@ -335,15 +283,14 @@ async fn shutdown_signal(token: CancellationToken) {
     std::process::exit(1);
 }
 
-/// Runs the command line; returns the process exit code.
-pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
-    let cfg = match config::parse(args) {
-        Ok(Parsed::Serve(c)) => c,
-        Ok(Parsed::Token(t)) => {
+/// Runs a command other than `serve`; its exit code.
+fn run_command(name: &str, parsed: Parsed) -> i32 {
+    match parsed {
+        Parsed::Token(t) => {
             for w in &t.warnings {
-                eprintln!("mcpfleet: warning: {w}");
+                eprintln!("{name}: warning: {w}");
             }
-            return match DevIssuer::load_or_create(&t.key_file)
+            match DevIssuer::load_or_create(&t.key_file)
                 .and_then(|i| i.mint(&t.sub, &t.scope, t.client_id.as_deref(), t.ttl))
             {
                 Ok(token) => {
@@ -351,47 +298,39 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
                     0
                 }
                 Err(e) => {
-                    eprintln!("mcpfleet: {e}");
+                    eprintln!("{name}: {e}");
                     EXIT_CONFIG
                 }
-            };
+            }
         }
-        Ok(Parsed::Lint(req)) => {
+        Parsed::Lint(req) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
-            return match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt.block_on(lint::run(&req)),
                 Err(e) => {
-                    eprintln!("mcpfleet: cannot start the runtime: {e}");
+                    eprintln!("{name}: cannot start the runtime: {e}");
                     1
                 }
-            };
+            }
         }
-        Ok(Parsed::Db(req)) => {
-            return match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(database::command(req)),
-                Err(e) => {
-                    eprintln!("mcpfleet: cannot start the runtime: {e}");
-                    1
-                }
-            };
-        }
-        Ok(Parsed::Info(text)) => {
+        Parsed::Db(req) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(database::command(req)),
+            Err(e) => {
+                eprintln!("{name}: cannot start the runtime: {e}");
+                1
+            }
+        },
+        Parsed::Info(text) => {
             print!("{text}");
-            return 0;
+            0
         }
-        Err(e) => {
-            eprintln!("mcpfleet: {e}");
-            return e.exit_code();
-        }
-    };
-    // The catalog is checked before logging starts, so that a refusal is one line; the reference tools need the pool.
-    let (checked, db) = match database::open(&cfg).and_then(|db| Ok((CheckedCatalog::new(&cfg, db.as_ref())?, db))) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("mcpfleet: {e}");
-            return e.exit_code();
-        }
-    };
+        Parsed::Serve(_) => EXIT_CONFIG,
+    }
+}
+
+/// `serve` as a process: the runtime, logging, telemetry, the state, both listeners, the drain on SIGTERM; the exit
+/// code.
+fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mcpfleet_db::Database>) -> i32 {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cfg.worker_threads {
         builder.worker_threads(n);
@@ -399,7 +338,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
     let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("mcpfleet: cannot start the runtime: {e}");
+            eprintln!("{name}: cannot start the runtime: {e}");
             return 1;
         }
     };
@@ -413,7 +352,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
         let telemetry = match init_telemetry(&cfg) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("mcpfleet: {e}");
+                eprintln!("{name}: {e}");
                 return e.exit_code();
             }
         };
@@ -421,21 +360,21 @@ pub fn run<I: IntoIterator<Item = OsString>>(args: I) -> i32 {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
-                eprintln!("mcpfleet: {e}");
+                eprintln!("{name}: {e}");
                 return e.exit_code();
             }
         };
         let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("mcpfleet: cannot listen on {}: {e}", cfg.listen);
+                eprintln!("{name}: cannot listen on {}: {e}", cfg.listen);
                 return EXIT_CONFIG;
             }
         };
         let admin = match tokio::net::TcpListener::bind(cfg.admin_listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("mcpfleet: cannot listen on --admin-listen {}: {e}", cfg.admin_listen);
+                eprintln!("{name}: cannot listen on --admin-listen {}: {e}", cfg.admin_listen);
                 return EXIT_CONFIG;
             }
         };

@@ -21,7 +21,7 @@ pub mod validate;
 pub use async_trait::async_trait;
 pub use empty::EmptyCatalog;
 pub use mcpfleet_core::{JsonObject, Principal, Quota, Scopes};
-pub use schemars;
+pub use schemars::{self, JsonSchema};
 pub use tool::{Annotations, Registry, Tool, ToolInfo, ToolOutput};
 
 use serde_json::Value;

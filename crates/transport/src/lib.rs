@@ -199,6 +199,12 @@ pub struct Shared {
     pub tasks: Arc<Tasks>,
 }
 
+/// Starts this replica's task workers (the 2026-07-28 tasks extension: taking queued tasks, renewing leases,
+/// taking over those of dead replicas), once; [`serve`] does it too. A router served by another listener needs it.
+pub fn start_workers(state: &AppState) {
+    tasks::start(state);
+}
+
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
     let mcp = get(shell::get).post(shell::post).delete(shell::delete).fallback(shell::other);

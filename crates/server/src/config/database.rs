@@ -149,6 +149,7 @@ pub(super) struct MigrateArgs {
 
 /// `mcpfleet demo-data`.
 #[derive(Debug, clap::Args)]
+#[cfg(feature = "reference")]
 pub(super) struct DemoArgs {
     #[command(flatten)]
     pub db: DbArgs,
@@ -206,10 +207,20 @@ pub(super) enum AuditCommand {
 #[derive(Debug)]
 pub enum DbCommand {
     Migrate,
-    DemoData { scale: u32 },
-    Verify { textfile: Option<PathBuf> },
-    Export { filter: mcpfleet_db::audit::ExportFilter, output: Option<PathBuf> },
-    Prune { keep_months: u32 },
+    #[cfg(feature = "reference")]
+    DemoData {
+        scale: u32,
+    },
+    Verify {
+        textfile: Option<PathBuf>,
+    },
+    Export {
+        filter: mcpfleet_db::audit::ExportFilter,
+        output: Option<PathBuf>,
+    },
+    Prune {
+        keep_months: u32,
+    },
 }
 
 /// A database command and its connection.

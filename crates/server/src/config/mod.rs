@@ -24,7 +24,7 @@ pub use secret::Secret;
 use cli::config_error;
 
 use crate::ServerError;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use mcpfleet_limits::LimitsConfig;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -56,6 +56,7 @@ enum Command {
     /// Apply the database migrations this binary carries (under an advisory lock; a no-op when current).
     Migrate(database::MigrateArgs),
     /// Load deterministic demo data for the reference tools (replaces earlier demo data).
+    #[cfg(feature = "reference")]
     DemoData(database::DemoArgs),
     /// The audit trail: verify its hash chains, export it, apply retention.
     #[command(subcommand)]
@@ -101,7 +102,9 @@ struct ServeArgs {
     /// Address to listen on. The endpoint is /mcp.
     #[arg(long, env = "MCPFLEET_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Register a fixture set. Never on by default.
+    /// Register a fixture set. Never on by default. Only in a build with the fixture sets (the `mcpfleet`
+    /// binary), and only for a server without tools of its own.
+    #[cfg(any(feature = "fixtures", feature = "reference"))]
     #[arg(long, env = "MCPFLEET_FIXTURES", value_enum)]
     fixtures: Option<Fixtures>,
     /// Address of the admin listener: /metrics, /healthz, /readyz. Keep it private.
@@ -161,17 +164,21 @@ impl LogFormat {
     }
 }
 
-/// Optional fixture sets.
+/// Optional fixture sets (cargo features `fixtures` and `reference`, on by default).
+#[cfg(any(feature = "fixtures", feature = "reference"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Fixtures {
     /// The tools, resources, prompts and completion the MCP conformance suite expects.
+    #[cfg(feature = "fixtures")]
     Conformance,
     /// The reference tools (search_docs, get_customer_summary, create_refund_draft, confirm_refund_draft,
     /// export_report, get_ticket): on PostgreSQL with --database-url (any number of replicas), else over in-process
     /// demo data (one replica only).
+    #[cfg(feature = "reference")]
     Reference,
     /// Tools with open input schemas, one per kind of lint offence: the server refuses to start with them (a test
     /// of the startup lint).
+    #[cfg(feature = "fixtures")]
     Open,
 }
 
@@ -183,6 +190,7 @@ pub struct Config {
     /// Approximate number of events kept per session, in either store.
     pub max_events: usize,
     pub auth: AuthConfig,
+    #[cfg(any(feature = "fixtures", feature = "reference"))]
     pub fixtures: Option<Fixtures>,
     pub transport: mcpfleet_transport::TransportConfig,
     pub dev: bool,
@@ -238,12 +246,23 @@ pub enum Parsed {
     Info(String),
 }
 
-/// Parses arguments (and `MCPFLEET_*` variables).
+/// Parses the arguments of the `mcpfleet` binary (and `MCPFLEET_*` variables).
 ///
 /// # Errors
 /// A one-line [`ServerError::Config`].
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, ServerError> {
-    let cli = match Cli::try_parse_from(args) {
+    parse_as(args, "mcpfleet", env!("CARGO_PKG_VERSION"))
+}
+
+/// Parses the arguments of a server named `name` at `version`: the same command line as `mcpfleet`'s, with that
+/// name in `--help` and `--version`; the configuration carries them as the `serverInfo`.
+///
+/// # Errors
+/// A one-line [`ServerError::Config`].
+pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: &str) -> Result<Parsed, ServerError> {
+    let command = Cli::command().name(name.to_owned()).bin_name(name.to_owned()).version(version.to_owned());
+    let parsed = command.try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e)
             if matches!(
@@ -262,10 +281,16 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Parsed, Server
         }
     };
     match cli.command {
-        Command::Serve(a) => Ok(Parsed::Serve(Box::new(a.into_config()?))),
+        Command::Serve(a) => {
+            let mut config = a.into_config()?;
+            config.transport.server_name = name.to_owned();
+            config.transport.server_version = version.to_owned();
+            Ok(Parsed::Serve(Box::new(config)))
+        }
         Command::Token(t) => Ok(Parsed::Token(t.into_request()?)),
         Command::Lint(l) => Ok(Parsed::Lint(l.into_request()?)),
         Command::Migrate(m) => Ok(Parsed::Db(DbRequest { settings: m.db.required()?, command: DbCommand::Migrate })),
+        #[cfg(feature = "reference")]
         Command::DemoData(d) => {
             Ok(Parsed::Db(DbRequest { settings: d.db.required()?, command: DbCommand::DemoData { scale: d.scale } }))
         }
@@ -299,6 +324,7 @@ impl ServeArgs {
             redis: store.redis,
             max_events: store.max_events,
             auth: identity.auth,
+            #[cfg(any(feature = "fixtures", feature = "reference"))]
             fixtures: self.fixtures,
             transport: transport.config,
             dev: self.dev,

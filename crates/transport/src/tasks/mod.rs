@@ -85,6 +85,8 @@ pub struct Tasks {
     /// Fired on shutdown: stop taking queued work, hand re-runnable runs back.
     stop: CancellationToken,
     metrics: TaskMetrics,
+    /// Whether this replica's task loops run ([`crate::start_workers`] starts them once).
+    pub(crate) started: std::sync::atomic::AtomicBool,
 }
 
 impl Tasks {
@@ -93,7 +95,15 @@ impl Tasks {
     #[must_use]
     pub fn new(cfg: TaskConfig, metrics: TaskMetrics) -> Self {
         let replica = crate::random_token()[..16].to_owned();
-        Self { cfg, replica, held: Mutex::default(), wake: Notify::new(), stop: CancellationToken::new(), metrics }
+        Self {
+            cfg,
+            replica,
+            held: Mutex::default(),
+            wake: Notify::new(),
+            stop: CancellationToken::new(),
+            metrics,
+            started: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Stops taking queued work and hands the re-runnable runs back to the queue (the drain calls it on SIGTERM);

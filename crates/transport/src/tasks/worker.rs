@@ -27,9 +27,12 @@ const CONSUMER_IDLE: Duration = Duration::from_secs(3600);
 /// How often the keeper removes such consumers.
 const TIDY_EVERY: Duration = Duration::from_secs(300);
 
-/// Starts this replica's task loops. They stop taking work when the tasks' stop fires (the drain), and end with
-/// the process.
+/// Starts this replica's task loops, once (a second call does nothing). They stop taking work when the tasks'
+/// stop fires (the drain), and end with the process.
 pub fn start(app: &AppState) {
+    if app.tasks.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
     tokio::spawn(dispatch(app.clone()));
     tokio::spawn(keep(app.clone()));
 }

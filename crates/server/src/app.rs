@@ -1,0 +1,266 @@
+//! The public entry point: [`Server`] takes a tool writer's tools (and optionally a [`Catalog`] of resources,
+//! prompts and completions) and runs the `mcpfleet` command line under the writer's own name and version
+//! ([`Server::run`]), or builds a replica for a test or an embedding program ([`Server::build`] → [`App`]).
+
+use crate::catalog::{CheckedCatalog, Combined};
+use crate::config::{self, Config, Parsed};
+use crate::{Built, ServerError, database};
+use mcpfleet_db::Database;
+use mcpfleet_tools::{Catalog, Registry, Tool};
+use mcpfleet_transport::{AdminState, AppState, admin_router};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// An MCP server of your own on the mcpfleet fleet: your tools, the `mcpfleet` command line (`serve`, `token`,
+/// `lint`, `migrate`, `audit`, and `demo-data` with the `reference` feature; every flag, environment variable
+/// and exit code), under your name and version: clap's `--help` and `--version`, the `serverInfo` clients see,
+/// the OpenTelemetry `service.name`, and the protected resource metadata's `resource_name`.
+///
+/// ```no_run
+/// use mcpfleet::{JsonSchema, Tool, ToolContext, ToolError, ToolInfo, ToolOutput, async_trait, schemars};
+/// use serde::Deserialize;
+///
+/// struct Greet;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// #[serde(deny_unknown_fields)]
+/// struct Args {
+///     /// Who to greet.
+///     #[schemars(length(max = 64))]
+///     name: String,
+/// }
+///
+/// #[async_trait]
+/// impl Tool for Greet {
+///     type Args = Args;
+///
+///     fn info(&self) -> ToolInfo {
+///         ToolInfo::new("greet").description("Greets someone by name.").read_only()
+///     }
+///
+///     async fn call(&self, args: Args, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+///         Ok(ToolOutput::text(format!("Hello, {}", args.name)))
+///     }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     mcpfleet::Server::new("greet", "0.1.0").tool(Greet).run()
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Server {
+    name: String,
+    version: String,
+    registry: Registry,
+    catalog: Option<Arc<dyn Catalog>>,
+    instructions: Option<String>,
+    /// Registration errors, reported when the server starts (exit 64).
+    errors: Vec<String>,
+}
+
+impl Server {
+    /// A server named `name` at `version` (usually `env!("CARGO_PKG_NAME")` and `env!("CARGO_PKG_VERSION")`),
+    /// with no tools yet.
+    #[must_use]
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            registry: Registry::new(),
+            catalog: None,
+            instructions: None,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Adds a tool. Its input schema is derived from its `Args` (or given by hand, [`ToolInfo::input_schema`]);
+    /// the server lints it before it serves: an open or unbounded schema refuses to start (exit 64, one line
+    /// naming the tool, the JSON pointer and the rule), as does a name that is invalid or taken.
+    ///
+    /// [`ToolInfo::input_schema`]: mcpfleet_tools::ToolInfo::input_schema
+    #[must_use]
+    pub fn tool<T: Tool>(mut self, tool: T) -> Self {
+        if let Err(e) = self.registry.register(tool) {
+            self.errors.push(e);
+        }
+        self
+    }
+
+    /// Adds a catalog: its resources, resource templates, prompts and completions, and any tools it lists (which
+    /// must not share a name with a [`tool`](Self::tool)). One catalog per server; a second replaces the first.
+    #[must_use]
+    pub fn catalog(mut self, catalog: impl Catalog + 'static) -> Self {
+        self.catalog = Some(Arc::new(catalog));
+        self
+    }
+
+    /// The `instructions` of the initialize result (and of `server/discover`).
+    #[must_use]
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Runs the command line of this process ([`std::env::args_os`]) and returns its exit code: 0, 64 for bad
+    /// configuration (and a tool that fails its checks), 69 for a dependency unreachable at start, 78 for a
+    /// database schema behind this binary, 1 for a server failure.
+    #[must_use]
+    pub fn run(self) -> ExitCode {
+        ExitCode::from(u8::try_from(self.run_with(std::env::args_os())).unwrap_or(1))
+    }
+
+    /// [`run`](Self::run) over `args` (the program name first, then a subcommand and its flags); the exit code.
+    pub fn run_with<I: IntoIterator<Item = OsString>>(self, args: I) -> i32 {
+        let name = self.name.clone();
+        let cfg = match config::parse_as(args, &self.name, &self.version) {
+            Ok(Parsed::Serve(c)) => c,
+            Ok(other) => return crate::run_command(&name, other),
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                return e.exit_code();
+            }
+        };
+        // The catalog is checked before logging starts, so that a refusal is one line; the reference tools need
+        // the pool.
+        let (checked, db) = match database::open(&cfg).and_then(|db| Ok((self.check(&cfg, db.as_ref())?, db))) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                return e.exit_code();
+            }
+        };
+        crate::serve_process(&name, *cfg, checked, db)
+    }
+
+    /// Builds one replica from the flags of `serve` (`--redis-url …`, `--auth …`; not the program name nor the
+    /// subcommand), with every start-up check of [`run`](Self::run), without binding a socket, installing a
+    /// logger or a tracer provider, or handling signals: those are the embedding program's. Serve it with
+    /// [`App::serve`] or mount [`App::router`].
+    ///
+    /// # Errors
+    /// What makes [`run`](Self::run) exit: [`ServerError::exit_code`] says which code.
+    pub async fn build<I, S>(self, serve_flags: I) -> Result<App, ServerError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let args = [OsString::from(&self.name), OsString::from("serve")]
+            .into_iter()
+            .chain(serve_flags.into_iter().map(Into::into));
+        let cfg = match config::parse_as(args, &self.name, &self.version)? {
+            Parsed::Serve(c) => c,
+            _ => return Err(ServerError::Config("not a serve command line".to_owned())),
+        };
+        let db = database::open(&cfg)?;
+        let checked = self.check(&cfg, db.as_ref())?;
+        let built = crate::build_state_with(&cfg, checked, db).await?;
+        Ok(App::new(cfg, built))
+    }
+
+    /// The catalog this server serves, after the start-up checks (the lint, unique names, `--quota` names).
+    fn check(self, cfg: &Config, db: Option<&Database>) -> Result<CheckedCatalog, ServerError> {
+        if !self.errors.is_empty() {
+            return Err(ServerError::Config(format!("tools: {}", self.errors.join("; "))));
+        }
+        let own = !self.registry.is_empty() || self.catalog.is_some();
+        #[cfg(any(feature = "fixtures", feature = "reference"))]
+        if let Some(f) = cfg.fixtures {
+            if own {
+                return Err(ServerError::Config(format!(
+                    "--fixtures serves the fixture sets of the mcpfleet binary; {} has tools of its own",
+                    self.name
+                )));
+            }
+            return CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.quotas.keys());
+        }
+        let _ = (own, db);
+        let catalog = Combined { tools: self.registry, rest: self.catalog, instructions: self.instructions };
+        CheckedCatalog::new(Arc::new(catalog), cfg.limits.quotas.keys())
+    }
+}
+
+/// One replica, built and checked ([`Server::build`]): serve it on a listener ([`serve`](Self::serve)), or mount
+/// its router in an axum application of yours ([`router`](Self::router)).
+#[derive(Debug)]
+pub struct App {
+    cfg: Box<Config>,
+    built: Built,
+}
+
+impl App {
+    fn new(cfg: Box<Config>, built: Built) -> Self {
+        Self { cfg, built }
+    }
+
+    /// The state every request handler sees (the store, the catalog, the limits, the metrics).
+    #[must_use]
+    pub fn state(&self) -> &AppState {
+        &self.built.state
+    }
+
+    /// The same replica with its state changed (a test's authenticator, say).
+    #[must_use]
+    pub fn map_state(mut self, change: impl FnOnce(&mut mcpfleet_transport::Shared)) -> Self {
+        self.built.state = self.built.state.with(change);
+        self
+    }
+
+    /// The Prometheus registry of this replica's metrics (what the admin listener's `/metrics` serves).
+    #[must_use]
+    pub fn metrics(&self) -> &prometheus::Registry {
+        &self.built.registry
+    }
+
+    /// Fires when this replica stops serving; cancel it to stop [`serve`](Self::serve) (every open stream ends
+    /// with a `retry:` hint).
+    #[must_use]
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.built.state.shutdown.clone()
+    }
+
+    /// The MCP router (`/mcp`, the protected resource metadata, and the dev issuer's routes with `--auth dev`),
+    /// for a listener of your own; it starts this replica's task workers (once). Behind your listener the
+    /// replica loses what [`serve`](Self::serve)'s accept loop gives each connection: the peer address (with
+    /// `--auth none` the rate limit is then keyed by the anonymous principal, one bucket for everyone, instead of
+    /// by address), the request-head deadline (`--header-read-timeout`) and the bounded header buffer
+    /// (`--max-header-bytes`), the draining of unread request bodies (a refused upload then closes the connection
+    /// instead of keeping it alive), and TCP_NODELAY. Add them in your listener, or use [`serve`](Self::serve).
+    #[must_use]
+    pub fn router(&self) -> axum::Router {
+        mcpfleet_transport::start_workers(&self.built.state);
+        mcpfleet_transport::router(self.built.state.clone())
+    }
+
+    /// The admin router: `/metrics`, `/healthz`, `/readyz` (503 once [`shutdown_token`](Self::shutdown_token)
+    /// fires). Keep it off the public listener.
+    #[must_use]
+    pub fn admin_router(&self) -> axum::Router {
+        admin_router(AdminState {
+            registry: self.built.registry.clone(),
+            store: self.built.state.store.clone(),
+            draining: self.built.state.shutdown.clone(),
+            ready_timeout: std::time::Duration::from_secs(1),
+            ready: self.built.state.metrics.ready_gauge(),
+        })
+    }
+
+    /// Serves MCP on `listener` until [`shutdown_token`](Self::shutdown_token) fires, then waits for the open
+    /// connections to close, and for the running calls within `--shutdown-grace`; then closes the audit trail.
+    ///
+    /// # Errors
+    /// None today: accept errors are logged and retried.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        let state = self.built.state.clone();
+        let shutdown = state.shutdown.clone();
+        let calls = state.calls.clone();
+        mcpfleet_transport::serve(listener, state, shutdown).await?;
+        calls.close();
+        let _ = tokio::time::timeout(self.cfg.shutdown_grace, calls.wait()).await;
+        if let Some(w) = self.built.audit {
+            w.close(std::time::Duration::from_secs(5)).await;
+        }
+        Ok(())
+    }
+}
