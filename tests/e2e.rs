@@ -14,6 +14,8 @@ mod deploy;
 mod dev_oauth;
 #[path = "fleet.rs"]
 mod fleet;
+#[path = "greet.rs"]
+mod greet;
 #[path = "ha.rs"]
 mod ha;
 #[path = "interop.rs"]

@@ -46,6 +46,9 @@ if ! type -P dpkg-deb >/dev/null 2>&1; then apt_install dpkg; fi
 tests/deploy/install.sh
 .tools/venv-deploy/bin/python tests/deploy/check.py offline
 
+# The tree's shape: no import circle among a crate's files, no source file over 800 lines outside tests.
+python3 tests/tree-check.py
+
 # tests/deploy.rs drives load with the load generator's binary, which `cargo test` builds only as a test target.
 cargo build -p mcpfleet-loadgen
 cargo test --workspace --all-targets -- --nocapture

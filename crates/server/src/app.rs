@@ -264,3 +264,70 @@ impl App {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcpfleet_tools::{ToolContext, ToolError, ToolInfo, ToolOutput, async_trait, schemars};
+    use serde::Deserialize;
+
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Args {
+        #[schemars(length(max = 8))]
+        word: String,
+    }
+
+    struct Echo(&'static str);
+
+    #[async_trait]
+    impl Tool for Echo {
+        type Args = Args;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new(self.0)
+        }
+        async fn call(&self, a: Args, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text(a.word))
+        }
+    }
+
+    async fn refusal(server: Server, flags: &[&str]) -> String {
+        match server.build(flags.iter().copied()).await {
+            Ok(_) => panic!("built"),
+            Err(e) => {
+                assert_eq!(e.exit_code(), 64, "{e}");
+                e.to_string()
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn what_refuses_to_start() {
+        let e = refusal(Server::new("s", "1").tool(Echo("echo")).tool(Echo("echo")), &[]).await;
+        assert_eq!(e, "tools: tool echo is registered twice");
+        let e = refusal(Server::new("s", "1").tool(Echo("not a name")), &[]).await;
+        assert!(e.contains("is not [A-Za-z0-9_.-]{1,128}"), "{e}");
+        let e = refusal(Server::new("s", "1").tool(Echo("echo")), &["--quota", "ehco=1/1m"]).await;
+        assert_eq!(e, "--quota names \"ehco\", which is not a tool of this server");
+        #[cfg(feature = "fixtures")]
+        {
+            let e = refusal(Server::new("s", "1").tool(Echo("echo")), &["--fixtures", "conformance"]).await;
+            assert_eq!(e, "--fixtures serves the fixture sets of the mcpfleet binary; s has tools of its own");
+            let e = refusal(Server::new("s", "1").catalog(mcpfleet_tools::EmptyCatalog), &["--fixtures", "open"]).await;
+            assert!(e.contains("has tools of its own"), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_built_server_carries_its_name_and_version_and_serves_its_tools() {
+        let app = Server::new("echo-server", "2.3.4").tool(Echo("echo")).build(["--auth", "none"]).await.unwrap();
+        let cfg = &app.state().config;
+        assert_eq!((cfg.server_name.as_str(), cfg.server_version.as_str()), ("echo-server", "2.3.4"));
+        let tools = app.state().catalog.tools();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0]["inputSchema"]["properties"]["word"]["maxLength"], 8);
+        assert_eq!(app.state().catalog.capabilities()["tools"], serde_json::json!({ "listChanged": false }));
+        let metrics = prometheus::TextEncoder::new().encode_to_string(&app.metrics().gather()).unwrap();
+        assert!(metrics.contains("tool=\"echo\""), "the per-tool series are seeded: {metrics}");
+    }
+}
