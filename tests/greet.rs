@@ -5,7 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, McpClient, ModernClient, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, McpClient, StatelessClient, RedisServer, RoundRobinProxy};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -102,15 +102,15 @@ async fn a_writers_crate_builds_outside_the_workspace_and_serves_greet_on_three_
     assert!(text(&too_long["result"]).contains("/arguments/name"), "{too_long}");
 
     // 2026-07-28: stateless requests through the same proxy.
-    let modern = ModernClient::new();
-    let (status, discover) = modern.request(&url, 1, "server/discover", json!({})).await;
+    let stateless = StatelessClient::new();
+    let (status, discover) = stateless.request(&url, 1, "server/discover", json!({})).await;
     assert_eq!(status, 200, "{discover}");
     assert_eq!(server_info(&discover).map(|s| &s["name"]), Some(&json!("greet")), "{discover}");
     for id in 2..5 {
-        let r = modern.call(&url, id, "greet", json!({ "name": "Ada" }), json!({})).await;
+        let r = stateless.call(&url, id, "greet", json!({ "name": "Ada" }), json!({})).await;
         assert!(text(&r["result"]).contains("Hello, Ada"), "{r}");
     }
-    let r = modern.call(&url, 5, "greet", json!({ "name": "x".repeat(65) }), json!({})).await;
+    let r = stateless.call(&url, 5, "greet", json!({ "name": "x".repeat(65) }), json!({})).await;
     assert_eq!(r["result"]["isError"], true, "{r}");
 
     // Every replica's admin listener has greet in the per-tool series, and served some of the calls.

@@ -472,7 +472,7 @@ async fn mcpfleet_lint_passes_our_fleet_and_reports_every_finding_of_an_open_ser
 mod custom {
     //! Tools written for the tests below, with the public `Tool` trait.
     use async_trait::async_trait;
-    use mcpfleet_tools::{Annotations, Quota, TaskSupport, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
+    use mcpfleet_tools::{Quota, Tool, ToolContext, ToolError, ToolInfo, ToolOutput, schemars};
     use serde::Deserialize;
     use serde_json::json;
     use std::time::Duration;
@@ -483,24 +483,24 @@ mod custom {
         timeout: Option<Duration>,
         output: Option<serde_json::Value>,
     ) -> ToolInfo {
-        ToolInfo {
-            name,
-            title: name,
-            description: "a test tool",
-            input_schema: json!({ "type": "object", "properties": { "n": { "type": "integer", "minimum": 0, "maximum": 9 } },
-                                  "required": ["n"], "additionalProperties": false }),
-            output_schema: output,
-            annotations: Annotations::default(),
-            scopes: &[],
-            quota,
-            timeout,
-            task: TaskSupport::default(),
+        let mut info = ToolInfo::new(name).title(name).description("a test tool");
+        if let Some(q) = quota {
+            info = info.quota(q);
+        }
+        if let Some(t) = timeout {
+            info = info.timeout(t);
+        }
+        match output {
+            Some(o) => info.output_schema(o),
+            None => info,
         }
     }
 
-    #[derive(Debug, Deserialize)]
+    /// `{"n": 0..=9}`, closed: the derived schema is the published one.
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct N {
+        #[schemars(range(min = 0, max = 9))]
         n: i64,
     }
 
