@@ -9,9 +9,9 @@
 use crate::repo::{
     Confirmed, Customer, Doc, Draft, DraftStatus, Drafted, Order, RepoError, Report, Repository, Ticket, mint_draft_id,
 };
-use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool, PoolError};
 use mcpfleet_core::Principal;
+use mcpfleet_tools::async_trait;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;

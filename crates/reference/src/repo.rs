@@ -4,8 +4,8 @@
 //! asked about another tenant's records, nor about another principal's drafts: an id of theirs reads as "not
 //! found", exactly like an id that never existed.
 
-use async_trait::async_trait;
 use mcpfleet_core::Principal;
+use mcpfleet_tools::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
