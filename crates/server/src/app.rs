@@ -227,7 +227,6 @@ impl App {
     /// by address), the request-head deadline (`--header-read-timeout`) and the bounded header buffer
     /// (`--max-header-bytes`), the draining of unread request bodies (a refused upload then closes the connection
     /// instead of keeping it alive), and TCP_NODELAY. Add them in your listener, or use [`serve`](Self::serve).
-    #[must_use]
     pub fn router(&self) -> axum::Router {
         mcpfleet_transport::start_workers(&self.built.state);
         mcpfleet_transport::router(self.built.state.clone())
@@ -235,7 +234,6 @@ impl App {
 
     /// The admin router: `/metrics`, `/healthz`, `/readyz` (503 once [`shutdown_token`](Self::shutdown_token)
     /// fires). Keep it off the public listener.
-    #[must_use]
     pub fn admin_router(&self) -> axum::Router {
         admin_router(AdminState {
             registry: self.built.registry.clone(),

@@ -3,6 +3,8 @@
 //! compiled and run here. `mcpfleet` re-exports these names from this crate; the alias lets the page's code read as
 //! a tool writer's.
 
+#![expect(clippy::expect_used, reason = "a test: a page without the block fails loudly")]
+
 use mcpfleet_tools as mcpfleet;
 
 // --- page: begin
