@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-const MIGRATION: &str = include_str!("../../../migrations/0001_reference.sql");
+const MIGRATION: &str = include_str!("../../../../migrations/0001_reference.sql");
 
 /// Two tenants: acme (alice and bob) and globex (mallory).
 const FIXTURE: &str = r#"
