@@ -5,7 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, McpClient, StatelessClient, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, RoundRobinProxy, StatelessClient};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,7 +39,11 @@ fn build_greet(dir: &Path, name: &str, edit: impl Fn(&str) -> String) -> PathBuf
         .current_dir(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "cargo build of the copied example failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo build of the copied example failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     target.join("debug").join(name)
 }
 
@@ -146,7 +150,10 @@ async fn the_same_crate_without_deny_unknown_fields_refuses_to_start() {
         main.replace("#[serde(deny_unknown_fields)]\n", "")
     };
     let bin = build_greet(dir.path(), "greet-open", open);
-    let out = Command::new(&bin).args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]).output().unwrap();
+    let out = Command::new(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();

@@ -42,7 +42,8 @@ async fn every_case_through_the_pipeline_reaches_the_handler_exactly_when_valid(
     use mcpfleet::testing::Harness;
     let catalog = reference::catalog(Arc::new(MemoryRepo::new())).unwrap();
     let names: Vec<String> = catalog.tools().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
-    let mut flags = vec!["--rate-burst".to_owned(), "1000000".to_owned(), "--rate-per-second".to_owned(), "1000000".to_owned()];
+    let mut flags =
+        vec!["--rate-burst".to_owned(), "1000000".to_owned(), "--rate-per-second".to_owned(), "1000000".to_owned()];
     for n in &names {
         flags.extend(["--quota".to_owned(), format!("{n}=off")]);
     }
