@@ -14,6 +14,8 @@ pub struct ProtectedResource {
     pub scopes_supported: Vec<String>,
     /// The scopes every request needs; the scope of a challenge without credentials.
     pub required_scopes: Vec<String>,
+    /// The human-readable name of the resource (`resource_name`): the server's name.
+    pub resource_name: String,
 }
 
 /// Splits `scheme://authority/path` into its origin and its path (`/` when empty). `None` for anything else.
@@ -67,7 +69,7 @@ impl ProtectedResource {
             "authorization_servers": self.authorization_servers,
             "scopes_supported": self.scopes_supported,
             "bearer_methods_supported": ["header"],
-            "resource_name": "mcpfleet",
+            "resource_name": self.resource_name,
         })
     }
 }
@@ -83,6 +85,7 @@ mod tests {
             authorization_servers: vec![],
             scopes_supported: vec![],
             required_scopes: vec![],
+            resource_name: "mcpfleet".to_owned(),
         };
         assert_eq!(
             r("https://mcp.example.com/mcp").metadata_url(),

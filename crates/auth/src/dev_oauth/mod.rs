@@ -76,6 +76,7 @@ pub struct DevAuthServer {
     sealer: Sealer,
     scopes_supported: Vec<String>,
     required_scopes: Vec<String>,
+    resource_name: String,
 }
 
 impl std::fmt::Debug for DevAuthServer {
@@ -101,6 +102,7 @@ impl DevAuthServer {
             sealer: Sealer::new(issuer.oauth_key()),
             scopes_supported: resource.scopes_supported.clone(),
             required_scopes: resource.required_scopes.clone(),
+            resource_name: resource.resource_name.clone(),
         }
     }
 
@@ -113,6 +115,7 @@ impl DevAuthServer {
             authorization_servers: vec![issuer_url(host)],
             scopes_supported: self.scopes_supported.clone(),
             required_scopes: self.required_scopes.clone(),
+            resource_name: self.resource_name.clone(),
         }
     }
 
@@ -170,6 +173,7 @@ mod tests {
             authorization_servers: vec![],
             scopes_supported: vec!["fixtures:whoami".to_owned(), "mcp:access".to_owned()],
             required_scopes: vec!["mcp:access".to_owned()],
+            resource_name: "mcpfleet".to_owned(),
         };
         (DevAuthServer::new(&issuer, &pr), issuer)
     }

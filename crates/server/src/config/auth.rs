@@ -229,6 +229,8 @@ impl AuthArgs {
             // The tools' scopes are added once the catalog is known (build_state).
             scopes_supported: required_scopes.clone(),
             required_scopes,
+            // The server's name, once it is known (config::parse_as).
+            resource_name: String::new(),
         });
         let access = Access {
             protected_resource,

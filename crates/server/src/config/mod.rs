@@ -284,6 +284,9 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
         Command::Serve(a) => {
             let mut config = a.into_config()?;
             config.transport.server_name = name.to_owned();
+            if let Some(pr) = &mut config.transport.protected_resource {
+                pr.resource_name = name.to_owned();
+            }
             config.transport.server_version = version.to_owned();
             Ok(Parsed::Serve(Box::new(config)))
         }
@@ -440,6 +443,22 @@ mod tests {
             token(&["--scope", "a\"b"]).unwrap_err(),
             "--sub and --scope must be visible ASCII without quotes or backslashes"
         );
+    }
+
+    #[test]
+    fn a_server_of_its_own_is_named_in_help_version_server_info_and_metadata() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let Ok(Parsed::Serve(c)) = parse_as(args(&["greet", "serve", "--auth", "dev"]), "greet", "1.2.3") else {
+            panic!("serve")
+        };
+        assert_eq!((c.transport.server_name.as_str(), c.transport.server_version.as_str()), ("greet", "1.2.3"));
+        assert_eq!(c.transport.protected_resource.map(|p| p.resource_name).as_deref(), Some("greet"));
+        let Ok(Parsed::Info(version)) = parse_as(args(&["greet", "--version"]), "greet", "1.2.3") else { panic!() };
+        assert_eq!(version.trim(), "greet 1.2.3");
+        let Ok(Parsed::Info(help)) = parse_as(args(&["greet", "--help"]), "greet", "1.2.3") else { panic!() };
+        assert!(help.contains("Usage: greet <COMMAND>"), "{help}");
+        let Ok(Parsed::Serve(c)) = parse(args(&["mcpfleet", "serve"])) else { panic!("serve") };
+        assert_eq!(c.transport.server_name, "mcpfleet");
     }
 
     #[test]
