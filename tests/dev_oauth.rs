@@ -422,6 +422,7 @@ async fn the_sign_in_refuses_what_it_must() {
         authorization_servers: vec![],
         scopes_supported: scopes.clone(),
         required_scopes: scopes,
+        resource_name: "mcpfleet".to_owned(),
     };
     let twin = DevAuthServer::new(&issuer, &pr);
     let host = format!("localhost:{}", dev.port);
