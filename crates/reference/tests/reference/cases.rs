@@ -63,3 +63,20 @@ async fn every_case_through_the_pipeline_reaches_the_handler_exactly_when_valid(
     }
     assert!(ran >= 12, "{ran} valid cases ran");
 }
+
+/// The typed output passes the output schema derived from it (the registry checks it before anything is sent), and
+/// a ticket is found by its typed project: two calls through the pipeline as alice, on her demo tenant's data.
+#[tokio::test]
+async fn the_typed_arguments_and_output_reach_the_repository_and_the_output_schema() {
+    use mcpfleet::testing::{Harness, ISSUER};
+    use serde_json::json;
+    let catalog = reference::catalog(Arc::new(MemoryRepo::new())).unwrap();
+    let h = Harness::new(mcpfleet::Server::new("reference", "0").catalog(catalog)).await.unwrap();
+    let alice = mcpfleet_core::Principal::new(ISSUER.into(), "alice".into(), None, mcpfleet_core::Scopes::All);
+    let (customer, _) = reference::demo_ids(alice.tenant());
+    let out = h.as_user("alice").call("get_customer_summary", json!({ "customer_id": customer })).await.unwrap();
+    assert!(!out.is_error, "{:?}", out.raw);
+    assert_eq!(out.structured, Some(json!({ "customer_id": customer, "plan": "enterprise", "open_tickets": 2 })));
+    let out = h.as_user("alice").call("get_ticket", json!({ "project": "support", "number": 2 })).await.unwrap();
+    assert!(out.text().contains("TKT-2") && out.text().contains("Login loop"), "{}", out.text());
+}
