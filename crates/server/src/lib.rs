@@ -44,8 +44,9 @@ use prometheus::Registry as Metrics;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Why the server cannot start. Each kind has its exit code.
+/// Why the server cannot start. Each kind has its exit code ([`ServerError::exit_code`]).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// A bad flag or environment variable, or an unusable key file: exit 64.
     #[error("{0}")]

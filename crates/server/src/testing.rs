@@ -101,9 +101,9 @@ impl CallResult {
     }
 }
 
-/// A protocol error: what the client (not the model) gets: an HTTP status and a JSON-RPC error.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("{status} {code}: {message}")]
+/// A protocol error: what the client (not the model) gets: an HTTP status and a JSON-RPC error. It displays as
+/// `STATUS CODE: MESSAGE`.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RpcError {
     /// The HTTP status (403 for a missing scope, 429 for the rate limit, 200 for a JSON-RPC error in the body).
@@ -112,6 +112,14 @@ pub struct RpcError {
     pub message: String,
     pub data: Option<Value>,
 }
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for RpcError {}
 
 /// The principal a [`Harness`] call is made as ([`Harness::as_user`]).
 #[derive(Debug)]
