@@ -324,7 +324,11 @@ mod tests {
         let tools = app.state().catalog.tools();
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0]["inputSchema"]["properties"]["word"]["maxLength"], 8);
-        assert_eq!(app.state().catalog.capabilities()["tools"], serde_json::json!({ "listChanged": false }));
+        let caps = app.state().catalog.capabilities();
+        assert_eq!(caps, serde_json::json!({ "tools": { "listChanged": false }, "logging": {} }));
+        let none = Server::new("s", "1").build(["--auth", "none"]).await.unwrap();
+        assert_eq!(none.state().catalog.capabilities(), mcpfleet_tools::EmptyCatalog.capabilities(), "as before");
+        assert!(none.state().catalog.tools().is_empty());
         let metrics = prometheus::TextEncoder::new().encode_to_string(&app.metrics().gather()).unwrap();
         assert!(metrics.contains("tool=\"echo\""), "the per-tool series are seeded: {metrics}");
     }

@@ -4,7 +4,7 @@
 //! passes the lint, no tool name is taken twice, and every `--quota` names a tool of this server.
 
 use crate::ServerError;
-use mcpfleet_tools::{Catalog, JsonObject, Quota, Registry, TaskSupport, ToolContext, ToolError};
+use mcpfleet_tools::{Catalog, EmptyCatalog, JsonObject, Quota, Registry, TaskSupport, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,12 +25,15 @@ impl Combined {
 
 #[mcpfleet_tools::async_trait]
 impl Catalog for Combined {
+    /// The catalog's capabilities (with none, those of a server with nothing registered: `tools` and `logging`),
+    /// with `tools` and `logging` added when tools are registered (a tool may log).
     fn capabilities(&self) -> Value {
-        let mut caps = self.rest.as_ref().map_or_else(|| json!({}), |r| r.capabilities());
+        let mut caps = self.rest.as_ref().map_or_else(|| EmptyCatalog.capabilities(), |r| r.capabilities());
         if !self.tools.is_empty()
             && let Some(c) = caps.as_object_mut()
         {
             c.entry("tools").or_insert_with(|| json!({ "listChanged": false }));
+            c.entry("logging").or_insert_with(|| json!({}));
         }
         caps
     }
