@@ -4,6 +4,7 @@
 //! passes the lint, no tool name is taken twice, and every `--quota` names a tool of this server.
 
 use crate::ServerError;
+use mcpfleet_tools::validate::Validator;
 use mcpfleet_tools::{Catalog, EmptyCatalog, JsonObject, Quota, Registry, TaskSupport, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -123,6 +124,8 @@ pub struct CheckedCatalog {
     pub(crate) tools: Vec<Value>,
     /// Lint warnings, for the log.
     pub(crate) warnings: Vec<String>,
+    /// Its input schemas, compiled: every call is checked against them before its tool runs.
+    pub(crate) validator: Arc<Validator>,
 }
 
 /// A `tools/list` entry's name.
@@ -134,8 +137,9 @@ impl CheckedCatalog {
     /// Checks `catalog` against the operator's `quotas` (the tool names of `--quota`).
     ///
     /// # Errors
-    /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`), a
-    /// tool name is listed twice, or a `--quota` names a tool this server does not have.
+    /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`) or
+    /// does not compile (a `format` the validator does not know, say), a tool name is listed twice, or a `--quota`
+    /// names a tool this server does not have.
     pub fn new<'a>(
         catalog: Arc<dyn Catalog>,
         quotas: impl IntoIterator<Item = &'a String>,
@@ -162,6 +166,7 @@ impl CheckedCatalog {
         if let Some(unknown) = quotas.into_iter().find(|q| !seen.contains(q.as_str())) {
             return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
         }
-        Ok(Self { catalog, tools, warnings })
+        let validator = Arc::new(Validator::new(&tools).map_err(ServerError::Config)?);
+        Ok(Self { catalog, tools, warnings, validator })
     }
 }

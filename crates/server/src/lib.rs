@@ -160,12 +160,11 @@ pub(crate) async fn build_state_with(
             Arc::new(MemoryStore::with_max_events(cfg.max_events))
         }
     };
-    let CheckedCatalog { catalog, tools, warnings } = checked;
+    let CheckedCatalog { catalog, tools, warnings, validator } = checked;
     transport_metrics.seed_tools(tools.iter().map(catalog::tool_name));
     for w in warnings {
         tracing::warn!(finding = %w, "tool schema lint");
     }
-    let validator = Arc::new(mcpfleet_tools::validate::Validator::new(&tools).map_err(ServerError::Config)?);
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
     let audit = match (&db, &cfg.database) {

@@ -146,6 +146,30 @@ mod tests {
         refuse("inner", json!({ "tag": "AB" }));
     }
 
+    /// schemars gives an `IpAddr` the format `ip`, which JSON Schema does not define: the validator knows it, so
+    /// an address that the struct would refuse is refused by the published schema first. A format the validator
+    /// does not know refuses the schema (start-up exits 64 naming the tool), never passes unenforced.
+    #[test]
+    fn the_string_formats_schemars_emits_are_enforced_and_an_unknown_one_refused() {
+        #[derive(Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        #[expect(dead_code, reason = "only the schema is looked at")]
+        struct Host {
+            #[schemars(length(max = 45))]
+            ip: std::net::IpAddr,
+        }
+        let schema = derive::<Host>();
+        assert_eq!(schema["properties"]["ip"]["format"], "ip", "{schema}");
+        let v = Validator::new(&tool(schema)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(v.check("t", &json!({ "ip": "10.0.0.1" })).is_ok());
+        assert!(v.check("t", &json!({ "ip": "::1" })).is_ok());
+        assert!(v.check("t", &json!({ "ip": "10.0.0.300" })).is_err());
+        let typo = json!({ "type": "object", "additionalProperties": false,
+                           "properties": { "to": { "type": "string", "maxLength": 99, "format": "emial" } } });
+        let e = Validator::new(&tool(typo)).expect_err("an unknown format");
+        assert!(e.starts_with("t: the input schema does not compile") && e.contains("emial"), "{e}");
+    }
+
     #[test]
     fn an_open_or_unbounded_struct_fails_the_lint() {
         #[derive(Deserialize, JsonSchema)]

@@ -300,8 +300,7 @@ impl Registry {
         }
         let output = match &info.output_schema {
             Some(s) => Some(
-                jsonschema::draft202012::options()
-                    .should_validate_formats(true)
+                crate::validate::options()
                     .build(s)
                     .map_err(|e| format!("{}: the output schema does not compile: {e}", info.name))?,
             ),

@@ -43,6 +43,36 @@ impl fmt::Display for Invalid {
     }
 }
 
+/// How every schema of a tool is compiled (input and output): JSON Schema 2020-12 with format assertions on; the
+/// `format`s schemars emits that JSON Schema does not define are known too, as checks of a string (the only
+/// instance a format applies to): `ip` (either family), and `int8`…`int128`, `uint8`…`uint128`, `int`, `uint`,
+/// `float`, `double` (a number in that range, written as a string); on a number they assert nothing. A `format`
+/// that is neither refuses the schema, so that nothing a tool publishes goes unenforced.
+#[must_use]
+pub fn options<'i>() -> jsonschema::ValidationOptions<'i> {
+    fn parses<T: std::str::FromStr>(s: &str) -> bool {
+        s.parse::<T>().is_ok()
+    }
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .should_ignore_unknown_formats(false)
+        .with_format("ip", parses::<std::net::IpAddr>)
+        .with_format("int8", parses::<i8>)
+        .with_format("int16", parses::<i16>)
+        .with_format("int32", parses::<i32>)
+        .with_format("int64", parses::<i64>)
+        .with_format("int128", parses::<i128>)
+        .with_format("int", parses::<i64>)
+        .with_format("uint8", parses::<u8>)
+        .with_format("uint16", parses::<u16>)
+        .with_format("uint32", parses::<u32>)
+        .with_format("uint64", parses::<u64>)
+        .with_format("uint128", parses::<u128>)
+        .with_format("uint", parses::<u64>)
+        .with_format("float", parses::<f32>)
+        .with_format("double", parses::<f64>)
+}
+
 /// The compiled input schemas of a catalog's tools.
 pub struct Validator {
     tools: HashMap<String, jsonschema::Validator>,
@@ -75,8 +105,7 @@ impl Validator {
             if !h.is_empty() {
                 headers.insert(name.to_owned(), h);
             }
-            let v = jsonschema::draft202012::options()
-                .should_validate_formats(true)
+            let v = options()
                 .with_keyword(TEXT_KEYWORD, text_keyword)
                 .build(&with_text_policy(schema))
                 .map_err(|e| format!("{name}: the input schema does not compile: {e}"))?;
