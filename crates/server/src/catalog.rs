@@ -118,7 +118,7 @@ impl Catalog for Combined {
 /// A catalog after the start-up checks: its tools' input schemas pass the lint, no name is taken twice, and every
 /// `--quota` names one of its tools. Built once, before logging starts, so that a refusal is one line.
 #[derive(Debug)]
-pub struct CheckedCatalog {
+pub(crate) struct CheckedCatalog {
     pub(crate) catalog: Arc<dyn Catalog>,
     /// Its `tools/list` entries.
     pub(crate) tools: Vec<Value>,
@@ -140,7 +140,7 @@ impl CheckedCatalog {
     /// [`ServerError::Config`]: a tool schema fails the lint (every offence as `tool pointer: message (rule)`) or
     /// does not compile (a `format` the validator does not know, say), a tool name is listed twice, or a `--quota`
     /// names a tool this server does not have.
-    pub fn new<'a>(
+    pub(crate) fn new<'a>(
         catalog: Arc<dyn Catalog>,
         quotas: impl IntoIterator<Item = &'a String>,
     ) -> Result<Self, ServerError> {

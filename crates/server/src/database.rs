@@ -23,10 +23,10 @@ pub(crate) fn open(cfg: &Config) -> Result<Option<Database>, ServerError> {
         .transpose()
 }
 
-/// The one line a schema behind this binary gets.
-fn behind(status: &Status) -> String {
+/// The one line a schema behind this binary gets; `name` is the server's (its `migrate` subcommand).
+fn behind(name: &str, status: &Status) -> String {
     format!(
-        "the database schema is at version {} but this binary needs version {}: run `mcpfleet migrate` first (or serve \
+        "the database schema is at version {} but this binary needs version {}: run `{name} migrate` first (or serve \
          with --migrate-on-start)",
         status.current(),
         Status::needed()
@@ -47,6 +47,7 @@ fn schema_error(e: DbError) -> ServerError {
 /// The database unreachable ([`ServerError::Database`], exit 69), or its schema behind without
 /// `--migrate-on-start` ([`ServerError::Schema`], exit 78).
 pub(crate) async fn start(
+    name: &str,
     db: &Database,
     dc: &DatabaseConfig,
     registry: &Registry,
@@ -55,7 +56,7 @@ pub(crate) async fn start(
     let status = migrate::status(db).await.map_err(schema_error)?;
     if !status.pending.is_empty() {
         if !dc.migrate_on_start {
-            return Err(ServerError::Schema(behind(&status)));
+            return Err(ServerError::Schema(behind(name, &status)));
         }
         for m in migrate::apply(db).await.map_err(schema_error)? {
             tracing::info!(version = m.version, name = m.name, "migrated at start");
@@ -74,17 +75,17 @@ pub(crate) async fn start(
     Ok(Some(Writer::start(db.clone(), cfg, metrics)))
 }
 
-/// Runs a database command; returns the exit code.
-pub(crate) async fn command(req: DbRequest) -> i32 {
+/// Runs a database command of the server named `name` (the prefix of its error lines); returns the exit code.
+pub(crate) async fn command(name: &str, req: DbRequest) -> i32 {
     let db = match Database::new(&req.settings) {
         Ok(db) => db,
         Err(e) => {
-            eprintln!("mcpfleet: {e}");
+            eprintln!("{name}: {e}");
             return EXIT_CONFIG;
         }
     };
     let fail = |e: DbError| {
-        eprintln!("mcpfleet: {e}");
+        eprintln!("{name}: {e}");
         match e {
             DbError::Checksum { .. } => EXIT_SCHEMA,
             DbError::Unavailable(_) => EXIT_UNAVAILABLE,
@@ -115,7 +116,7 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
         DbCommand::DemoData { scale } => {
             match migrate::status(&db).await {
                 Ok(s) if !s.pending.is_empty() => {
-                    eprintln!("mcpfleet: {}", behind(&s));
+                    eprintln!("{name}: {}", behind(name, &s));
                     return EXIT_SCHEMA;
                 }
                 Ok(_) => {}
@@ -127,7 +128,7 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
                     0
                 }
                 Err(e) => {
-                    eprintln!("mcpfleet: demo data: {e}");
+                    eprintln!("{name}: demo data: {e}");
                     if matches!(e, mcpfleet_reference::RepoError::Unavailable(_)) { EXIT_UNAVAILABLE } else { 1 }
                 }
             }
@@ -138,7 +139,7 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
                 if let Some(path) = textfile
                     && let Err(e) = std::fs::write(&path, verify_metrics(&report))
                 {
-                    eprintln!("mcpfleet: cannot write {}: {e}", path.display());
+                    eprintln!("{name}: cannot write {}: {e}", path.display());
                     return 1;
                 }
                 i32::from(report.tampered().next().is_some())
@@ -150,7 +151,7 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
                 Some(path) => match std::fs::File::create(path) {
                     Ok(f) => Box::new(std::io::BufWriter::new(f)),
                     Err(e) => {
-                        eprintln!("mcpfleet: cannot create {}: {e}", path.display());
+                        eprintln!("{name}: cannot create {}: {e}", path.display());
                         return 1;
                     }
                 },
@@ -159,14 +160,14 @@ pub(crate) async fn command(req: DbRequest) -> i32 {
             match audit::export(&db, &filter, &mut out).await {
                 Ok(n) => {
                     if let Err(e) = out.flush() {
-                        eprintln!("mcpfleet: cannot write the export: {e}");
+                        eprintln!("{name}: cannot write the export: {e}");
                         return 1;
                     }
                     eprintln!("exported {n} rows");
                     0
                 }
                 Err(DbError::Query(msg)) if msg.contains("22007") || msg.contains("22008") => {
-                    eprintln!("mcpfleet: --since/--until: not a time PostgreSQL can read ({msg})");
+                    eprintln!("{name}: --since/--until: not a time PostgreSQL can read ({msg})");
                     EXIT_CONFIG
                 }
                 Err(e) => fail(e),

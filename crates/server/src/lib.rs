@@ -17,7 +17,6 @@ mod log;
 pub mod testing;
 
 pub use app::{App, Server};
-pub use catalog::CheckedCatalog;
 pub use mcpfleet_tools::schemars::{self, JsonSchema};
 pub use mcpfleet_tools::{
     Annotations, Catalog, JsonObject, Principal, Quota, Registry, Scopes, TaskMode, TaskSupport, Tool, ToolContext,
@@ -31,6 +30,7 @@ pub use serde_json;
 /// The logging facade the server's subscriber listens to: a tool's `tracing::info!` lines join the server's log.
 pub use tracing;
 
+use catalog::CheckedCatalog;
 use config::{AuthConfig, Config, EXIT_CONFIG, EXIT_SCHEMA, EXIT_UNAVAILABLE, KeysFrom, Parsed};
 use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::DevAuthServer;
@@ -115,15 +115,15 @@ async fn build_auth(
     })
 }
 
-/// What [`build_state`] builds: the state the listener serves, the registry the admin listener exposes, and the
+/// What [`build_state_with`] builds: the state the listener serves, the registry the admin listener exposes, and the
 /// dev issuer when `--auth dev` asked for one (its key file is read once).
 #[derive(Debug)]
-pub struct Built {
-    pub state: AppState,
-    pub registry: Metrics,
-    pub dev: Option<DevIssuer>,
+pub(crate) struct Built {
+    pub(crate) state: AppState,
+    pub(crate) registry: Metrics,
+    pub(crate) dev: Option<DevIssuer>,
     /// The audit trail's writer, when there is one: the drain closes it.
-    pub audit: Option<Arc<mcpfleet_db::audit::Writer>>,
+    pub(crate) audit: Option<Arc<mcpfleet_db::audit::Writer>>,
 }
 
 /// Builds the shared state from a parsed config, a checked catalog and the database it uses: the metrics registry
@@ -168,7 +168,7 @@ pub(crate) async fn build_state_with(
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
     let audit = match (&db, &cfg.database) {
-        (Some(db), Some(dc)) => database::start(db, dc, &registry, &shutdown).await?,
+        (Some(db), Some(dc)) => database::start(&cfg.transport.server_name, db, dc, &registry, &shutdown).await?,
         _ => None,
     };
     let mut transport = cfg.transport.clone();
@@ -205,9 +205,9 @@ pub(crate) async fn build_state_with(
     Ok(Built { state, registry, dev, audit })
 }
 
-/// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled spans (parent-based, always on) go out
-/// in batches over OTLP/HTTP; without one nothing is recorded, but every span still gets real W3C ids, which the
-/// logs and tool errors carry.
+/// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled
+/// spans (parent-based, always on) go out in batches over OTLP/HTTP; without one nothing is recorded, but every span
+/// still gets real W3C ids, which the logs and tool errors carry.
 ///
 /// # Errors
 /// The exporter cannot be built.
@@ -306,7 +306,7 @@ fn run_command(name: &str, parsed: Parsed) -> i32 {
         Parsed::Lint(req) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(lint::run(&req)),
+                Ok(rt) => rt.block_on(lint::run(name, &req)),
                 Err(e) => {
                     eprintln!("{name}: cannot start the runtime: {e}");
                     1
@@ -314,7 +314,7 @@ fn run_command(name: &str, parsed: Parsed) -> i32 {
             }
         }
         Parsed::Db(req) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(database::command(req)),
+            Ok(rt) => rt.block_on(database::command(name, req)),
             Err(e) => {
                 eprintln!("{name}: cannot start the runtime: {e}");
                 1
@@ -324,6 +324,7 @@ fn run_command(name: &str, parsed: Parsed) -> i32 {
             print!("{text}");
             0
         }
+        // `Server::run_with` serves; nothing else calls this with a serve command line.
         Parsed::Serve(_) => EXIT_CONFIG,
     }
 }

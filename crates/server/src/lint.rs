@@ -107,12 +107,13 @@ pub async fn list_tools(url: &str, token: Option<&str>) -> Result<Vec<Value>, St
     Ok(tools)
 }
 
-/// Runs `mcpfleet lint` and returns its exit code; prints the report on stdout.
-pub async fn run(req: &LintRequest) -> i32 {
+/// Runs the `lint` subcommand of the server named `name` (the prefix of its error line) and returns its exit code;
+/// prints the report on stdout.
+pub async fn run(name: &str, req: &LintRequest) -> i32 {
     let tools = match list_tools(&req.url, req.token.as_ref().map(crate::config::Secret::expose)).await {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("mcpfleet: lint: {e}");
+            eprintln!("{name}: lint: {e}");
             return EXIT_UNREACHABLE;
         }
     };
