@@ -159,15 +159,19 @@ impl Server {
         Ok(App::new(cfg, built))
     }
 
-    /// The catalog this server serves, after the start-up checks (the lint, unique names, `--quota` names).
+    /// The catalog this server serves, after the start-up checks (the lint, unique names, `--quota` names); the
+    /// fixture sets work on `db`.
+    #[cfg_attr(
+        not(any(feature = "fixtures", feature = "reference")),
+        expect(unused_variables, reason = "only the fixture sets use the database")
+    )]
     fn check(self, cfg: &Config, db: Option<&Database>) -> Result<CheckedCatalog, ServerError> {
         if !self.errors.is_empty() {
             return Err(ServerError::Config(format!("tools: {}", self.errors.join("; "))));
         }
-        let own = !self.registry.is_empty() || self.catalog.is_some();
         #[cfg(any(feature = "fixtures", feature = "reference"))]
         if let Some(f) = cfg.fixtures {
-            if own {
+            if !self.registry.is_empty() || self.catalog.is_some() {
                 return Err(ServerError::Config(format!(
                     "--fixtures serves the fixture sets of the mcpfleet binary; {} has tools of its own",
                     self.name
@@ -175,7 +179,6 @@ impl Server {
             }
             return CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.quotas.keys());
         }
-        let _ = (own, db);
         let catalog = Combined { tools: self.registry, rest: self.catalog, instructions: self.instructions };
         CheckedCatalog::new(Arc::new(catalog), cfg.limits.quotas.keys())
     }
@@ -244,8 +247,9 @@ impl App {
         })
     }
 
-    /// Serves MCP on `listener` until [`shutdown_token`](Self::shutdown_token) fires, then waits for the open
-    /// connections to close, and for the running calls within `--shutdown-grace`; then closes the audit trail.
+    /// Serves MCP on `listener` until [`shutdown_token`](Self::shutdown_token) fires; then takes no more queued
+    /// tasks (re-runnable runs go back to the queue), waits for the open connections to close, and for the running
+    /// calls within `--shutdown-grace`; then closes the audit trail.
     ///
     /// # Errors
     /// None today: accept errors are logged and retried.
@@ -253,6 +257,13 @@ impl App {
         let state = self.built.state.clone();
         let shutdown = state.shutdown.clone();
         let calls = state.calls.clone();
+        // As the process's drain does: once stopping, take no more queued tasks and hand re-runnable runs back.
+        let tasks = state.tasks.clone();
+        let stopping = shutdown.clone();
+        tokio::spawn(async move {
+            stopping.cancelled().await;
+            tasks.stop();
+        });
         mcpfleet_transport::serve(listener, state, shutdown).await?;
         calls.close();
         let _ = tokio::time::timeout(self.cfg.shutdown_grace, calls.wait()).await;
