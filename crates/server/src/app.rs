@@ -279,6 +279,7 @@ mod tests {
     use super::*;
     use mcpfleet_tools::{ToolContext, ToolError, ToolInfo, ToolOutput, async_trait, schemars};
     use serde::Deserialize;
+    use serde_json::{Value, json};
 
     #[derive(Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
@@ -342,5 +343,54 @@ mod tests {
         assert!(none.state().catalog.tools().is_empty());
         let metrics = prometheus::TextEncoder::new().encode_to_string(&app.metrics().gather()).unwrap();
         assert!(metrics.contains("tool=\"echo\""), "the per-tool series are seeded: {metrics}");
+    }
+
+    async fn post(http: &reqwest::Client, url: &str, body: Value) -> Value {
+        let resp = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", body["method"].as_str().unwrap())
+            .header("mcp-name", body["params"]["name"].as_str().unwrap_or("echo"))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        resp.json().await.unwrap()
+    }
+
+    /// An embedding program's view: `serve` on its own listener, the admin router beside it, on a real Redis.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_on_a_listener_of_ones_own_until_the_shutdown_token_fires() {
+        let redis = mcpfleet_fleetkit::RedisServer::start();
+        let flags =
+            ["--auth", "none", "--redis-url", &redis.url(), "--request-state-key", mcpfleet_fleetkit::TEST_STATE_KEY];
+        let app = Server::new("embedded", "3.0.0").tool(Echo("echo")).build(flags).await.unwrap();
+        let (stop, admin) = (app.shutdown_token(), app.admin_router());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (url, admin_url) = (
+            format!("http://{}/mcp", listener.local_addr().unwrap()),
+            format!("http://{}", admin_listener.local_addr().unwrap()),
+        );
+        tokio::spawn(async move { axum::serve(admin_listener, admin).await });
+        let served = tokio::spawn(app.serve(listener));
+        let http = reqwest::Client::new();
+        let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": {} });
+        let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": { "name": "echo", "arguments": { "word": "hi" }, "_meta": meta } });
+        let answer = post(&http, &url, call).await;
+        assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
+        assert_eq!(answer["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "embedded", "{answer}");
+        let ready = http.get(format!("{admin_url}/readyz")).send().await.unwrap().status();
+        assert_eq!(ready, 200);
+        let metrics = http.get(format!("{admin_url}/metrics")).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains("mcp_tool_calls_total{outcome=\"ok\",tool=\"echo\"} 1"), "{metrics}");
+        stop.cancel();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), served).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "serve returns once the token fires: {ended:?}");
+        assert_eq!(http.get(format!("{admin_url}/readyz")).send().await.unwrap().status(), 503, "draining");
     }
 }
