@@ -198,16 +198,6 @@ impl ToolOutput {
         self.structured = Some(v);
         self
     }
-
-    /// `value` as structured content (checked against the tool's output schema), and as its JSON text in one text
-    /// block, for clients that read only content.
-    ///
-    /// # Errors
-    /// `value` does not serialize to JSON: [`ToolError::Internal`].
-    pub fn structured<T: serde::Serialize>(value: &T) -> Result<Self, ToolError> {
-        let v = serde_json::to_value(value).map_err(|e| ToolError::Internal(format!("structured output: {e}")))?;
-        Ok(Self::text(v.to_string()).with_structured(v))
-    }
 }
 
 /// A tool with typed arguments.
@@ -247,8 +237,6 @@ impl<T: Tool> Erased for Typed<T> {
 
 struct Entry {
     info: ToolInfo,
-    /// The input schema: hand-written or derived.
-    input: Value,
     listed: Value,
     output: Option<jsonschema::Validator>,
     run: Box<dyn Erased>,
@@ -322,14 +310,14 @@ impl Registry {
         if let Some(o) = &info.output_schema {
             listed["outputSchema"] = o.clone();
         }
-        self.tools.insert(info.name.clone(), Entry { info, input, listed, output, run: Box::new(Typed(tool)) });
+        self.tools.insert(info.name.clone(), Entry { info, listed, output, run: Box::new(Typed(tool)) });
         Ok(self)
     }
 
     /// The input schema `tool` publishes (hand-written or derived), if it is registered.
     #[must_use]
     pub fn input_schema(&self, tool: &str) -> Option<&Value> {
-        self.tools.get(tool).map(|e| &e.input)
+        self.tools.get(tool).map(|e| &e.listed["inputSchema"])
     }
 
     /// Whether no tool is registered.
@@ -507,5 +495,24 @@ mod tests {
         }
         assert!(matches!(r.call_tool("nope", args(1), &cx()).await, Err(ToolError::UnknownTool(_))));
         assert!(!valid_name("has space") && !valid_name("") && valid_name("a.b-c_D9"));
+        // A schema written by hand is published (and so enforced) instead of the derived one.
+        struct Hand;
+        #[async_trait]
+        impl Tool for Hand {
+            type Args = EchoArgs;
+            fn info(&self) -> ToolInfo {
+                ToolInfo::new("hand").input_schema(json!({ "type": "object", "additionalProperties": false,
+                    "properties": { "n": { "type": "integer", "minimum": 0, "maximum": 3 } }, "required": ["n"] }))
+            }
+            async fn call(&self, a: EchoArgs, _cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+                Ok(ToolOutput::text(a.n.to_string()))
+            }
+        }
+        r.register(Hand).expect("register");
+        let hand = r.input_schema("hand").expect("listed");
+        assert_eq!(hand["properties"]["n"]["maximum"], 3, "{hand}");
+        assert!(hand.get("$schema").is_none(), "not the derived document: {hand}");
+        assert!(r.tools().iter().any(|t| t["name"] == "hand" && &t["inputSchema"] == hand));
+        assert!(r.tools().iter().all(|t| t["name"] != "hand" || t.get("title").is_none()), "no title unless given");
     }
 }
