@@ -557,6 +557,134 @@ async fn metadata_is_public_and_cors_open() {
     assert_eq!(r.status(), 404);
 }
 
+/// The sum of every `mcp_requests_total` series of a replica.
+async fn requests_counted(admin: &str) -> f64 {
+    scrape(admin).await.iter().filter(|(k, _)| k.starts_with("mcp_requests_total")).map(|(_, v)| v).sum()
+}
+
+fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
+    resp.headers().get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_on_allowed_origins_get_cors_and_no_one_else_does() {
+    const APP: &str = "https://app.example";
+    // A bucket of 3 that barely refills: were preflights admitted, the initialize after them would get 429.
+    let Setup { redis: _redis, issuer, key, fleet } =
+        rsa_fleet(1, &["--allowed-origins", APP, "--rate-burst", "3", "--rate-per-second", "0.001"]).await;
+    let url = fleet.urls()[0].clone();
+    let admin = fleet.replicas[0].admin();
+    let token = key.token(&issuer.id(), "alice").sign();
+    let preflight = |origin: &str, method: &str, headers: &str| {
+        http()
+            .request(reqwest::Method::OPTIONS, &url)
+            .header("origin", origin)
+            .header("access-control-request-method", method)
+            .header("access-control-request-headers", headers)
+    };
+
+    // Preflights from the allowed origin: 204, never authenticated (no token), never admitted or counted.
+    let before = requests_counted(&admin).await;
+    for _ in 0..10 {
+        let pre =
+            preflight(APP, "POST", "authorization,content-type,mcp-protocol-version,mcp-session-id,mcp-param-region")
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(pre.status(), 204);
+        assert_eq!(header(&pre, "access-control-allow-origin"), APP);
+        assert!(header(&pre, "vary").contains("Origin"), "{:?}", pre.headers());
+        assert_eq!(header(&pre, "access-control-allow-methods"), "GET, POST, DELETE");
+        let allowed = header(&pre, "access-control-allow-headers");
+        for h in [
+            "authorization",
+            "content-type",
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "last-event-id",
+            "mcp-method",
+            "mcp-name",
+            "traceparent",
+            "x-request-id",
+            "mcp-param-region",
+        ] {
+            assert!(allowed.split(", ").any(|a| a == h), "{h} not in {allowed}");
+        }
+        let max_age: u64 = header(&pre, "access-control-max-age").parse().unwrap();
+        assert!((60..=7200).contains(&max_age), "{max_age}");
+        assert!(pre.headers().get("access-control-allow-credentials").is_none());
+        assert!(pre.text().await.unwrap().is_empty());
+    }
+    assert_eq!(requests_counted(&admin).await, before, "preflights are not requests to /mcp");
+
+    // The real request from the allowed origin: its answer is readable, with the session header exposed.
+    let init = http()
+        .post(&url)
+        .header("origin", APP)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init_body().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(init.status(), 200, "the preflights took no token of the bucket of 3");
+    assert_eq!(header(&init, "access-control-allow-origin"), APP);
+    assert!(header(&init, "vary").contains("Origin"));
+    let exposed = header(&init, "access-control-expose-headers").to_owned();
+    for h in ["mcp-session-id", "mcp-protocol-version", "www-authenticate", "retry-after", "ratelimit", "x-request-id"]
+    {
+        assert!(exposed.split(", ").any(|e| e == h), "{h} not exposed: {exposed}");
+    }
+    assert!(init.headers().get("access-control-allow-credentials").is_none());
+    assert!(!header(&init, "mcp-session-id").is_empty());
+
+    // A refusal to the allowed origin is readable too: the browser client sees the challenge and signs in.
+    let anonymous = http()
+        .post(&url)
+        .header("origin", APP)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init_body().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(header(&anonymous, "access-control-allow-origin"), APP);
+    assert!(header(&anonymous, "www-authenticate").starts_with("Bearer"));
+
+    // Any other origin: 403 whatever the method, preflight included, and no CORS header to read it with.
+    let evil = "https://evil.example";
+    let refused = preflight(evil, "POST", "authorization").send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    assert!(refused.headers().get("access-control-allow-origin").is_none());
+    for method in [reqwest::Method::GET, reqwest::Method::POST, reqwest::Method::DELETE, reqwest::Method::OPTIONS] {
+        let resp = http()
+            .request(method.clone(), &url)
+            .header("origin", evil)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init_body().to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{method}");
+        assert!(resp.headers().get("access-control-allow-origin").is_none(), "{method}");
+    }
+    // An allowed origin asking through a Host that is not allowed is refused too (DNS rebinding).
+    let rebound = preflight(APP, "POST", "authorization").header("host", "evil.example").send().await.unwrap();
+    assert_eq!(rebound.status(), 403);
+    // The metadata documents stay open to any origin.
+    let meta = http()
+        .get(format!("{}/.well-known/oauth-protected-resource/mcp", fleet.bases()[0]))
+        .header("origin", evil)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&meta, "access-control-allow-origin"), "*");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_localhost_listener_answers_localhost_names_only() {
     let Setup { redis: _redis, issuer, key, fleet } = rsa_fleet(1, &[]).await;

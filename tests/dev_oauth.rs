@@ -504,6 +504,23 @@ async fn the_sign_in_refuses_what_it_must() {
     .await;
     assert_eq!(inspector.status, 201, "{inspector:?}");
     assert_eq!(inspector.header("access-control-allow-origin"), "http://localhost:6274");
+    for path in ["/oauth/register", "/oauth/token"] {
+        let preflight = |origin: &'static str| {
+            http()
+                .request(reqwest::Method::OPTIONS, format!("{base}{path}"))
+                .header("origin", origin)
+                .header("access-control-request-method", "POST")
+                .header("access-control-request-headers", "content-type, authorization")
+        };
+        let ok = send(preflight("http://localhost:6274")).await;
+        assert_eq!(ok.status, 204, "{path}: {ok:?}");
+        assert_eq!(ok.header("access-control-allow-origin"), "http://localhost:6274", "{path}");
+        assert_eq!(ok.header("access-control-allow-methods"), "POST", "{path}");
+        assert!(ok.header("access-control-allow-headers").contains("authorization"), "{path}");
+        let evil = send(preflight("https://evil.example")).await;
+        assert_eq!(evil.status, 403, "{path}: {evil:?}");
+        assert_eq!(evil.header("access-control-allow-origin"), "", "{path}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

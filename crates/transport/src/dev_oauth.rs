@@ -22,13 +22,15 @@ use mcpfleet_auth::dev_oauth::{self as protocol, AuthorizeOutcome, DevAuthServer
 use mcpfleet_core::time::epoch_secs;
 
 /// The routes of the sign-in: RFC 8414 metadata (and its OpenID twin), registration, authorization, token.
-pub(crate) fn routes(mut r: Router<AppState>) -> Router<AppState> {
+/// `register` and `token` answer CORS to the allowed origins (`origin::cors`).
+pub(crate) fn routes(mut r: Router<AppState>, app: &AppState) -> Router<AppState> {
     for path in protocol::METADATA_PATHS {
         r = r.route(path, get(metadata).options(well_known::preflight));
     }
-    r.route(protocol::REGISTER_PATH, post(register).options(preflight))
+    let cors = || axum::middleware::from_fn_with_state((app.clone(), origin::CorsFor::OAuth), origin::cors);
+    r.route(protocol::REGISTER_PATH, post(register).options(refused_preflight).layer(cors()))
         .route(protocol::AUTHORIZE_PATH, get(authorize))
-        .route(protocol::TOKEN_PATH, post(token).options(preflight))
+        .route(protocol::TOKEN_PATH, post(token).options(refused_preflight).layer(cors()))
 }
 
 /// The sign-in and the client's host, after the DNS-rebinding checks (the `Origin` too when `act`).
@@ -71,28 +73,13 @@ fn no_store(mut resp: Response) -> Response {
     resp
 }
 
-/// CORS for an allowed `Origin` (a browser client signing in from its own page).
-fn cors(app: &AppState, headers: &HeaderMap, mut resp: Response) -> Response {
-    let allowed = headers
-        .get(header::ORIGIN)
-        .filter(|o| o.to_str().is_ok_and(|o| app.config.allowed_origins.iter().any(|p| p.matches(o))));
-    if let Some(o) = allowed {
-        resp.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+/// An `OPTIONS` that `origin::cors` did not answer: a preflight whose Origin or Host is not allowed (403), or no
+/// preflight at all (405).
+async fn refused_preflight(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    match site(&app, &headers, true) {
+        Ok(_) => (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, HeaderValue::from_static("POST"))]).into_response(),
+        Err(refused) => refused.into_response(),
     }
-    resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Origin"));
-    resp
-}
-
-async fn preflight(State(app): State<AppState>, headers: HeaderMap) -> Response {
-    let mut resp = cors(&app, &headers, StatusCode::NO_CONTENT.into_response());
-    let h = resp.headers_mut();
-    h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("POST, OPTIONS"));
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type, mcp-protocol-version"),
-    );
-    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-    resp
 }
 
 /// The body, at most [`protocol::MAX_BODY_BYTES`], within the body timeout.
@@ -128,7 +115,7 @@ async fn register(State(app): State<AppState>, headers: HeaderMap, body: Body) -
         },
         Err(refused) => refused.into_response(),
     };
-    cors(&app, &headers, no_store(resp))
+    no_store(resp)
 }
 
 async fn authorize(State(app): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
@@ -158,5 +145,5 @@ async fn token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> R
         },
         Err(refused) => refused.into_response(),
     };
-    cors(&app, &headers, no_store(resp))
+    no_store(resp)
 }

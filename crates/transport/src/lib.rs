@@ -208,8 +208,11 @@ pub fn start_workers(state: &AppState) {
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
     let mcp = get(shell::get).post(shell::post).delete(shell::delete).fallback(shell::other);
-    let mut r = Router::new()
-        .route("/mcp", mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe)));
+    let mut r = Router::new().route(
+        "/mcp",
+        mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))
+            .layer(axum::middleware::from_fn_with_state((state.clone(), origin::CorsFor::Mcp), origin::cors)),
+    );
     if let Some(pr) = &state.config.protected_resource {
         for path in pr.metadata_paths() {
             r = r.route(&path, get(well_known::resource_metadata).options(well_known::preflight));
@@ -220,7 +223,7 @@ pub fn router(state: AppState) -> Router {
     }
     if state.config.dev_oauth.is_some() {
         // `--auth dev`: the sign-in, and the client's Host in scope for every challenge (origin::with_host).
-        r = dev_oauth::routes(r).layer(axum::middleware::from_fn_with_state(state.clone(), origin::with_host));
+        r = dev_oauth::routes(r, &state).layer(axum::middleware::from_fn_with_state(state.clone(), origin::with_host));
     }
     r.with_state(state)
 }

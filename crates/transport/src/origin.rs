@@ -1,12 +1,17 @@
-//! DNS-rebinding protection: `Origin` and `Host` allowlists, checked before anything else, and the allowed `Host`
-//! a request used, which `--auth dev` keeps in scope while the request is answered (its challenges and metadata
-//! are named after it).
+//! DNS-rebinding protection and CORS, in one place: the `Origin` and `Host` allowlists, checked before anything
+//! else; the CORS answers to the allowed origins (a preflight answered here, never authenticated, counted or
+//! logged as a call; every other answer marked readable by that origin); and the allowed `Host` a request used,
+//! which `--auth dev` keeps in scope while the request is answered (its challenges and metadata are named after it).
+//!
+//! CORS follows the allowlist exactly: an origin that may act may read the answers, with bearer tokens only
+//! (`Access-Control-Allow-Credentials` is never sent: no cookie is ever a credential here). A request whose
+//! `Origin` is not allowed gets no CORS header and is refused with 403 by the endpoint, whatever its method.
 
 use crate::AppState;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use mcpfleet_auth::ProtectedResource;
 
 tokio::task_local! {
@@ -104,6 +109,121 @@ pub(crate) fn allowed_host(headers: &HeaderMap, allowed: &[HostPattern]) -> Opti
     let host = host.to_str().ok()?.to_ascii_lowercase();
     let sane = !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
     (sane && allowed.iter().any(|p| p.matches(&host))).then_some(host)
+}
+
+/// The request headers a browser client of `/mcp` sends (besides the CORS-safelisted ones): the MCP headers of
+/// both generations, the bearer token, W3C trace context and the request id. `Mcp-Param-*` headers (2026-07-28,
+/// named after a tool's parameters) are allowed when asked for, by name.
+const MCP_REQUEST_HEADERS: &str = "authorization, content-type, accept, mcp-session-id, mcp-protocol-version, \
+     last-event-id, mcp-method, mcp-name, traceparent, tracestate, x-request-id";
+/// The answer headers a browser client may read: the session, the version, the challenges, the rate limits and
+/// the request id.
+const EXPOSED_HEADERS: &str =
+    "mcp-session-id, mcp-protocol-version, www-authenticate, retry-after, ratelimit, ratelimit-policy, x-request-id";
+/// How long a browser may keep a preflight's answer: two hours, Chromium's own cap. The allowlist still decides
+/// every answer (a removed origin loses `Access-Control-Allow-Origin` at once); only the preflight is skipped.
+const PREFLIGHT_MAX_AGE: &str = "7200";
+/// At most this many `Mcp-Param-*` names are echoed from one preflight, each at most this long.
+const MAX_PARAM_HEADERS: usize = 32;
+const MAX_HEADER_NAME: usize = 96;
+
+/// Which endpoint a CORS layer guards, for the methods and headers its preflight allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CorsFor {
+    /// `/mcp`: GET, POST, DELETE and the MCP headers.
+    Mcp,
+    /// The dev sign-in's `register` and `token`: POST, with `Content-Type` and `Authorization` (client secrets).
+    OAuth,
+}
+
+impl CorsFor {
+    fn methods(self) -> &'static str {
+        match self {
+            Self::Mcp => "GET, POST, DELETE",
+            Self::OAuth => "POST",
+        }
+    }
+
+    fn headers(self) -> &'static str {
+        match self {
+            Self::Mcp => MCP_REQUEST_HEADERS,
+            Self::OAuth => "authorization, content-type, accept, mcp-protocol-version",
+        }
+    }
+}
+
+/// The request's `Origin`, when there is exactly one and the allowlist admits it.
+fn allowed_origin<'a>(headers: &'a HeaderMap, origins: &[HostPattern]) -> Option<&'a HeaderValue> {
+    let mut all = headers.get_all(header::ORIGIN).iter();
+    let (Some(o), None) = (all.next(), all.next()) else { return None };
+    o.to_str().is_ok_and(|s| origins.iter().any(|p| p.matches(s))).then_some(o)
+}
+
+/// The `Mcp-Param-*` names a preflight asks for, lowercased, bounded (`Mcp` only).
+fn param_headers(headers: &HeaderMap) -> Vec<String> {
+    let token = |n: &str| {
+        !n.is_empty()
+            && n.len() <= MAX_HEADER_NAME
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    headers
+        .get_all(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| n.starts_with("mcp-param-") && token(n))
+        .take(MAX_PARAM_HEADERS)
+        .collect()
+}
+
+/// The answer to a CORS preflight from an allowed origin: 204, never authenticated, counted or logged as a call.
+fn preflight(origin: HeaderValue, headers: &HeaderMap, what: CorsFor) -> Response {
+    let mut allow = what.headers().to_owned();
+    if what == CorsFor::Mcp {
+        for name in param_headers(headers) {
+            allow.push_str(", ");
+            allow.push_str(&name);
+        }
+    }
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.insert(header::VARY, HeaderValue::from_static(VARY));
+    h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(what.methods()));
+    if let Ok(v) = HeaderValue::from_str(&allow) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+    }
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(PREFLIGHT_MAX_AGE));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// What the answers vary on: the `Origin` (CORS) and, for a preflight, what it asked for.
+const VARY: &str = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers";
+
+/// The CORS layer of `/mcp` and of the dev sign-in's `register` and `token` (`what` says which). A preflight
+/// (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) from an allowed origin to an allowed `Host` is
+/// answered here; one that is not allowed goes on to the endpoint, which refuses it with 403 like any other
+/// request. Every other answer to an allowed origin names that origin and exposes the headers a client reads.
+pub(crate) async fn cors(State((app, what)): State<(AppState, CorsFor)>, req: Request, next: Next) -> Response {
+    let origins = &app.config.allowed_origins;
+    let origin = allowed_origin(req.headers(), origins).cloned();
+    if req.method() == Method::OPTIONS
+        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+        && check(req.headers(), origins, &app.config.allowed_hosts).is_ok()
+        && let Some(origin) = origin
+    {
+        return preflight(origin, req.headers(), what);
+    }
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    if let Some(origin) = origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
+    }
+    resp
 }
 
 /// Middleware of `--auth dev`: keeps the request's allowed `Host` in scope while the request is answered, so that
