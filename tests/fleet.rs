@@ -570,12 +570,8 @@ fn bad_config_exits_64_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "one line for {args:?}: {err}");
         assert!(err.starts_with("mcpfleet: "), "{err}");
     }
-    let unreachable = std::process::Command::new(&bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/", "--redis-timeout", "300ms"])
-        .env("MCPFLEET_REQUEST_STATE_KEYS", mcpfleet_fleetkit::TEST_STATE_KEY)
-        .output()
-        .unwrap();
-    assert_eq!(unreachable.status.code(), Some(69), "Redis unreachable at start");
+    // A Redis that is away at start is waited for (operability.rs); what waiting never fixes exits 69 (ha.rs: a
+    // wrong password, plain TCP to TLS; below: a certificate nobody trusts).
     let help = std::process::Command::new(&bin).args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for flag in [

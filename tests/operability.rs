@@ -176,8 +176,8 @@ async fn every_known_series_is_exported_before_its_first_event() {
         // Keys and tokens.
         r#"mcp_jwks_refresh_total{result="error"} 0"#,
         r#"mcp_token_verifications_total{result="rejected"} 0"#,
-        // Not ready until a /readyz says so.
-        "mcp_ready 0",
+        // Ready as soon as it serves: the store probe and the loaded keys set it, not a /readyz.
+        "mcp_ready 1",
     ] {
         assert!(has_line(&text, line), "{line} is not exported at start:\n{text}");
     }
@@ -278,7 +278,11 @@ async fn health_and_readiness_follow_redis() {
     assert_eq!(get("/healthz").await, 200);
     assert_eq!(get("/readyz").await, 200);
     redis.signal("-STOP");
-    assert_eq!(get("/readyz").await, 503, "Redis frozen: not ready");
+    // The probe (every second, one second to answer) notices; /readyz itself answers at once from what it found.
+    eventually(5, "Redis frozen: not ready", || async { get("/readyz").await == 503 }).await;
+    let started = std::time::Instant::now();
+    assert_eq!(get("/readyz").await, 503);
+    assert!(started.elapsed() < Duration::from_millis(500), "/readyz waits for nothing: {:?}", started.elapsed());
     assert_eq!(get("/healthz").await, 200, "liveness does not depend on Redis");
     redis.signal("-CONT");
     eventually(10, "ready again", || async { get("/readyz").await == 200 }).await;
@@ -648,4 +652,90 @@ async fn a_refusal_before_the_body_is_read_reaches_the_client_whole() {
     let (status, _, _) =
         refused_upload(&addr, "", usize::try_from(mcpfleet_transport::DRAIN_MAX_BYTES).unwrap() + 1).await;
     assert!(status.starts_with("HTTP/1.1 401") || status.is_empty(), "{status}");
+}
+
+/// POSTs an initialize to `url`: the status, `Retry-After`, and the body.
+async fn initialize(url: &str) -> (u16, Option<String>, Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } })
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    (status, retry, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_during_a_redis_outage_waits_and_serves_when_redis_returns() {
+    let redis = RedisServer::start();
+    redis.node().stop();
+    let fleet = Fleet::builder().redis(redis.url()).start().await;
+    let (url, admin) = (fleet.urls()[0].clone(), fleet.replicas[0].admin());
+    let pid = fleet.replicas[0].pid();
+    let get = |path: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let r = reqwest::get(format!("{admin}{path}")).await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // Up, listening, alive, not ready, and saying why; /mcp answers 503 with Retry-After, never hangs.
+    assert_eq!(get("/healthz").await.0, 200);
+    for _ in 0..3 {
+        assert_eq!(get("/readyz").await, (503, "starting: the state store has not answered yet\n".to_owned()));
+        let (status, retry, body) = tokio::time::timeout(T, initialize(&url)).await.expect("an answer, not a hang");
+        assert_eq!((status, retry.as_deref()), (503, Some("1")), "{body}");
+        assert_eq!(body["error"]["code"], -32005, "{body}");
+        assert_eq!(body["error"]["message"], "service temporarily unavailable", "{body}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 0"));
+    // Redis returns: the same process becomes ready within seconds (the retries back off to 5 s at most), and serves.
+    redis.node().start_again();
+    let back = std::time::Instant::now();
+    eventually(10, "ready once Redis is back", || async { get("/readyz").await.0 == 200 }).await;
+    let waited = back.elapsed();
+    assert!(waited < Duration::from_secs(7), "ready {waited:?} after Redis came back");
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 1"));
+    assert_eq!(fleet.replicas[0].pid(), pid, "no restart");
+    let mut c = McpClient::new();
+    c.initialize(&url).await;
+    let r = c.request(&url, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert!(r["result"]["content"][0]["text"].is_string(), "{r}");
+    assert!(!redis.keys().is_empty(), "the session lives in the Redis that came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_its_token_keys_is_never_ready() {
+    let redis = RedisServer::start();
+    let key = TestKey::load("ed-1", "ed", Algorithm::EdDSA);
+    let issuer = Issuer::start(&[&key]).await;
+    issuer.down();
+    let fleet = Fleet::builder().redis(redis.url()).jwt(&issuer).start().await;
+    let admin = fleet.replicas[0].admin();
+    let ready = || {
+        let admin = admin.clone();
+        async move {
+            let r = reqwest::get(format!("{admin}/readyz")).await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // Redis answers, the keys do not load: not ready, for as long as that lasts (a rollout never takes this pod).
+    for _ in 0..4 {
+        assert_eq!(ready().await, (503, "token verification keys not loaded\n".to_owned()));
+        tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 0"));
+    // The issuer comes back: the replica loads its keys by itself (nobody sends it requests) and becomes ready.
+    issuer.up().await;
+    eventually(20, "ready once the keys load", || async { ready().await.0 == 200 }).await;
+    assert!(has_line(&metrics_text(&admin).await, "mcp_ready 1"));
 }

@@ -269,4 +269,8 @@ impl Authenticator for JwtAuthenticator {
         }
         Ok(principal)
     }
+
+    fn is_ready(&self) -> bool {
+        self.keys.is_loaded()
+    }
 }

@@ -221,6 +221,15 @@ impl KeySource {
         }
     }
 
+    /// Keys have loaded at least once (a static set always has).
+    #[must_use]
+    pub fn is_loaded(&self) -> bool {
+        match self {
+            Self::Static(_) => true,
+            Self::Remote(r) => r.loads() > 0,
+        }
+    }
+
     /// Changes whenever the key set is replaced, so that verdicts reached under older keys can be dropped.
     #[must_use]
     pub fn generation(&self) -> u64 {
@@ -337,6 +346,17 @@ impl RemoteJwks {
     pub async fn load(&self) -> Result<usize, AuthError> {
         let _g = self.refresh.lock().await;
         self.refresh_now().await
+    }
+
+    /// Until a first load succeeds, loads again with backoff (1 s, doubling to 30 s): a replica nobody sends
+    /// requests to (it is not ready without keys) still gets its keys once the issuer answers. Returns once loaded.
+    pub async fn load_until_loaded(self: Arc<Self>) {
+        let mut wait = Duration::from_secs(1);
+        while self.loads() == 0 {
+            tokio::time::sleep(wait).await;
+            let _ = self.load().await;
+            wait = (wait * 2).min(Duration::from_secs(30));
+        }
     }
 
     async fn key(self: &Arc<Self>, kid: Option<&str>, alg: Algorithm) -> Result<Arc<VerifyKey>, AuthError> {

@@ -44,6 +44,12 @@ pub trait Authenticator: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The [`AuthError`] that says which challenge to send.
     async fn authenticate(&self, parts: &Parts) -> Result<Principal, AuthError>;
+
+    /// Whether a token can be verified now; a replica whose authenticator cannot is not ready (`/readyz` answers
+    /// 503). With `--auth jwt`, false until the issuer's keys have loaded once. Answered from memory, at once.
+    fn is_ready(&self) -> bool {
+        true
+    }
 }
 
 /// `--auth none`: one anonymous principal with every scope, for every caller. Only allowed on a loopback listener.
@@ -69,5 +75,9 @@ impl Authenticator for NoAuth {
 impl<T: Authenticator + ?Sized> Authenticator for Arc<T> {
     async fn authenticate(&self, parts: &Parts) -> Result<Principal, AuthError> {
         (**self).authenticate(parts).await
+    }
+
+    fn is_ready(&self) -> bool {
+        (**self).is_ready()
     }
 }

@@ -7,7 +7,7 @@ use crate::config::{self, Config, Parsed};
 use crate::{Built, ServerError, database};
 use mcpfleet_db::Database;
 use mcpfleet_tools::{Catalog, Registry, Tool};
-use mcpfleet_transport::{AdminState, AppState, admin_router};
+use mcpfleet_transport::{AdminState, AppState, Readiness, admin_router};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -139,8 +139,12 @@ impl Server {
     /// logger or a tracer provider, or handling signals: those are the embedding program's. Serve it with
     /// [`App::serve`] or mount [`App::router`].
     ///
+    /// It reaches Redis once: unlike [`run`](Self::run), which listens and waits for a Redis that is away, `build`
+    /// returns the failure, and the embedding program decides whether to retry.
+    ///
     /// # Errors
-    /// What makes [`run`](Self::run) exit: [`ServerError::exit_code`] says which code.
+    /// What makes [`run`](Self::run) exit: [`ServerError::exit_code`] says which code; and Redis away at start
+    /// ([`ServerError::Store`], 69).
     pub async fn build<I, S>(self, serve_flags: I) -> Result<App, ServerError>
     where
         I: IntoIterator<Item = S>,
@@ -155,8 +159,13 @@ impl Server {
         };
         let db = database::open(&cfg)?;
         let checked = self.check(&cfg, db.as_ref())?;
-        let built = crate::build_state_with(&cfg, checked, db).await?;
-        Ok(App::new(cfg, built))
+        let instruments = crate::start::Instruments::register()?;
+        let store = crate::start::connect_store(&cfg, instruments.store.clone(), None).await?;
+        let ready = instruments.transport.ready_gauge();
+        let built = crate::build_state_with(&cfg, checked, db, instruments, store).await?;
+        let readiness = Readiness::new(built.state.shutdown.clone(), ready);
+        readiness.serving(built.state.store.clone(), built.state.auth.clone(), true);
+        Ok(App { cfg, built, readiness })
     }
 
     /// The catalog this server serves, after the start-up checks (the lint, unique names, `--quota` names); the
@@ -190,13 +199,10 @@ impl Server {
 pub struct App {
     cfg: Box<Config>,
     built: Built,
+    readiness: Arc<Readiness>,
 }
 
 impl App {
-    fn new(cfg: Box<Config>, built: Built) -> Self {
-        Self { cfg, built }
-    }
-
     /// The state every request handler sees (the store, the catalog, the limits, the metrics).
     #[must_use]
     pub fn state(&self) -> &AppState {
@@ -238,13 +244,7 @@ impl App {
     /// The admin router: `/metrics`, `/healthz`, `/readyz` (503 once [`shutdown_token`](Self::shutdown_token)
     /// fires). Keep it off the public listener.
     pub fn admin_router(&self) -> axum::Router {
-        admin_router(AdminState {
-            registry: self.built.registry.clone(),
-            store: self.built.state.store.clone(),
-            draining: self.built.state.shutdown.clone(),
-            ready_timeout: std::time::Duration::from_secs(1),
-            ready: self.built.state.metrics.ready_gauge(),
-        })
+        admin_router(AdminState { registry: self.built.registry.clone(), readiness: self.readiness.clone() })
     }
 
     /// Serves MCP on `listener` until [`shutdown_token`](Self::shutdown_token) fires; then takes no more queued

@@ -14,6 +14,7 @@ mod database;
 mod fixtures;
 pub mod lint;
 mod log;
+mod start;
 pub mod testing;
 
 pub use app::{App, Server};
@@ -36,11 +37,12 @@ use mcpfleet_auth::dev::DevIssuer;
 use mcpfleet_auth::dev_oauth::DevAuthServer;
 use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, KeySource, NoAuth, RemoteJwks};
 use mcpfleet_db::Database;
-use mcpfleet_limits::{LimitMetrics, Limiter};
-use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, StateError, Store, StoreMetrics};
-use mcpfleet_transport::{AdminState, Shared, TransportMetrics, admin_router};
+use mcpfleet_limits::Limiter;
+use mcpfleet_state::{StateError, Store};
+use mcpfleet_transport::{AdminState, Readiness, Shared, admin_router};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prometheus::Registry as Metrics;
+use start::{Instruments, Starting};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +53,8 @@ pub enum ServerError {
     /// A bad flag or environment variable, or an unusable key file: exit 64.
     #[error("{0}")]
     Config(String),
-    /// Redis unreachable at start: exit 69.
+    /// Redis failed at start in a way waiting cannot fix (a wrong password, TLS; from [`Server::build`], any
+    /// failure): exit 69. A process started by [`Server::run`] waits for a Redis that is away.
     #[error("cannot reach Redis: {0}")]
     Store(#[source] StateError),
     /// PostgreSQL unreachable at start: exit 69.
@@ -80,8 +83,9 @@ impl From<AuthError> for ServerError {
     }
 }
 
-/// The authenticator a config asks for. A JWKS URL that cannot be fetched at start is not fatal: requests get 503
-/// until the first load succeeds (the issuer may start after us); a key file must be usable at once.
+/// The authenticator a config asks for. A JWKS URL that cannot be fetched at start is not fatal: the replica is not
+/// ready, and requests get 503, until a load succeeds (the issuer may start after us; loads retry with backoff);
+/// a key file must be usable at once.
 async fn build_auth(
     auth: &AuthConfig,
     dev: Option<&DevIssuer>,
@@ -98,16 +102,21 @@ async fn build_auth(
                 KeysFrom::File(path) => RemoteJwks::file(path.clone(), *refresh_interval),
             }
             .with_metrics(metrics.clone());
+            let remote = Arc::new(remote);
             match (remote.load().await, keys) {
                 (Ok(_), _) => {}
                 (Err(e), KeysFrom::File(path)) => {
                     return Err(ServerError::Config(format!("--jwks-file {}: {e}", path.display())));
                 }
                 (Err(e), KeysFrom::Url { .. }) => {
-                    tracing::error!(error = %e, "cannot load the issuer's keys yet; requests get 503 until they load");
+                    tracing::error!(
+                        error = %e,
+                        "cannot load the issuer's keys yet; not ready, and requests get 503, until they load"
+                    );
+                    tokio::spawn(remote.clone().load_until_loaded());
                 }
             }
-            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(Arc::new(remote))).with_metrics(metrics))
+            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(remote)).with_metrics(metrics))
         }
         (AuthConfig::None, _) => Arc::new(NoAuth::default()),
         // Never serve a dev configuration unauthenticated.
@@ -126,40 +135,26 @@ pub(crate) struct Built {
     pub(crate) audit: Option<Arc<mcpfleet_db::audit::Writer>>,
 }
 
-/// Builds the shared state from a parsed config, a checked catalog and the database it uses: the metrics registry
-/// (with process metrics), the store (connecting to Redis when configured), and the authenticator (loading its
-/// keys).
+/// Builds the shared state from a parsed config, a checked catalog, the database it uses, the replica's metrics
+/// and its store (reached by [`start::connect_store`]): the audit trail, and the authenticator (loading its keys).
 ///
 /// # Errors
-/// Redis or the database unreachable at start, or its schema behind; an unusable key file.
+/// The database unreachable at start, or its schema behind; an unusable key file.
 pub(crate) async fn build_state_with(
     cfg: &Config,
     checked: CheckedCatalog,
     db: Option<Database>,
+    instruments: Instruments,
+    store: Arc<dyn Store>,
 ) -> Result<Built, ServerError> {
-    let registry = Metrics::new();
-    let metrics_error = |e: prometheus::Error| ServerError::Config(format!("metrics: {e}"));
-    #[cfg(target_os = "linux")]
-    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).map_err(metrics_error)?;
-    let store_metrics = StoreMetrics::register(&registry).map_err(metrics_error)?;
-    let transport_metrics = TransportMetrics::register(&registry).map_err(metrics_error)?;
-    let task_metrics = mcpfleet_transport::TaskMetrics::register(&registry).map_err(metrics_error)?;
-    let auth_metrics = AuthMetrics::register(&registry).map_err(metrics_error)?;
-    let limit_metrics = LimitMetrics::register(&registry).map_err(metrics_error)?;
-    let store: Arc<dyn Store> = match &cfg.redis {
-        Some(r) => {
-            let rc = RedisConfig { max_events: cfg.max_events, metrics: Some(store_metrics), ..r.clone() };
-            let store = RedisStore::connect(rc).await.map_err(ServerError::Store)?;
-            store.ping().await.map_err(ServerError::Store)?;
-            let topology = r.topology.redacted();
-            tracing::info!(prefix = %r.prefix, %topology, "using the Redis store: replicas share sessions");
-            Arc::new(store)
-        }
-        None => {
-            tracing::warn!("no --redis-url: using the in-memory store, which is single-replica only");
-            Arc::new(MemoryStore::with_max_events(cfg.max_events))
-        }
-    };
+    let Instruments {
+        registry,
+        store: _,
+        transport: transport_metrics,
+        tasks: task_metrics,
+        auth: auth_metrics,
+        limits: limit_metrics,
+    } = instruments;
     let CheckedCatalog { catalog, tools, warnings, validator } = checked;
     transport_metrics.seed_tools(tools.iter().map(catalog::tool_name));
     for w in warnings {
@@ -357,14 +352,16 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
                 return e.exit_code();
             }
         };
-        let Built { state, registry, dev, audit } = match build_state_with(&cfg, checked, db).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start");
-                eprintln!("{name}: {e}");
-                return e.exit_code();
-            }
+        let fail = |e: ServerError| {
+            tracing::error!(error = %e, "cannot start");
+            eprintln!("{name}: {e}");
+            e.exit_code()
         };
+        let instruments = match Instruments::register() {
+            Ok(i) => i,
+            Err(e) => return fail(e),
+        };
+        // Listen first: a replica that waits for Redis is there, not ready, and says why.
         let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -381,38 +378,48 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
         };
         let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let admin_addr = admin.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        tracing::info!(listen = %addr, admin = %admin_addr, workers, "serving MCP on /mcp");
-        // Tests and supervisors read the bound addresses from these two lines.
-        println!("listening on {addr}");
-        println!("admin listening on {admin_addr}");
-        if let Some(issuer) = &dev {
-            print_dev_token(issuer, &state);
-        }
         // The drain: the first signal fires `draining` (/readyz turns 503 at once); the server keeps serving for
         // --drain-delay, then fires `shutdown` (stop accepting, end every SSE stream with a retry hint).
         let draining = CancellationToken::new();
         let shutdown = CancellationToken::new();
         tokio::spawn(shutdown_signal(draining.clone()));
-        let admin_state = AdminState {
-            registry,
-            store: state.store.clone(),
-            draining: draining.clone(),
-            ready_timeout: std::time::Duration::from_secs(1),
-            ready: state.metrics.ready_gauge(),
-        };
+        let readiness = Readiness::new(draining.clone(), instruments.transport.ready_gauge());
+        let admin_state = AdminState { registry: instruments.registry.clone(), readiness: readiness.clone() };
         tokio::spawn(async move {
             if let Err(e) = axum::serve(admin, admin_router(admin_state)).await {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });
+        // Tests and supervisors read the bound addresses from two lines on stdout, printed once the replica serves,
+        // or as soon as it waits for Redis.
+        let mut starting = Starting::new(&listener, format!("listening on {addr}\nadmin listening on {admin_addr}"));
+        let store = tokio::select! {
+            r = start::connect_store(&cfg, instruments.store.clone(), Some(&mut starting)) => match r {
+                Ok(store) => store,
+                Err(e) => return fail(e),
+            },
+            () = draining.cancelled() => {
+                tracing::info!("stopped before Redis answered");
+                return 0;
+            }
+        };
+        let Built { state, dev, audit, .. } =
+            match build_state_with(&cfg, checked, db, instruments, store).await {
+                Ok(s) => s,
+                Err(e) => return fail(e),
+            };
+        readiness.serving(state.store.clone(), state.auth.clone(), true);
+        starting.end().await;
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        tracing::info!(listen = %addr, admin = %admin_addr, workers, "serving MCP on /mcp");
+        if let Some(issuer) = &dev {
+            print_dev_token(issuer, &state);
+        }
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
         let tasks = state.tasks.clone();
-        let ready = state.metrics.ready_gauge();
         tokio::spawn(async move {
             d.cancelled().await;
-            ready.set(0);
             // Take no more queued work; hand the re-runnable runs back to the queue at once.
             tasks.stop();
             tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");

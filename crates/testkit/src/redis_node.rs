@@ -42,8 +42,10 @@ pub enum Role {
 pub struct RedisNode {
     label: String,
     port: u16,
-    pid: u32,
+    pid: std::sync::atomic::AtomicU32,
     access: Access,
+    /// Its command line, to start it again on the same port.
+    argv: Vec<std::ffi::OsString>,
     child: Mutex<Child>,
     dir: tempfile::TempDir,
 }
@@ -74,6 +76,8 @@ impl RedisNode {
                 wrapped.args(["netns", "exec", netns]).arg(command.get_program()).args(command.get_args());
                 command = wrapped;
             }
+            let argv: Vec<std::ffi::OsString> =
+                std::iter::once(command.get_program()).chain(command.get_args()).map(ToOwned::to_owned).collect();
             let mut child = command
                 .stdin(Stdio::null())
                 .stdout(stdio.try_clone().expect("clone a file handle"))
@@ -85,7 +89,8 @@ impl RedisNode {
             loop {
                 // Its pid, not just any answer: whoever took the port from it would answer too.
                 if access.cli(port, &["--raw"], &["INFO", "server"]).is_some_and(|o| answers_as(&o, pid)) {
-                    return Self { label, port, pid, access, child: Mutex::new(child), dir };
+                    let pid = pid.into();
+                    return Self { label, port, pid, access, argv, child: Mutex::new(child), dir };
                 }
                 if child.try_wait().ok().flatten().is_some() {
                     break; // lost a port: try others
@@ -133,7 +138,35 @@ impl RedisNode {
     /// The process id.
     #[must_use]
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.pid.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Starts it again, after [`stop`](Self::stop) or [`kill`](Self::kill), on the same port with the same
+    /// command line (an empty data set: nothing is saved), and waits until it answers.
+    ///
+    /// # Panics
+    /// It is still running, or it does not answer within 20 s (someone took its port meanwhile).
+    pub fn start_again(&self) {
+        assert!(!self.is_running(), "{self} is still running");
+        let stdio = fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join(STDIO_FILE))
+            .expect("open the node's stdio log");
+        let child = Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .stdin(Stdio::null())
+            .stdout(stdio.try_clone().expect("clone a file handle"))
+            .stderr(stdio)
+            .spawn()
+            .expect("spawn redis-server again");
+        let pid = child.id();
+        *self.child() = child;
+        self.pid.store(pid, std::sync::atomic::Ordering::Release);
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while !self.access.cli(self.port, &["--raw"], &["INFO", "server"]).is_some_and(|o| answers_as(&o, pid)) {
+            assert!(Instant::now() < deadline, "{self} does not answer after its restart\n{}", self.log_tail());
+            std::thread::sleep(POLL);
+        }
     }
 
     /// Whether the process is still running (it is reaped when it has exited).
@@ -155,7 +188,7 @@ impl RedisNode {
         if !self.is_running() {
             return;
         }
-        let _ = Command::new("kill").args(["-TERM", &self.pid.to_string()]).status();
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.is_running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
@@ -230,7 +263,7 @@ impl RedisNode {
 
 impl fmt::Display for RedisNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}:{}, pid {})", self.label, self.access.host, self.port, self.pid)
+        write!(f, "{} ({}:{}, pid {})", self.label, self.access.host, self.port, self.pid())
     }
 }
 

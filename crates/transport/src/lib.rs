@@ -37,7 +37,7 @@ mod tasks;
 mod trace;
 mod well_known;
 
-pub use admin::{AdminState, admin_router};
+pub use admin::{AdminState, PROBE_INTERVAL, Readiness, admin_router};
 pub use drain::{DRAIN_MAX_BYTES, DRAIN_MAX_TIME};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};
@@ -226,6 +226,14 @@ pub fn router(state: AppState) -> Router {
         r = dev_oauth::routes(r, &state).layer(axum::middleware::from_fn_with_state(state.clone(), origin::with_host));
     }
     r.with_state(state)
+}
+
+/// The router of a replica still starting (its store has not answered yet, so there is no state to serve from):
+/// every request gets the answer of an unavailable store, 503 with `Retry-After` and a JSON-RPC error
+/// (`docs/ERRORS.md`). A replica serves it on its listener while it waits for Redis, until [`router`] takes over.
+pub fn starting_router() -> Router {
+    Router::new()
+        .fallback(|| async { TransportError::Unavailable(mcpfleet_state::StateError::Timeout(Duration::ZERO)) })
 }
 
 impl AppState {

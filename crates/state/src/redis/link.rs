@@ -262,6 +262,29 @@ impl Follower {
     }
 }
 
+/// Why a first node of the topology (the standalone node, the first cluster seed, the first sentinel) cannot be
+/// reached, from one bare connection without retries; `None` when it answers or only times out.
+pub(super) async fn why_unreachable(cfg: &RedisConfig) -> Option<StateError> {
+    let info = match &cfg.topology {
+        RedisTopology::Standalone { url } => node_info(cfg, url),
+        RedisTopology::Cluster { nodes } => node_info(cfg, nodes.first()?),
+        // Sentinels speak the data nodes' TLS, but take no data-node credentials.
+        RedisTopology::Sentinel { sentinels, .. } => {
+            node_info(&RedisConfig { username: None, password: None, ..cfg.clone() }, sentinels.first()?)
+        }
+    };
+    let attempt = async {
+        let client = redis::Client::open(info?)?;
+        let mut conn = with_deadline(cfg.timeout, client.get_multiplexed_async_connection()).await??;
+        with_deadline(cfg.timeout, redis::cmd("PING").query_async::<Value>(&mut conn)).await??;
+        Ok::<_, StateError>(())
+    };
+    match attempt.await {
+        Err(e) if !e.is_timeout() => Some(e),
+        _ => None,
+    }
+}
+
 async fn connect_manager(cfg: &RedisConfig, info: ConnectionInfo) -> Result<ConnectionManager> {
     let client = redis::Client::open(info)?;
     with_deadline(cfg.timeout, client.get_connection_manager_with_config(manager_config(cfg)))

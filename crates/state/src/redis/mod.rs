@@ -106,6 +106,16 @@ impl RedisStore {
     /// # Errors
     /// A bad URL or node address, or Redis not answering within the configured timeout.
     pub async fn connect(cfg: RedisConfig) -> Result<Self> {
+        match Self::connect_all(cfg.clone()).await {
+            // The connection managers retry on their own until the deadline, which hides why they failed: one bare
+            // connection says (refused, a certificate nobody trusts, a wrong password), so that the caller can tell
+            // waiting from giving up (`StateError::is_transient`).
+            Err(e) if e.is_timeout() => Err(link::why_unreachable(&cfg).await.unwrap_or(e)),
+            r => r,
+        }
+    }
+
+    async fn connect_all(cfg: RedisConfig) -> Result<Self> {
         let conn = Link::connect(&cfg).await?;
         let (bulk, target, kind) = match &cfg.topology {
             RedisTopology::Standalone { url } => {
