@@ -99,7 +99,7 @@ class Run {
 
   /**
    * A fetch that records what the SDK asked the browser for (the method, the URL without its query, the names of
-   * the request headers it set, and the Last-Event-ID) and what the page could read of the answer (the status,
+   * the request headers it set, its Content-Type and its Last-Event-ID) and what the page could read of the answer (the status,
    * the content type, the response headers CORS exposed to it, a challenge), or the error the fetch failed with.
    */
   fetch() {
@@ -107,6 +107,7 @@ class Run {
       const url = new URL(input instanceof Request ? input.url : String(input));
       const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined));
       const rec = { method: (init.method ?? 'GET').toUpperCase(), url: url.origin + url.pathname, headers: [...headers.keys()].sort() };
+      if (headers.get('content-type')) rec.sentType = headers.get('content-type');
       if (headers.get('last-event-id')) rec.lastEventId = headers.get('last-event-id');
       this.state.requests.push(rec);
       try {
