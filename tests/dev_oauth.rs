@@ -21,6 +21,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 const REDIRECT: &str = "http://127.0.0.1:9/callback";
+/// What Chromium sends with a navigation.
+const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,\
+                              */*;q=0.8,application/signed-exchange;v=b3;q=0.7";
 
 /// A `--auth dev` replica with a key file of its own.
 struct Dev {
@@ -379,6 +382,47 @@ async fn the_sign_in_refuses_what_it_must() {
     let forged =
         authorize(&base, &[("response_type", "code"), ("client_id", "mcpdev-c1.e30.AAAAAAAAAAAAAAAAAAAAAA")]).await;
     assert_eq!((forged.status, forged.error()), (400, "invalid_client"), "{forged:?}");
+    // The same refusals, to a browser's navigation (which prefers HTML): a page a person can read, with what it
+    // shows of the request escaped. A client that asks for JSON, or for anything, keeps the JSON.
+    let page = |query: String, host: Option<&str>| {
+        let mut rb = http().get(format!("{base}/oauth/authorize?{query}")).header("accept", BROWSER_ACCEPT);
+        if let Some(h) = host {
+            rb = rb.header("host", h);
+        }
+        send(rb)
+    };
+    let twice = form(&[("<b>x</b>", "1"), ("<b>x</b>", "2")]);
+    for (seen, status, error, why) in [
+        (
+            page(twice.clone(), None).await,
+            400,
+            "invalid_request",
+            "the parameter &lt;b&gt;x&lt;/b&gt; is given more than once",
+        ),
+        (
+            page(form(&[("client_id", "mcpdev-c1.e30.AAAAAAAAAAAAAAAAAAAAAA")]), None).await,
+            400,
+            "invalid_client",
+            "unknown client_id: register the client first (POST /oauth/register)",
+        ),
+        (page(String::new(), Some("evil.example")).await, 403, "invalid_request", "origin or host not allowed"),
+    ] {
+        assert_eq!(seen.status, status, "{seen:?}");
+        assert_eq!(seen.header("content-type"), "text/html; charset=utf-8", "{seen:?}");
+        assert!(seen.header("content-security-policy").starts_with("default-src 'none'"), "{seen:?}");
+        assert_eq!(seen.header("cache-control"), "no-store", "{seen:?}");
+        assert!(seen.headers.get_all("vary").iter().any(|v| v.to_str().unwrap().contains("Accept")), "{seen:?}");
+        let html = seen.body.as_str().unwrap();
+        assert!(html.starts_with("<!doctype html>"), "{html}");
+        assert!(html.contains(&format!("<title>Sign-in refused: {error}</title>")), "{html}");
+        assert!(html.contains(&format!("<strong>{why}</strong>")), "{html}");
+        assert!(!html.contains("<b>"), "{html}");
+    }
+    for accept in ["application/json", "*/*"] {
+        let json = send(http().get(format!("{base}/oauth/authorize?{twice}")).header("accept", accept)).await;
+        assert_eq!((json.status, json.error()), (400, "invalid_request"), "{accept}: {json:?}");
+        assert!(json.body["error_description"].as_str().unwrap().contains("<b>x</b>"), "{json:?}");
+    }
 
     // After: back to the client with the error, its state and our issuer.
     let back = |seen: Seen| {

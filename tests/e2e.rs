@@ -4,6 +4,8 @@
 
 #[path = "auth.rs"]
 mod auth;
+#[path = "browser.rs"]
+mod browser;
 #[path = "conformance.rs"]
 mod conformance;
 #[path = "database.rs"]

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs the whole test suite, as a new user or CI would: installs what is missing (redis-server from Debian,
-# Node 22, the MCP conformance suites and the official TypeScript clients into .tools/ from npm, the official
-# Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI, the Helm SDK, kubernetes-validate and promtool
-# for the deployment checks), runs the offline checks of helm/ and deploy/, then runs every Rust test, which
-# includes the conformance suites and the official clients' interop workflows against three Redis-backed replicas
-# behind a round-robin proxy, and the rendered chart's Deployment booted against real Redis and PostgreSQL.
+# Runs the whole test suite, as a new user or CI would: installs what is missing (redis-server and Chromium from
+# Debian, Node 22, the MCP conformance suites, the official TypeScript clients, puppeteer-core and esbuild into
+# .tools/ from npm, the official Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI, the Helm SDK,
+# kubernetes-validate and promtool for the deployment checks), runs the offline checks of helm/ and deploy/, then
+# runs every Rust test, which includes the conformance suites, the official clients' interop workflows and the SDK
+# in a browser against three Redis-backed replicas behind a round-robin proxy, and the rendered chart's Deployment
+# booted against real Redis and PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,18 +21,20 @@ if ! type -P kill >/dev/null 2>&1; then apt_install procps; fi
 if ! type -P ip >/dev/null 2>&1; then apt_install iproute2; fi
 if [ ! -x /usr/lib/postgresql/15/bin/initdb ] || ! type -P openssl >/dev/null; then apt_install postgresql-15 openssl; fi
 if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
+# The browser test (tests/browser.rs) drives Debian's Chromium with puppeteer-core (which downloads no browser).
+if [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
 
 tools=.tools
-# Node 22, the conformance suites and the official TypeScript clients (interop tests) are pinned in
-# .tools/package.json; any of them missing reinstalls from the lockfile.
+# Node 22, the conformance suites, the official TypeScript clients (interop tests), and puppeteer-core and esbuild
+# (the browser test) are pinned in .tools/package.json; any of them missing reinstalls from the lockfile.
 node_missing=0
 for f in .bin/node @modelcontextprotocol/conformance/dist/index.js conformance-2026/dist/index.js \
          @modelcontextprotocol/sdk/package.json @modelcontextprotocol/client/package.json \
-         @modelcontextprotocol/inspector/package.json; do
+         @modelcontextprotocol/inspector/package.json puppeteer-core/package.json esbuild/package.json; do
   [ -e "$tools/node_modules/$f" ] || node_missing=1
 done
 if [ "$node_missing" = 1 ] || ! "$tools/node_modules/.bin/node" --version 2>/dev/null | grep -q '^v22\.'; then
-  echo "installing Node 22, the conformance suites and the MCP TypeScript clients into $tools"
+  echo "installing Node 22, the conformance suites, the MCP TypeScript clients, puppeteer-core and esbuild into $tools"
   (cd "$tools" && npm install --no-audit --no-fund --loglevel=error && npm rebuild node --loglevel=error)
 fi
 # The official Python SDK, mcp 1.x and 2.x, in two venvs under .tools (interop tests).

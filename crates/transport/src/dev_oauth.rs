@@ -7,11 +7,11 @@
 //! and the resource the client reads), and the endpoints that act (`/oauth/*`) also check the `Origin`. The
 //! metadata is open to any origin, like the RFC 9728 metadata; registration and token answer CORS to the allowed
 //! origins (browser clients such as the Inspector sign in from their own page); the authorization endpoint is a
-//! navigation and answers no CORS.
+//! navigation and answers no CORS, and shows its refusals as a page when the browser asks for HTML.
 
 use crate::AppState;
 use crate::origin::{self, allowed_host};
-use crate::well_known::{self, Refusal, refusal};
+use crate::well_known::{self, Refusal};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -121,16 +121,40 @@ async fn register(State(app): State<AppState>, headers: HeaderMap, body: Body) -
 async fn authorize(State(app): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
     let (dev, host) = match site(&app, &headers, true) {
         Ok(site) => site,
-        Err(refused) => return refused.into_response(),
+        Err(Refusal(status, why)) => return no_store(shown(&headers, status, &invalid_request(why))),
     };
     let resp = match dev.authorize(&host, uri.query().unwrap_or(""), epoch_secs()) {
         AuthorizeOutcome::Redirect(location) => match HeaderValue::from_str(&location) {
             Ok(location) => (StatusCode::FOUND, [(header::LOCATION, location)]).into_response(),
-            Err(_) => refusal(StatusCode::BAD_REQUEST, "the redirect URI cannot be sent in a Location header"),
+            Err(_) => {
+                let e = invalid_request("the redirect URI cannot be sent in a Location header");
+                shown(&headers, StatusCode::BAD_REQUEST, &e)
+            }
         },
-        AuthorizeOutcome::Refused(e) => (StatusCode::BAD_REQUEST, axum::Json(e.body())).into_response(),
+        AuthorizeOutcome::Refused(e) => shown(&headers, StatusCode::BAD_REQUEST, &e),
     };
     no_store(resp)
+}
+
+fn invalid_request(description: &str) -> OAuthError {
+    OAuthError { code: ErrorCode::InvalidRequest, description: description.to_owned() }
+}
+
+/// A refusal of the authorization endpoint, which the browser shows to a person: a page when the request prefers
+/// HTML (a navigation), the JSON body otherwise.
+fn shown(headers: &HeaderMap, status: StatusCode, e: &OAuthError) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let mut resp = if protocol::prefers_html(accept) {
+        let page_headers = [
+            (header::CONTENT_TYPE, protocol::PAGE_CONTENT_TYPE),
+            (header::CONTENT_SECURITY_POLICY, protocol::PAGE_CSP),
+        ];
+        (status, page_headers, e.page()).into_response()
+    } else {
+        (status, axum::Json(e.body())).into_response()
+    };
+    resp.headers_mut().append(header::VARY, HeaderValue::from_static("Accept"));
+    resp
 }
 
 async fn token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {

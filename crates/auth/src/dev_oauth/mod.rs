@@ -25,20 +25,24 @@
 //! accepts them next to the tokens of `mcpfleet token`.
 //!
 //! This module speaks the protocol only: the transport checks the `Host` and `Origin`, bounds and reads the
-//! bodies, and turns an [`OAuthError`] into a status (401 for `invalid_client`, 400 otherwise).
+//! bodies, and turns an [`OAuthError`] into a status (401 for `invalid_client`, 400 otherwise) and a body: JSON,
+//! or for a refusal of the authorization endpoint that a browser asked to see as HTML, [`OAuthError::page`].
 //!
 //! The parts: `seal` (what the blobs carry, and their MAC), `request` (reading and checking a request), `error`
-//! (the answers that refuse), and one file per endpoint: `register`, `authorize`, `token`. This file holds the
-//! [`DevAuthServer`], its constants and its metadata.
+//! (the answers that refuse), `page` (a refusal of the authorization endpoint as HTML, for a person), and one
+//! file per endpoint: `register`, `authorize`, `token`. This file holds the [`DevAuthServer`], its constants and
+//! its metadata.
 
 mod authorize;
 mod error;
+mod page;
 mod register;
 mod request;
 mod seal;
 mod token;
 
 pub use error::{AuthorizeOutcome, ErrorCode, OAuthError};
+pub use page::{PAGE_CONTENT_TYPE, PAGE_CSP, prefers_html};
 
 use crate::ProtectedResource;
 use crate::dev::DevIssuer;
