@@ -720,7 +720,8 @@ async fn sentinel_setup_cut_from_every_replica_for_5_s() {
 // TLS and an ACL user, on a cluster and behind Sentinel
 
 /// The ACL rules docs/REDIS.md gives the fleet's user, exactly: the tests below run the fleet as such a user.
-const APP_RULES: &str = "~mcp:* &mcp:* +@read +@write +@scripting +@pubsub +@connection +time +wait +cluster|slots";
+const APP_RULES: &str =
+    "~mcp:* &mcp:* +@read +@write +@scripting +@pubsub +@connection +time +wait +cluster|slots +info";
 
 /// TLS, an admin user for the topology itself, and the fleet's own user with only [`APP_RULES`].
 fn secured() -> RedisOptions {
@@ -831,6 +832,14 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
         assert_eq!(out.status.code(), Some(69), "{label} with {what}: {stderr}");
         assert!(stderr.contains("cannot reach Redis") && !stderr.contains("s3cret"), "{label} with {what}: {stderr}");
     }
+    // The eviction policy was read on every node (INFO, allowed by `+info`): Redis's default, noeviction.
+    let policy = r#"mcp_redis_maxmemory_policy{policy="noeviction"}"#;
+    let admin = fleet.replicas[0].admin();
+    mcpfleet_fleetkit::eventually(10, "the eviction policy is read", || {
+        let admin = admin.clone();
+        async move { mcpfleet_fleetkit::scrape(&admin).await.get(policy) == Some(&1.0) }
+    })
+    .await;
     // Everything the fleet did, it did with the rights the docs give it: nothing was refused.
     for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
         assert!(!line.contains("NOPERM") && !line.contains("no permissions"), "{label}: {line}");

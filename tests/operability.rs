@@ -655,6 +655,7 @@ async fn a_refusal_before_the_body_is_read_reaches_the_client_whole() {
 }
 
 /// POSTs an initialize to `url`: the status, `Retry-After`, and the body.
+#[expect(clippy::expect_used, reason = "a test helper fails loudly")]
 async fn initialize(url: &str) -> (u16, Option<String>, Value) {
     let resp = reqwest::Client::new()
         .post(url)
@@ -667,9 +668,9 @@ async fn initialize(url: &str) -> (u16, Option<String>, Value) {
         )
         .send()
         .await
-        .unwrap();
+        .expect("an answer");
     let status = resp.status().as_u16();
-    let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    let retry = resp.headers().get("retry-after").map(|v| v.to_str().expect("ASCII").to_owned());
     (status, retry, resp.json().await.unwrap_or(Value::Null))
 }
 
@@ -738,4 +739,58 @@ async fn a_replica_without_its_token_keys_is_never_ready() {
     issuer.up().await;
     eventually(20, "ready once the keys load", || async { ready().await.0 == 200 }).await;
     assert!(has_line(&metrics_text(&admin).await, "mcp_ready 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_named_measured_and_a_refused_info_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    // A Redis that may drop keys with a TTL under memory pressure.
+    let redis = RedisServer::start();
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]).expect("CONFIG SET");
+    let log = dir.path().join("evicting.log");
+    let fleet = Fleet::builder().redis(redis.url()).log_to(&log, "info").start().await;
+    let admin = fleet.replicas[0].admin();
+    let evicting = r#"mcp_redis_maxmemory_policy{policy="allkeys-lru"}"#;
+    let a = admin.clone();
+    eventually(10, "the policy is measured", || {
+        let a = a.clone();
+        async move { scrape(&a).await.get(evicting) == Some(&1.0) }
+    })
+    .await;
+    assert_eq!(scrape(&admin).await.get(r#"mcp_redis_maxmemory_policy{policy="noeviction"}"#), None);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().find(|l| l.contains("maxmemory_policy")).unwrap_or_else(|| panic!("no line:\n{text}"));
+    assert!(line.contains("ERROR") && line.contains("allkeys-lru") && line.contains("noeviction"), "{line}");
+
+    // An ACL user without `+info`: the policy is unknown, and the log says once how to allow it.
+    let rules = "~mcp:* &mcp:* +@read +@write +@scripting +@pubsub +@connection +time +wait";
+    let locked = RedisServer::start_with(
+        &mcpfleet_fleetkit::RedisOptions::default()
+            .with_acl("admin", "admin-pw")
+            .with_user(format!("fleet on >fleet-pw {rules}")),
+    );
+    let log = dir.path().join("noperm.log");
+    let url = format!("redis://{}/", locked.addr());
+    let fleet = Fleet::builder()
+        .redis(url)
+        .arg("--redis-username")
+        .arg("fleet")
+        .arg("--redis-password")
+        .arg("fleet-pw")
+        .log_to(&log, "info")
+        .start()
+        .await;
+    let admin = fleet.replicas[0].admin();
+    let a = admin.clone();
+    eventually(10, "the policy is unknown", || {
+        let a = a.clone();
+        async move { scrape(&a).await.get(r#"mcp_redis_maxmemory_policy{policy="unknown"}"#) == Some(&1.0) }
+    })
+    .await;
+    let mut c = McpClient::new();
+    c.initialize(&fleet.urls()[0]).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    let said: Vec<&str> = text.lines().filter(|l| l.contains("may not run INFO")).collect();
+    assert_eq!(said.len(), 1, "said once:\n{text}");
+    assert!(said[0].contains("+info"), "{}", said[0]);
 }

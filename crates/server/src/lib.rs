@@ -149,12 +149,17 @@ pub(crate) async fn build_state_with(
 ) -> Result<Built, ServerError> {
     let Instruments {
         registry,
-        store: _,
+        store: store_metrics,
         transport: transport_metrics,
         tasks: task_metrics,
         auth: auth_metrics,
         limits: limit_metrics,
     } = instruments;
+    if cfg.redis.is_some() {
+        // Off the request path: at start and every minute, an evicting Redis is logged, measured and alerted on.
+        let every = mcpfleet_state::eviction::CHECK_EVERY;
+        tokio::spawn(mcpfleet_state::eviction::watch(store.clone(), store_metrics, every));
+    }
     let CheckedCatalog { catalog, tools, warnings, validator } = checked;
     transport_metrics.seed_tools(tools.iter().map(catalog::tool_name));
     for w in warnings {

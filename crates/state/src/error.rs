@@ -48,6 +48,15 @@ impl StateError {
     }
 }
 
+impl StateError {
+    /// Redis refused the command to this ACL user (`NOPERM`).
+    #[must_use]
+    pub fn is_not_permitted(&self) -> bool {
+        matches!(self, Self::Unavailable(e) if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoPerm)
+            || e.code() == Some("NOPERM"))
+    }
+}
+
 fn redis_transient(e: &::redis::RedisError) -> bool {
     use ::redis::{ErrorKind, ServerErrorKind};
     if e.is_timeout() || e.is_connection_refusal() {

@@ -13,6 +13,7 @@
 //! what they mean.
 
 mod error;
+pub mod eviction;
 mod limits;
 mod memory;
 mod metrics;
@@ -195,6 +196,16 @@ pub trait Router: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// A store failure or timeout.
     async fn ping(&self) -> Result<()>;
+
+    /// The `maxmemory-policy` of every node that holds keys (each distinct value once; `INFO memory` on Redis,
+    /// every master of a cluster). Empty for a store that evicts nothing (the in-memory store). See
+    /// [`eviction`].
+    ///
+    /// # Errors
+    /// A store failure or timeout; `NOPERM` when the ACL user may not run `INFO`.
+    async fn eviction_policies(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 /// The counters limits are made of. The limits crate decides what they mean.

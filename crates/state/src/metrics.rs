@@ -1,12 +1,12 @@
 //! The state crate's metrics: how long each Redis command takes and how often it fails, by command kind (the Lua
 //! script or command name, a fixed set). Documented in docs/METRICS.md.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::time::Duration;
 
 /// Every `kind` the Redis store times: its Lua scripts, the plain commands it sends outside them, `WAIT` and
 /// `PING`. Each is exported at 0 from the start; a kind missing here fails a debug build's first use of it.
-const KINDS: [&str; 38] = [
+const KINDS: [&str; 39] = [
     // The session and limit scripts.
     "admit",
     "slot",
@@ -48,6 +48,7 @@ const KINDS: [&str; 38] = [
     "publish",
     "wait",
     "ping",
+    "info",
 ];
 
 /// Redis command metrics. Cheap to clone (the vectors are shared).
@@ -57,6 +58,7 @@ pub struct StoreMetrics {
     errors: IntCounterVec,
     master_changes: IntCounter,
     unreplicated: IntCounter,
+    policies: IntGaugeVec,
 }
 
 impl StoreMetrics {
@@ -87,6 +89,15 @@ impl StoreMetrics {
              fewer Redis replicas acknowledged than --redis-durable-replicas asks, within half the Redis deadline; \
              the write stands, but a failover now may lose it.",
         )?;
+        let policies = IntGaugeVec::new(
+            Opts::new(
+                "mcp_redis_maxmemory_policy",
+                "1 for each maxmemory-policy the store's Redis nodes run (policy=\"unknown\" when INFO is refused or \
+                 fails); any policy but noeviction may drop sessions, leases and buckets under memory pressure.",
+            ),
+            &["policy"],
+        )?;
+        registry.register(Box::new(policies.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(master_changes.clone()))?;
@@ -95,7 +106,15 @@ impl StoreMetrics {
             duration.with_label_values(&[kind]);
             errors.with_label_values(&[kind]);
         }
-        Ok(Self { duration, errors, master_changes, unreplicated })
+        Ok(Self { duration, errors, master_changes, unreplicated, policies })
+    }
+
+    /// The policies the last check found (`["unknown"]` when it could not tell).
+    pub fn eviction_policies(&self, policies: &[String]) {
+        self.policies.reset();
+        for p in policies {
+            self.policies.with_label_values(&[p.as_str()]).set(1);
+        }
     }
 
     /// The replica followed a new master.

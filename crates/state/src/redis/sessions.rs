@@ -221,4 +221,34 @@ impl Router for RedisStore {
         let _: String = self.query("ping", &redis::cmd("PING")).await?;
         Ok(())
     }
+
+    async fn eviction_policies(&self) -> Result<Vec<String>> {
+        // On a cluster INFO goes to every master, and the reply holds one text per node.
+        let reply: Value = self.query("info", redis::cmd("INFO").arg("memory")).await?;
+        let mut texts = Vec::new();
+        collect_texts(&reply, &mut texts);
+        let mut policies: Vec<String> = texts
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter_map(|l| l.trim().strip_prefix("maxmemory_policy:"))
+            .map(str::to_owned)
+            .collect();
+        policies.sort();
+        policies.dedup();
+        if policies.is_empty() {
+            return Err(StateError::Protocol("INFO memory has no maxmemory_policy"));
+        }
+        Ok(policies)
+    }
+}
+
+/// Every text in a reply, however nested (a map of node → text on a cluster).
+fn collect_texts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => out.push(s.clone()),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|i| collect_texts(i, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(_, i)| collect_texts(i, out)),
+        _ => {}
+    }
 }
