@@ -149,6 +149,8 @@ async fn every_known_series_is_exported_before_its_first_event() {
         r#"mcp_tool_calls_total{outcome="handed_over",tool="test_simple_text"} 0"#,
         r#"mcp_tool_calls_total{outcome="protocol_error",tool="unknown"} 0"#,
         r#"mcp_tool_call_duration_seconds_count{tool="test_simple_text"} 0"#,
+        r#"mcp_tool_call_duration_seconds_bucket{tool="test_simple_text",le="60"} 0"#,
+        r#"mcp_tool_call_duration_seconds_bucket{tool="test_simple_text",le="120"} 0"#,
         r#"mcp_request_duration_seconds_count{method="tools/call"} 0"#,
         r#"mcp_request_duration_seconds_count{method="POST"} 0"#,
         r#"mcp_requests_total{method="tools/call",status="200"} 0"#,
@@ -793,4 +795,59 @@ async fn an_evicting_redis_is_named_measured_and_a_refused_info_explained() {
     let said: Vec<&str> = text.lines().filter(|l| l.contains("may not run INFO")).collect();
     assert_eq!(said.len(), 1, "said once:\n{text}");
     assert!(said[0].contains("+info"), "{}", said[0]);
+}
+
+/// An OTLP/HTTP collector that counts the export requests it receives.
+async fn collector() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move || {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sample_ratio_decides_new_traces_and_callers_decide_theirs() {
+    use std::sync::atomic::Ordering;
+    let redis = RedisServer::start();
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "test_simple_text", "arguments": {} } });
+    // Ratio 0: five calls of new traces, nothing exported (the replica flushes its spans when it stops).
+    for (traceparent, exported) in
+        [(None, false), (Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), true)]
+    {
+        let (url, seen) = collector().await;
+        let mut fleet = Fleet::builder()
+            .redis(redis.url())
+            .arg("--otlp-endpoint")
+            .arg(url)
+            .arg("--trace-sample-ratio")
+            .arg("0")
+            .start()
+            .await;
+        let mcp = fleet.urls()[0].clone();
+        let mut c = McpClient::new();
+        c.initialize(&mcp).await;
+        for _ in 0..5 {
+            let headers: Vec<(&str, &str)> = traceparent.iter().map(|t| ("traceparent", *t)).collect();
+            assert_eq!(c.post_with(&mcp, &call, &headers).await.status(), 200);
+        }
+        fleet.replicas[0].terminate();
+        let code = tokio::task::spawn_blocking(move || fleet.replicas[0].wait_exit(20)).await.unwrap();
+        assert_eq!(code, Some(0));
+        let n = seen.load(Ordering::SeqCst);
+        assert_eq!(n > 0, exported, "{traceparent:?}: {n} exports");
+    }
 }

@@ -206,7 +206,7 @@ pub(crate) async fn build_state_with(
 }
 
 /// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled
-/// spans (parent-based, always on) go out in batches over OTLP/HTTP; without one nothing is recorded, but every span
+/// spans (parent-based; a new root trace sampled at `--trace-sample-ratio`) go out in batches over OTLP/HTTP; without one nothing is recorded, but every span
 /// still gets real W3C ids, which the logs and tool errors carry.
 ///
 /// # Errors
@@ -224,7 +224,7 @@ fn init_telemetry(cfg: &Config) -> Result<SdkTracerProvider, ServerError> {
                 .build()
                 .map_err(|e| ServerError::Config(format!("OTLP exporter: {e}")))?;
             builder
-                .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+                .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(cfg.trace_sample_ratio))))
                 .with_batch_exporter(exporter)
                 .build()
         }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 /// Buckets for tool calls, after the OTel MCP semantic conventions' advice for `mcp.server.operation.duration`
 /// (seconds): fine below 100 ms for p50, up to 300 s for long tools' p99.
-pub const TOOL_BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 300.0];
+pub const TOOL_BUCKETS: [f64; 16] =
+    [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 /// Buckets for request handling (seconds).
 pub const REQUEST_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];

@@ -114,6 +114,10 @@ struct ServeArgs {
     /// no spans are exported (trace ids still appear in logs and tool errors).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// The share of new traces sampled (0 to 1; parent-based: a request whose caller sampled, or did not, follows
+    /// its caller). 1 samples every trace.
+    #[arg(long, env = "MCPFLEET_TRACE_SAMPLE_RATIO", default_value_t = 1.0, value_parser = sample_ratio)]
+    trace_sample_ratio: f64,
     /// Development defaults: --auth dev, and text logs unless --log-format says otherwise.
     #[arg(long, env = "MCPFLEET_DEV")]
     dev: bool,
@@ -204,6 +208,8 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// Where spans are exported (OTLP/HTTP), if anywhere.
     pub otlp_endpoint: Option<String>,
+    /// `--trace-sample-ratio`: the share of new root traces sampled, in [0, 1].
+    pub trace_sample_ratio: f64,
     /// How long the server keeps serving after SIGTERM, with /readyz at 503, before it stops accepting.
     pub drain_delay: Duration,
     pub limits: LimitsConfig,
@@ -337,6 +343,7 @@ impl ServeArgs {
             shutdown_grace: transport.shutdown_grace,
             admin_listen: self.admin_listen,
             otlp_endpoint,
+            trace_sample_ratio: self.trace_sample_ratio,
             drain_delay: transport.drain_delay,
             limits,
             database,
@@ -376,6 +383,14 @@ impl LintArgs {
             return Err(config_error("lint: the URL must be http:// or https://"));
         }
         Ok(LintRequest { url: self.url, token: self.token, json: self.json })
+    }
+}
+
+/// A share in [0, 1].
+fn sample_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err("must be a number between 0 and 1".to_owned()),
     }
 }
 
@@ -470,6 +485,16 @@ mod tests {
             let e = serve(&["--worker-threads", bad]).unwrap_err();
             assert_eq!(e.exit_code(), 64, "{bad}");
             assert!(e.to_string().contains("--worker-threads"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_sample_ratio_is_a_share() {
+        assert!((serve(&[]).unwrap().trace_sample_ratio - 1.0).abs() < f64::EPSILON, "every trace by default");
+        assert!((serve(&["--trace-sample-ratio", "0.25"]).unwrap().trace_sample_ratio - 0.25).abs() < f64::EPSILON);
+        for bad in ["-0.1", "1.5", "NaN", "x"] {
+            let e = serve(&[&format!("--trace-sample-ratio={bad}")]).unwrap_err().to_string();
+            assert!(e.contains("--trace-sample-ratio"), "{bad}: {e}");
         }
     }
 
