@@ -798,6 +798,7 @@ async fn an_evicting_redis_is_named_measured_and_a_refused_info_explained() {
 }
 
 /// An OTLP/HTTP collector that counts the export requests it receives.
+#[expect(clippy::expect_used, reason = "a test helper fails loudly")]
 async fn collector() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let seen = std::sync::Arc::new(AtomicUsize::new(0));
