@@ -33,12 +33,16 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The chart's objects, rendered by the Helm SDK with these values files (later ones win) and `--set-json`s.
+/// The chart's objects, rendered by the Helm SDK with these values files (later ones win) and `--set-json`s, for a
+/// cluster that serves the metrics APIs.
 fn render(values: &[&str], set: &[(&str, Value)]) -> Vec<Value> {
     let python = root().join(".tools/venv-deploy/bin/python");
     assert!(python.exists(), "{} is missing: run tests/deploy/install.sh (tests/run-all.sh does)", python.display());
     let mut cmd = Command::new(python);
     cmd.current_dir(root()).arg("tests/deploy/check.py").arg("render");
+    // The cluster the production values are for runs prometheus-adapter (deploy/prometheus-adapter-values.yaml),
+    // which serves both metrics APIs: the HPA scales on calls in flight and on the task demand, not on CPU alone.
+    cmd.args(["--api-versions", "custom.metrics.k8s.io/v1beta1", "--api-versions", "external.metrics.k8s.io/v1beta1"]);
     for v in values {
         cmd.args(["-f", v]);
     }

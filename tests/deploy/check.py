@@ -3,8 +3,9 @@
 example manifests rendered from the chart (deploy/kubernetes/).
 
     check.py offline            every check below; one line per check, then "N passed, M failed"
-    check.py render [-f F]... [--set-json PATH=JSON]... [--release R] [--namespace N]
-                                the chart's objects as one JSON list on stdout (for the end-to-end tests)
+    check.py render [-f F]... [--set-json PATH=JSON]... [--release R] [--namespace N] [--api-versions V]...
+                                the chart's objects as one JSON list on stdout (for the end-to-end tests); the
+                                API versions are those `helm template --api-versions` adds to .Capabilities
     check.py promql             every PromQL expression of the rules, the dashboard, the adapter rule and the KEDA
                                 trigger, with the metric names each one reads, as JSON (for the end-to-end tests)
     check.py example            rewrites deploy/kubernetes/mcpfleet.yaml from the chart
@@ -32,6 +33,7 @@ from typing import Any, Callable
 
 import helm_python as helm
 import jsonschema
+from helm_python import _native
 import kubernetes_validate
 import yaml
 
@@ -41,6 +43,11 @@ HERE = ROOT / "tests" / "deploy"
 PROMTOOL = Path(os.environ.get("PROMTOOL", ROOT / ".tools" / "prometheus" / "usr" / "bin" / "promtool"))
 KUBE_VERSION = "1.31.0"
 RELEASE, NAMESPACE = "mcpfleet", "mcp"
+# The metrics APIs an adapter serves (prometheus-adapter: deploy/prometheus-adapter-values.yaml). The chart asks
+# .Capabilities.APIVersions for them; `helm template` has them only with `--api-versions`.
+CUSTOM_METRICS_API = "custom.metrics.k8s.io/v1beta1"
+EXTERNAL_METRICS_API = "external.metrics.k8s.io/v1beta1"
+METRICS_APIS = (CUSTOM_METRICS_API, EXTERNAL_METRICS_API)
 # The values files the chart must render and lint with, besides its defaults.
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 # Metric names PromQL may read that no replica exports: Prometheus makes `up` itself.
@@ -70,10 +77,31 @@ def set_path(values: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def render(values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict]:
-    """The chart's objects (NOTES.txt left out), hooks included, in a stable order."""
+def render_files(
+    values: dict | None = None,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    api_versions: tuple[str, ...] | list[str] = (),
+) -> dict[str, str]:
+    """The chart's rendered files, as `helm template --kube-version --api-versions` renders them. Chart.render of
+    helm-python-sdk 0.2.2 takes neither; the native call it wraps does (`kube_version` and `api_versions` in its
+    options), so it is made directly."""
+    opts: dict[str, Any] = {"name": release, "namespace": namespace, "is_install": True, "kube_version": "v" + KUBE_VERSION}
+    if api_versions:
+        opts["api_versions"] = list(api_versions)
     with helm.Chart.load(str(CHART)) as chart:
-        out = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+        out = _native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
+    return json.loads(out)
+
+
+def render(
+    values: dict | None = None,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    api_versions: tuple[str, ...] | list[str] = (),
+) -> list[dict]:
+    """The chart's objects (NOTES.txt left out), hooks included, in a stable order."""
+    out = render_files(values, release, namespace, api_versions)
     objects = []
     for path in sorted(out):
         if path.endswith("NOTES.txt"):
@@ -84,9 +112,8 @@ def render(values: dict | None = None, release: str = RELEASE, namespace: str = 
     return objects
 
 
-def notes(values: dict | None = None) -> str:
-    with helm.Chart.load(str(CHART)) as chart:
-        out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def notes(values: dict | None = None, api_versions: tuple[str, ...] | list[str] = ()) -> str:
+    out = render_files(values, api_versions=api_versions)
     return next(v for k, v in out.items() if k.endswith("NOTES.txt"))
 
 
@@ -173,8 +200,8 @@ def flag(args: list[str], name: str) -> str | None:
     return None
 
 
-def install_rules(objects: list[dict], values: dict) -> list[str]:
-    """Problems of one rendered install (empty when none)."""
+def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Problems of one rendered install (empty when none), rendered with these API versions."""
     problems = []
     merged = merge(load_yaml(CHART / "values.yaml"), values)
     for where, spec in pod_specs(objects):
@@ -262,12 +289,33 @@ def install_rules(objects: list[dict], values: dict) -> list[str]:
                 if anchor not in anchors:
                     problems.append(f"alert {r['alert']}: runbook_url {url!r} names no heading of docs/RUNBOOKS.md")
     for hpa in find(objects, "HorizontalPodAutoscaler"):
-        names = [m.get("pods", {}).get("metric", {}).get("name") for m in hpa["spec"]["metrics"]]
-        if merged["autoscaling"]["inFlightPerPod"] and "mcp_tool_calls_in_flight" not in names:
-            problems.append("the HPA must scale on mcp_tool_calls_in_flight per pod")
+        want = hpa_metrics(merged, api_versions)
+        if hpa_metric_names(hpa) != want:
+            problems.append(f"the HPA scales on {hpa_metric_names(hpa)}, not {want}")
         if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
             problems.append("the HPA must stabilise its scale-down")
     return problems
+
+
+def hpa_metric_names(hpa: dict) -> list[str]:
+    """The HPA's metrics, as `cpu`, `pods:<name>` or `external:<name>`."""
+    out = []
+    for m in hpa["spec"]["metrics"]:
+        t = m["type"]
+        out.append(m["resource"]["name"] if t == "Resource" else f"{t.lower()}:{m[t.lower()]['metric']['name']}")
+    return out
+
+
+def hpa_metrics(merged: dict, api_versions: tuple[str, ...] | list[str]) -> list[str]:
+    """What the HPA must scale on: CPU always; the per-pod in-flight metric and the task demand only where a
+    metrics API serves them, since an HPA with a metric it cannot fetch never scales down."""
+    a = merged["autoscaling"]
+    want = ["cpu"]
+    if a["inFlightPerPod"] and CUSTOM_METRICS_API in api_versions:
+        want.append("pods:mcp_tool_calls_in_flight")
+    if a["taskDemand"]["enabled"] and EXTERNAL_METRICS_API in api_versions:
+        want.append("external:mcp_task_demand")
+    return want
 
 
 def runbook_anchors() -> set[str]:
@@ -421,15 +469,35 @@ def check_lint(values: dict) -> None:
 
 
 def check_render(values: dict) -> None:
-    objects = render(values)
+    """Rendered for a cluster with the metrics APIs (so that every metric of the HPA is validated too)."""
+    objects = render(values, api_versions=METRICS_APIS)
     failures = []
     for o in objects:
         why = validate_object(o)
         if why:
             failures.append(f"{o['kind']}/{o['metadata'].get('name')}: {why}")
-    failures += install_rules(objects, values)
+    failures += install_rules(objects, values, METRICS_APIS)
     if failures:
         raise AssertionError("; ".join(failures))
+
+
+def check_hpa_follows_the_metrics_apis() -> None:
+    """Without a metrics adapter the HPA scales on CPU alone (an HPA whose Pods or External metric cannot be fetched
+    never scales down), with one it adds the metrics that API serves; NOTES.txt says which."""
+    values = load_yaml(CHART / "ci" / "production-values.yaml")
+    merged = merge(load_yaml(CHART / "values.yaml"), values)
+    for apis in ((), (CUSTOM_METRICS_API,), (EXTERNAL_METRICS_API,), METRICS_APIS):
+        (hpa,) = find(render(values, api_versions=apis), "HorizontalPodAutoscaler")
+        got, want = hpa_metric_names(hpa), hpa_metrics(merged, apis)
+        if got != want:
+            raise AssertionError(f"with {list(apis) or 'no metrics API'}: {got}, not {want}")
+        text = notes(values, apis)
+        for api, metric in ((CUSTOM_METRICS_API, "mcp_tool_calls_in_flight"), (EXTERNAL_METRICS_API, "mcp_task_demand")):
+            said = f"no {api.split('/')[0]} API" in text
+            if said == (api in apis):
+                raise AssertionError(f"with {list(apis) or 'no metrics API'}: NOTES.txt must say when {metric} is left out, and only then")
+    if want != ["cpu", "pods:mcp_tool_calls_in_flight", "external:mcp_task_demand"]:
+        raise AssertionError(f"the production values must scale on all three metrics with both APIs, not {want}")
 
 
 def check_bad_values(path: Path) -> None:
@@ -592,6 +660,7 @@ def offline() -> int:
         c.check(f"render and validate every object strictly ({name})", lambda v=values: check_render(v))
     for path in sorted((HERE / "bad-values").glob("*.yaml")):
         c.check(f"refuse bad values {path.name}", lambda p=path: check_bad_values(p))
+    c.check("the HPA scales on CPU alone without a metrics API, and on what each API serves", check_hpa_follows_the_metrics_apis)
     c.check("promtool check rules + test rules", check_rules)
     c.check("every alert has a firing and a silent test", check_every_alert_is_tested)
     c.check("every PromQL expression parses (rules, dashboard, adapter, KEDA)", check_promql_parses)
@@ -611,6 +680,8 @@ def main() -> int:
     r.add_argument("--set-json", action="append", default=[], help="PATH=JSON, e.g. auth.issuer='\"http://x\"'")
     r.add_argument("--release", default=RELEASE)
     r.add_argument("--namespace", default=NAMESPACE)
+    r.add_argument("--api-versions", action="append", default=[],
+                   help="an API version the cluster serves, as `helm template --api-versions` (repeat, or comma-separate)")
     sub.add_parser("promql")
     sub.add_parser("example")
     a = p.parse_args()
@@ -623,7 +694,8 @@ def main() -> int:
         for s in a.set_json:
             path, _, raw = s.partition("=")
             set_path(values, path, json.loads(raw))
-        json.dump(render(values, a.release, a.namespace), sys.stdout)
+        apis = [v for arg in a.api_versions for v in arg.split(",") if v]
+        json.dump(render(values, a.release, a.namespace, apis), sys.stdout)
         return 0
     if a.cmd == "promql":
         json.dump(all_exprs(), sys.stdout, indent=1)

@@ -66,6 +66,16 @@ app.kubernetes.io/component: server
 {{- end }}
 {{- end }}
 
+{{/* "true" when the cluster serves the custom metrics API (the HPA's Pods metric), else "". */}}
+{{- define "mcpfleet.customMetricsApi" -}}
+{{- if or (.Capabilities.APIVersions.Has "custom.metrics.k8s.io/v1beta2") (.Capabilities.APIVersions.Has "custom.metrics.k8s.io/v1beta1") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the cluster serves the external metrics API (the HPA's External metric), else "". */}}
+{{- define "mcpfleet.externalMetricsApi" -}}
+{{- if .Capabilities.APIVersions.Has "external.metrics.k8s.io/v1beta1" }}true{{ end }}
+{{- end }}
+
 {{/* terminationGracePeriodSeconds: the drain delay, the shutdown grace and a margin, never kept by hand. */}}
 {{- define "mcpfleet.terminationGrace" -}}
 {{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds .Values.server.terminationGraceMarginSeconds }}
