@@ -261,9 +261,21 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             problems.append(f"--allowed-hosts lacks the Service's name {svc}")
         if flag(c["args"], "--max-body-bytes") != str(s["maxBodyBytes"]):
             problems.append("--max-body-bytes does not follow server.maxBodyBytes")
-    for svc in find(objects, "Service"):
-        if "admin" not in [p["name"] for p in svc["spec"]["ports"]]:
-            problems.append("the Service must name its admin port for scraping")
+    services = find(objects, "Service")
+    admin = [svc for svc in services if "admin" in [p["name"] for p in svc["spec"]["ports"]]]
+    if len(admin) != 1:
+        problems.append(f"{len(admin)} Services carry the admin port: it must be on one, of its own")
+    for svc in admin:
+        if svc["spec"].get("type", "ClusterIP") != "ClusterIP" or len(svc["spec"]["ports"]) != 1:
+            problems.append(f"Service/{svc['metadata']['name']}: the admin port must be alone on a ClusterIP Service")
+    for sm in find(objects, "ServiceMonitor"):
+        want = sm["spec"]["selector"]["matchLabels"]
+        chosen = [svc for svc in services if want.items() <= svc["metadata"]["labels"].items()]
+        if chosen != admin or [e["port"] for e in sm["spec"]["endpoints"]] != ["admin"]:
+            problems.append("the ServiceMonitor must select the admin Service alone, on its admin port")
+    for pm in find(objects, "PodMonitor"):
+        if [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] != ["admin"]:
+            problems.append("the PodMonitor must scrape the pods' admin port")
     for ing in find(objects, "Ingress"):
         a = ing["metadata"].get("annotations", {})
         if a.get("nginx.ingress.kubernetes.io/proxy-buffering") != "off":

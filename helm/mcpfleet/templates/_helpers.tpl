@@ -36,6 +36,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end }}
 
+{{/* The admin Service's name: the full name and -admin, within 63 characters. */}}
+{{- define "mcpfleet.adminServiceName" -}}
+{{- printf "%s-admin" (include "mcpfleet.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The labels that select the admin Service (the ServiceMonitor's selector), never the MCP one. */}}
+{{- define "mcpfleet.adminServiceSelectorLabels" -}}
+{{- include "mcpfleet.selectorLabels" . | replace "app.kubernetes.io/component: server" "app.kubernetes.io/component: admin" }}
+{{- end }}
+
 {{- define "mcpfleet.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "mcpfleet.fullname" .) .Values.serviceAccount.name }}
