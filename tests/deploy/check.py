@@ -662,6 +662,16 @@ def check_notes() -> None:
             raise AssertionError(f"NOTES.txt lacks {want!r}")
     if "WARNING" not in notes({}):
         raise AssertionError("NOTES.txt must warn while the issuer is example.com")
+    if "WARNING" in text:
+        raise AssertionError("NOTES.txt warns about the production values")
+    # A readiness window shorter than the redis.mode's default failover is warned about; the default is not.
+    minimal = load_yaml(CHART / "ci" / "minimal-values.yaml")
+    sentinel = merge(minimal, {"redis": {"mode": "sentinel", "nodes": ["s-0:26379"], "sentinelMaster": "m"}})
+    cluster = merge(minimal, {"redis": {"mode": "cluster", "nodes": ["r-0:6379"]}})
+    short = {"probes": {"readiness": {"periodSeconds": 5, "failureThreshold": 5}}}
+    for values, warned in ((sentinel, False), (cluster, False), (merge(sentinel, short), True), (merge(cluster, short), False)):
+        if ("before a Redis" in notes(values)) != warned:
+            raise AssertionError(f"NOTES.txt {'does not warn' if warned else 'warns'} about a readiness window of {values.get('probes', 'the defaults')} with redis.mode {values['redis']['mode']}")
 
 
 def offline() -> int:
