@@ -69,6 +69,13 @@ def merge(base: Any, over: Any) -> Any:
     return copy.deepcopy(over)
 
 
+def coalesced(values: dict) -> dict:
+    """The values a release renders with: the chart's defaults under `values`, coalesced by Helm (a null removes
+    the key)."""
+    with helm.Chart.load(str(CHART)) as chart:
+        return chart.merge_values(values)
+
+
 def set_path(values: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = values
@@ -203,11 +210,13 @@ def flag(args: list[str], name: str) -> str | None:
 def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Problems of one rendered install (empty when none), rendered with these API versions."""
     problems = []
-    merged = merge(load_yaml(CHART / "values.yaml"), values)
+    merged = coalesced(values)
     for where, spec in pod_specs(objects):
         psc = spec.get("securityContext", {})
-        if psc.get("runAsNonRoot") is not True or psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
-            problems.append(f"{where}: the pod must run as non-root with seccomp RuntimeDefault")
+        if psc.get("runAsNonRoot") is not True or psc.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{where}: the pod must run as non-root with a seccomp profile")
+        if psc != merged["podSecurityContext"]:
+            problems.append(f"{where}: the pod's security context is not podSecurityContext")
         if spec.get("automountServiceAccountToken") is not False:
             problems.append(f"{where}: no service account token is mounted")
         for c in spec["containers"]:
@@ -219,8 +228,10 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
                 and sc.get("capabilities", {}).get("drop") == ["ALL"]
                 and not sc.get("capabilities", {}).get("add")
             )
-            if not restricted:
+            if not restricted or sc.get("privileged"):
                 problems.append(f"{where}: container {c['name']} is not restricted")
+            if sc != merged["containerSecurityContext"]:
+                problems.append(f"{where}: container {c['name']}'s security context is not containerSecurityContext")
             for e in c.get("env", []):
                 if re.search(r"URL|PASSWORD|KEY|SECRET|TOKEN", e["name"]) and "value" in e:
                     problems.append(f"{where}: {e['name']} is given inline; secrets come from Secrets")
@@ -497,7 +508,7 @@ def check_hpa_follows_the_metrics_apis() -> None:
     """Without a metrics adapter the HPA scales on CPU alone (an HPA whose Pods or External metric cannot be fetched
     never scales down), with one it adds the metrics that API serves; NOTES.txt says which."""
     values = load_yaml(CHART / "ci" / "production-values.yaml")
-    merged = merge(load_yaml(CHART / "values.yaml"), values)
+    merged = coalesced(values)
     for apis in ((), (CUSTOM_METRICS_API,), (EXTERNAL_METRICS_API,), METRICS_APIS):
         (hpa,) = find(render(values, api_versions=apis), "HorizontalPodAutoscaler")
         got, want = hpa_metric_names(hpa), hpa_metrics(merged, apis)

@@ -114,23 +114,12 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- concat $hosts .Values.server.extraAllowedHosts | uniq | join "," }}
 {{- end }}
 
-{{/* The restricted pod security context of every pod. */}}
+{{/* The security context of every pod (podSecurityContext: restricted, user 65532 unless replaced). */}}
 {{- define "mcpfleet.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext }}
 {{- end }}
 
+{{/* The security context of every container (containerSecurityContext: restricted). */}}
 {{- define "mcpfleet.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-privileged: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext }}
 {{- end }}
