@@ -287,6 +287,18 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
     for pm in find(objects, "PodMonitor"):
         if [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] != ["admin"]:
             problems.append("the PodMonitor must scrape the pods' admin port")
+    for np in find(objects, "NetworkPolicy"):
+        dns = np["spec"]["egress"][0]
+        local = merged["networkPolicy"]["dns"]["nodeLocalAddress"]
+        blocks = [peer["ipBlock"]["cidr"] for peer in dns["to"] if "ipBlock" in peer]
+        if {p["port"] for p in dns["ports"]} != {53} or blocks != ([f"{local}/{128 if ':' in local else 32}"] if local else []):
+            problems.append(f"the NetworkPolicy's first egress rule must be DNS to kube-dns and NodeLocal DNSCache ({local or 'none'})")
+        spec = np["spec"]
+        np_values = merged["networkPolicy"]
+        if spec["ingress"][len(spec["ingress"]) - len(np_values["extraIngress"]):] != np_values["extraIngress"] or (
+            np_values["extraEgress"] and spec["egress"][-len(np_values["extraEgress"]):] != np_values["extraEgress"]
+        ):
+            problems.append("the NetworkPolicy must end with networkPolicy.extraIngress and extraEgress, as given")
     for ing in find(objects, "Ingress"):
         a = ing["metadata"].get("annotations", {})
         if a.get("nginx.ingress.kubernetes.io/proxy-buffering") != "off":
