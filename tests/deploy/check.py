@@ -308,6 +308,10 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         if a.get("nginx.ingress.kubernetes.io/proxy-body-size") != str(merged["server"]["maxBodyBytes"]):
             problems.append("the Ingress body size must equal --max-body-bytes")
     for job in find(objects, "Job"):
+        m, pod = merged["database"]["migrate"], job["spec"]["template"]
+        placed = {k: pod["spec"].get(k, v.__class__()) for k, v in (("nodeSelector", {}), ("tolerations", []), ("affinity", {}))}
+        if placed != {k: m[k] for k in placed} or pod["metadata"].get("annotations", {}) != m["podAnnotations"]:
+            problems.append("the migration Job's pod must carry database.migrate's nodeSelector, tolerations, affinity and podAnnotations")
         hooks = job["metadata"].get("annotations", {}).get("helm.sh/hook", "")
         if set(hooks.split(",")) != {"pre-install", "pre-upgrade"}:
             problems.append("the migration Job must be a pre-install,pre-upgrade hook")
