@@ -3,9 +3,10 @@
 //! Each test renders the chart with the Helm SDK (`tests/deploy/check.py render`, in the venv `tests/run-all.sh`
 //! makes), takes the rendered container's command, args and env, and starts the real binary with exactly those:
 //! only the secrets (the `secretKeyRef`s and secret volumes, filled with the test's values), the addresses of
-//! what the test runs itself (its Redis Sentinel with TLS and an ACL user, its PostgreSQL, nothing at the OTLP
-//! endpoint), the listen ports (`0.0.0.0:<containerPort>` becomes `127.0.0.1:0`, since three replicas share one
-//! host) and the mount paths (under a temp dir) are replaced. The migration hook Job runs first, the same way.
+//! what the test runs itself (its Redis Sentinel with TLS and an ACL user, its PostgreSQL with TLS required and
+//! the URL naming the CA the chart mounts, nothing at the OTLP endpoint), the listen ports (`0.0.0.0:<containerPort>`
+//! becomes `127.0.0.1:0`, since three replicas share one host) and the mount paths (under a temp dir, in args and
+//! env) are replaced. The migration hook Job runs first, the same way.
 //!
 //! - `the_chart_boots_the_binary`: three replicas pass readiness at the rendered probes, a `tools/call` goes
 //!   through the round-robin proxy with the Service's DNS name as `Host`, and one replica SIGTERMed with a call
@@ -58,6 +59,21 @@ fn object<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind} rendered"))
 }
 
+/// Where the rendered Deployment mounts PostgreSQL's CA (`database.caSecret`): its mount's path and the key's file.
+fn database_ca_file(objects: &[Value]) -> String {
+    let spec = &object(objects, "Deployment")["spec"]["template"]["spec"];
+    let mount = spec["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "database-ca"))
+        .expect("the database CA's mount");
+    let volume = spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "database-ca"))
+        .expect("the database CA's volume");
+    let file = volume["secret"]["items"][0]["path"].as_str().expect("the CA's file");
+    format!("{}/{file}", mount["mountPath"].as_str().expect("mountPath"))
+}
+
 /// What the test runs in place of the cluster's services, and the values of the Secrets the chart references.
 struct World {
     _redis: RedisSentinel,
@@ -80,7 +96,8 @@ impl World {
     /// chart rendered with the production values, the test's overrides and `set`.
     async fn start(set: &[(&str, Value)]) -> Self {
         let redis = RedisSentinel::start_with(&RedisOptions::default().with_tls().with_acl("mcpfleet", "s3cret-pw"));
-        let pg = PostgresServer::start();
+        // TLS required, its CA in the Secret the production values name (database.caSecret).
+        let pg = PostgresServer::start_tls();
         let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
         let issuer = Issuer::start(&[&key]).await;
         let mut sets =
@@ -88,6 +105,9 @@ impl World {
         sets.extend(set.iter().cloned());
         let objects = render(&[PRODUCTION, BOOT], &sets);
         let ca = std::fs::read_to_string(redis.ca_file().expect("a TLS topology")).expect("read the CA");
+        let pg_ca = std::fs::read_to_string(pg.ca_file().expect("a TLS server")).expect("read the CA");
+        // The URL names the CA where the chart mounts it (the server takes a database CA in the URL, as libpq).
+        let pg_url = format!("{}?sslmode=verify-full&sslrootcert={}", pg.url(), database_ca_file(&objects));
         let dir = tempfile::tempdir().expect("tempdir");
         let jwks = dir.path().join("jwks.json");
         issuer.write_jwks(&jwks);
@@ -95,7 +115,8 @@ impl World {
             (("mcpfleet-redis", "password"), "s3cret-pw".to_owned()),
             (("mcpfleet-redis", "ca.crt"), ca),
             (("mcpfleet-request-state", "keys"), TEST_STATE_KEY.to_owned()),
-            (("mcpfleet-database", "url"), pg.url()),
+            (("mcpfleet-database", "url"), pg_url),
+            (("mcpfleet-database", "ca.crt"), pg_ca),
             (("mcpfleet-jwks", "jwks.json"), std::fs::read_to_string(&jwks).expect("jwks")),
         ]
         .into_iter()
@@ -177,13 +198,18 @@ impl World {
         cmd.args(&args).env_clear();
         for e in c["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().expect("env name");
-            let value = match (&e["value"], &e["valueFrom"]["secretKeyRef"]) {
+            let mut value = match (&e["value"], &e["valueFrom"]["secretKeyRef"]) {
                 (Value::String(v), _) => v.clone(),
                 (_, Value::Object(r)) => {
                     self.secret(r["name"].as_str().expect("name"), r["key"].as_str().expect("key"))
                 }
                 _ => panic!("env {name}: neither a value nor a secretKeyRef"),
             };
+            // A file of a mount named in a value (the database URL's sslrootcert) is under the pod's directory.
+            for (_, path) in &mounts {
+                let under = root.join(path.trim_start_matches('/'));
+                value = value.replace(&format!("{path}/"), &format!("{}/", under.display()));
+            }
             cmd.env(name, value);
         }
         cmd

@@ -307,6 +307,17 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             problems.append("the Ingress read timeout must be above the keep-alive")
         if a.get("nginx.ingress.kubernetes.io/proxy-body-size") != str(merged["server"]["maxBodyBytes"]):
             problems.append("the Ingress body size must equal --max-body-bytes")
+    ca = merged["database"]["caSecret"]
+    for where, spec in pod_specs(objects):
+        for c in spec["containers"]:
+            if not any(e["name"] == "MCPFLEET_DATABASE_URL" for e in c.get("env", [])):
+                continue
+            mounts = [(m["name"], m["mountPath"]) for m in c.get("volumeMounts", []) if m["name"] == "database-ca"]
+            volumes = [v.get("secret") for v in spec.get("volumes", []) if v["name"] == "database-ca"]
+            want = [("database-ca", "/etc/mcpfleet/database-ca")] if ca["existingSecret"] else []
+            wanted_volume = [{"secretName": ca["existingSecret"], "items": [{"key": ca["key"], "path": ca["key"]}]}]
+            if mounts != want or volumes != (wanted_volume if want else []):
+                problems.append(f"{where}: container {c['name']} connects to PostgreSQL: database.caSecret must be mounted at /etc/mcpfleet/database-ca exactly when set")
     for job in find(objects, "Job"):
         m, pod = merged["database"]["migrate"], job["spec"]["template"]
         placed = {k: pod["spec"].get(k, v.__class__()) for k, v in (("nodeSelector", {}), ("tolerations", []), ("affinity", {}))}
@@ -684,7 +695,8 @@ def check_build_context(dockerfile: str) -> None:
 
 def check_notes() -> None:
     text = notes(load_yaml(CHART / "ci" / "production-values.yaml"))
-    for want in ("rollout status deployment/mcpfleet", "port-forward service/mcpfleet", "drains for up to 50 s"):
+    for want in ("rollout status deployment/mcpfleet", "port-forward service/mcpfleet", "drains for up to 50 s",
+                 "?sslmode=verify-full&sslrootcert=/etc/mcpfleet/database-ca/ca.crt"):
         if want not in text:
             raise AssertionError(f"NOTES.txt lacks {want!r}")
     if "WARNING" not in notes({}):

@@ -123,3 +123,31 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- define "mcpfleet.containerSecurityContext" -}}
 {{- toYaml .Values.containerSecurityContext }}
 {{- end }}
+
+{{/* Where PostgreSQL's CA (database.caSecret) is mounted: the URL's sslrootcert names the file in it. */}}
+{{- define "mcpfleet.databaseCaDir" -}}
+/etc/mcpfleet/database-ca
+{{- end }}
+
+{{/* The database CA's volume mount, for every container that connects to PostgreSQL (none without caSecret). */}}
+{{- define "mcpfleet.databaseCaMount" -}}
+{{- if .Values.database.caSecret.existingSecret -}}
+- name: database-ca
+  mountPath: {{ include "mcpfleet.databaseCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The database CA's volume (none without caSecret). */}}
+{{- define "mcpfleet.databaseCaVolume" -}}
+{{- with .Values.database.caSecret }}
+{{- if .existingSecret -}}
+- name: database-ca
+  secret:
+    secretName: {{ .existingSecret }}
+    items:
+      - key: {{ .key }}
+        path: {{ .key }}
+{{- end }}
+{{- end }}
+{{- end }}
