@@ -10,7 +10,8 @@
 //!
 //! - `the_chart_boots_the_binary`: three replicas pass readiness at the rendered probes, a `tools/call` goes
 //!   through the round-robin proxy with the Service's DNS name as `Host`, and one replica SIGTERMed with a call
-//!   running drains within the rendered `terminationGracePeriodSeconds`, the call answered.
+//!   running drains within the rendered `terminationGracePeriodSeconds`, the call answered; then the audit
+//!   verification CronJob's command finds every chain of the trail intact.
 //! - `every_metric_the_chart_reads_is_exported`: every metric named by the rules, the dashboard, the
 //!   prometheus-adapter rule and the KEDA trigger is in a live replica's `/metrics` before any traffic.
 //! - `the_autoscaling_signal_follows_load`: the HPA's per-pod metric (`mcp_tool_calls_in_flight`) under the load
@@ -140,7 +141,9 @@ impl World {
     /// The rendered pod spec of `kind` as a command: the binary for the image's entrypoint, the args and env as
     /// rendered with the substitutions the module doc lists, and secret volumes written under the temp dir.
     fn command(&self, kind: &str, pod: usize) -> Command {
-        let spec = &object(&self.objects, kind)["spec"]["template"]["spec"];
+        let o = object(&self.objects, kind);
+        let spec = if kind == "CronJob" { &o["spec"]["jobTemplate"]["spec"] } else { &o["spec"] };
+        let spec = &spec["template"]["spec"];
         let c = &spec["containers"][0];
         assert_eq!(c["command"], json!(["/usr/local/bin/mcpfleet"]), "the image's binary");
         let root = self.dir.path().join(format!("{kind}-{pod}"));
@@ -374,6 +377,11 @@ async fn the_chart_boots_the_binary() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(code, Some(0), "a drained pod exits 0");
+    // The audit verification CronJob's command, on the trail the calls above wrote: every chain intact.
+    let verify = world.command("CronJob", 0).output().expect("run the audit verification CronJob");
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "the audit CronJob failed: {report}{}", String::from_utf8_lossy(&verify.stderr));
+    println!("deploy: the audit CronJob: {}", report.lines().last().unwrap_or_default());
     println!(
         "deploy: SIGTERM to exit {:.1} s (drain delay {}, grace {grace} s); readiness 503 at once; the running call answered",
         started.elapsed().as_secs_f64(),

@@ -50,8 +50,10 @@ EXTERNAL_METRICS_API = "external.metrics.k8s.io/v1beta1"
 METRICS_APIS = (CUSTOM_METRICS_API, EXTERNAL_METRICS_API)
 # The values files the chart must render and lint with, besides its defaults.
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-# Metric names PromQL may read that no replica exports: Prometheus makes `up` itself.
+# Metric names PromQL may read that no replica exports: Prometheus makes `up` itself, and kube-state-metrics
+# exports the series of the audit verification CronJob's Jobs.
 SYNTHETIC_METRICS = {"up"}
+KUBE_STATE_METRICS = {"kube_job_failed", "kube_job_status_start_time"}
 
 
 def load_yaml(path: Path) -> Any:
@@ -192,11 +194,16 @@ def find(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def pod_spec(o: dict) -> dict:
+    """The pod spec of a Deployment, a Job or a CronJob."""
+    return (o["spec"]["jobTemplate"]["spec"] if o["kind"] == "CronJob" else o["spec"])["template"]["spec"]
+
+
 def pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     return [
-        (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        (f"{o['kind']}/{o['metadata']['name']}", pod_spec(o))
         for o in objects
-        if o["kind"] in ("Deployment", "Job")
+        if o["kind"] in ("Deployment", "Job", "CronJob")
     ]
 
 
@@ -328,6 +335,15 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             problems.append("the migration Job must be a pre-install,pre-upgrade hook")
         if job["spec"]["template"]["spec"]["containers"][0]["args"][0] != "migrate":
             problems.append("the migration Job must run `mcpfleet migrate`")
+    for cj in find(objects, "CronJob"):
+        a, spec = merged["database"]["auditVerify"], cj["spec"]
+        job = spec["jobTemplate"]["spec"]
+        if pod_spec(cj)["containers"][0]["args"][:2] != ["audit", "verify"] or spec["concurrencyPolicy"] != "Forbid":
+            problems.append("the audit CronJob must run `mcpfleet audit verify`, one at a time")
+        if len(cj["metadata"]["name"]) > 52 or spec["schedule"] != a["schedule"] or job["backoffLimit"] != a["backoffLimit"]:
+            problems.append("the audit CronJob's name must fit 52 characters, its schedule and retries follow database.auditVerify")
+        if not spec.get("failedJobsHistoryLimit") or "ttlSecondsAfterFinished" in job:
+            problems.append("the audit CronJob must keep its failed Job, which the alert reads")
     for rule in find(objects, "PrometheusRule"):
         anchors = runbook_anchors()
         for group in rule["spec"]["groups"]:
@@ -477,7 +493,7 @@ def all_exprs() -> list[dict]:
             "where": w,
             "expr": e,
             "reads": sorted(metric_names(e)),
-            "metrics": sorted(metric_names(e) - recorded - SYNTHETIC_METRICS),
+            "metrics": sorted(metric_names(e) - recorded - SYNTHETIC_METRICS - KUBE_STATE_METRICS),
         }
         for w, e in exprs
     ]

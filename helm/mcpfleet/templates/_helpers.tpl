@@ -151,3 +151,8 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The audit verification CronJob's name: a CronJob's name has at most 52 characters (its Jobs add 11). */}}
+{{- define "mcpfleet.auditVerifyName" -}}
+{{- printf "%s-audit-verify" (include "mcpfleet.fullname" . | trunc 39 | trimSuffix "-") }}
+{{- end }}
