@@ -606,6 +606,27 @@ def check_every_alert_is_tested() -> None:
         raise AssertionError(f"alerts without a firing and a silent test: {', '.join(missing)}")
 
 
+def check_alert_settings() -> None:
+    """metrics.prometheusRule.alerts names every alert of the rule, in values.yaml and in the schema; `enabled:
+    false` leaves an alert out (and the group, when it was the last), `additionalLabels` add to its labels."""
+    base = load_yaml(HERE / "rules-values.yaml")
+    rendered = [r["alert"] for g in rendered_rules(base)["groups"] for r in g["rules"] if "alert" in r]
+    defaults = list(load_yaml(CHART / "values.yaml")["metrics"]["prometheusRule"]["alerts"])
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    in_schema = list(schema["properties"]["metrics"]["properties"]["prometheusRule"]["properties"]["alerts"]["properties"])
+    if not rendered == defaults == in_schema:
+        raise AssertionError(f"the rule's alerts {rendered}, values.yaml's {defaults} and the schema's {in_schema} differ")
+    settings = {"McpfleetDown": {"enabled": False}, "McpfleetRedisSlow": {"additionalLabels": {"severity": "page", "team": "db"}}}
+    rules = {r["alert"]: r for g in rendered_rules(merge(base, {"metrics": {"prometheusRule": {"alerts": settings}}}))["groups"]
+             for r in g["rules"] if "alert" in r}
+    if "McpfleetDown" in rules or rules["McpfleetRedisSlow"]["labels"] != {"severity": "page", "team": "db"}:
+        raise AssertionError("enabled: false must leave the alert out, additionalLabels add over its labels")
+    off = {name: {"enabled": False} for name in rendered}
+    groups = rendered_rules(merge(base, {"metrics": {"prometheusRule": {"alerts": off}}}))["groups"]
+    if [g["name"] for g in groups] != ["mcpfleet.rules"]:
+        raise AssertionError("with every alert off, only the recording rules are left")
+
+
 def check_promql_parses() -> None:
     exprs = all_exprs()
     doc = {"groups": [{"name": "all", "rules": [{"record": f"check:expr{i}", "expr": x["expr"]}
@@ -740,6 +761,7 @@ def offline() -> int:
     c.check("the HPA scales on CPU alone without a metrics API, and on what each API serves", check_hpa_follows_the_metrics_apis)
     c.check("promtool check rules + test rules", check_rules)
     c.check("every alert has a firing and a silent test", check_every_alert_is_tested)
+    c.check("each alert can be turned off and given labels", check_alert_settings)
     c.check("every PromQL expression parses (rules, dashboard, adapter, KEDA)", check_promql_parses)
     c.check("deploy/kubernetes/mcpfleet.yaml is the chart's rendering", check_example_is_current)
     c.check("deploy/Dockerfile", check_dockerfile)

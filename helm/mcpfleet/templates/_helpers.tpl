@@ -156,3 +156,9 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- define "mcpfleet.auditVerifyName" -}}
 {{- printf "%s-audit-verify" (include "mcpfleet.fullname" . | trunc 39 | trimSuffix "-") }}
 {{- end }}
+
+{{/* An alert's labels: its own (.labels), then metrics.prometheusRule.alerts.<.name>.additionalLabels over them. */}}
+{{- define "mcpfleet.alertLabels" -}}
+{{- $settings := index .root.Values.metrics.prometheusRule.alerts .name }}
+{{- toYaml (mergeOverwrite (deepCopy .labels) (deepCopy ($settings.additionalLabels | default dict))) }}
+{{- end }}
