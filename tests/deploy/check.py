@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -277,6 +278,9 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         svc = f"{d['metadata']['name']}.{NAMESPACE}.svc"
         if f"{svc}:*" not in (flag(c["args"], "--allowed-hosts") or "").split(","):
             problems.append(f"--allowed-hosts lacks the Service's name {svc}")
+        want_threads = worker_threads(merged["resources"], s.get("extraArgs", []))
+        if flag(c["args"], "--worker-threads") != want_threads:
+            problems.append(f"--worker-threads is {flag(c['args'], '--worker-threads')}, not {want_threads}")
         if flag(c["args"], "--max-body-bytes") != str(s["maxBodyBytes"]):
             problems.append("--max-body-bytes does not follow server.maxBodyBytes")
     services = find(objects, "Service")
@@ -361,6 +365,43 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
             problems.append("the HPA must stabilise its scale-down")
     return problems
+
+
+def cores(quantity: str | float) -> float:
+    """A Kubernetes CPU quantity (500m, 2, 1.5) in cores."""
+    q = str(quantity)
+    return int(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def worker_threads(resources: dict, extra_args: list[str]) -> str | None:
+    """--worker-threads as the chart must render it: the CPU request rounded up (1 to 256) when there is no CPU
+    limit (with one, the runtime follows the cgroup's quota by itself) and server.extraArgs does not give it."""
+    req, lim = resources.get("requests", {}).get("cpu"), resources.get("limits", {}).get("cpu")
+    if req is None or lim is not None or any(a.split("=")[0] == "--worker-threads" for a in extra_args):
+        return None
+    return str(max(1, min(256, math.ceil(round(cores(req), 3)))))
+
+
+def check_worker_threads() -> None:
+    """--worker-threads follows the CPU request in each of its forms, and only without a CPU limit."""
+    cases = [
+        ({"requests": {"cpu": "500m"}}, "1"), ({"requests": {"cpu": "2"}}, "2"), ({"requests": {"cpu": "1.5"}}, "2"),
+        ({"requests": {"cpu": 1.5}}, "2"), ({"requests": {"cpu": 3}}, "3"), ({"requests": {"cpu": "2500m"}}, "3"),
+        ({"requests": {"cpu": "2000m"}}, "2"), ({"requests": {"cpu": "1m"}}, "1"), ({"requests": {"cpu": "0.1"}}, "1"),
+        ({"requests": {"cpu": "300"}}, "256"), ({"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}, None),
+        ({"requests": {"cpu": None}}, None),
+    ]
+    base = load_yaml(CHART / "ci" / "minimal-values.yaml")
+    for resources, want in cases:
+        values = merge(base, {"resources": resources})
+        (d,) = find(render(values), "Deployment")
+        got = flag(d["spec"]["template"]["spec"]["containers"][0]["args"], "--worker-threads")
+        if got != want or worker_threads(resources, []) != want:
+            raise AssertionError(f"resources {resources}: --worker-threads={got}, want {want}")
+    given = merge(base, {"server": {"extraArgs": ["--worker-threads=6"]}})
+    (d,) = find(render(given), "Deployment")
+    if [a for a in d["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--worker-threads")] != ["--worker-threads=6"]:
+        raise AssertionError("--worker-threads in server.extraArgs must be the only one")
 
 
 def hpa_metric_names(hpa: dict) -> list[str]:
@@ -759,6 +800,7 @@ def offline() -> int:
     for path in sorted((HERE / "bad-values").glob("*.yaml")):
         c.check(f"refuse bad values {path.name}", lambda p=path: check_bad_values(p))
     c.check("the HPA scales on CPU alone without a metrics API, and on what each API serves", check_hpa_follows_the_metrics_apis)
+    c.check("--worker-threads is the CPU request rounded up, without a CPU limit", check_worker_threads)
     c.check("promtool check rules + test rules", check_rules)
     c.check("every alert has a firing and a silent test", check_every_alert_is_tested)
     c.check("each alert can be turned off and given labels", check_alert_settings)

@@ -162,3 +162,23 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- $settings := index .root.Values.metrics.prometheusRule.alerts .name }}
 {{- toYaml (mergeOverwrite (deepCopy .labels) (deepCopy ($settings.additionalLabels | default dict))) }}
 {{- end }}
+
+{{/* --worker-threads: resources.requests.cpu rounded up (at least 1, at most 256), or "" (no flag). Only without a CPU
+     limit: with one, the runtime's default, one thread per CPU the process may use, already follows the cgroup's
+     quota (Rust's available_parallelism reads it); without one, that default is every CPU of the node, e.g. 64
+     threads contending for the half core the pod asked for. Not when server.extraArgs gives the flag. */}}
+{{- define "mcpfleet.workerThreads" -}}
+{{- $req := toString (dig "requests" "cpu" "" .Values.resources) }}
+{{- $lim := toString (dig "limits" "cpu" "" .Values.resources) }}
+{{- $given := false }}
+{{- range .Values.server.extraArgs }}{{ if or (eq . "--worker-threads") (hasPrefix "--worker-threads=" .) }}{{ $given = true }}{{ end }}{{ end }}
+{{- if and $req (not $lim) (not $given) }}
+{{- $n := 0 }}
+{{- if hasSuffix "m" $req }}
+{{- $n = div (add (atoi (trimSuffix "m" $req)) 999) 1000 }}
+{{- else }}
+{{- $n = int (ceil (float64 $req)) }}
+{{- end }}
+{{- max 1 (min 256 $n) }}
+{{- end }}
+{{- end }}
