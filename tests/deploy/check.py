@@ -781,6 +781,13 @@ def check_notes() -> None:
         raise AssertionError("NOTES.txt must warn while the issuer is example.com")
     if "WARNING" in text:
         raise AssertionError("NOTES.txt warns about the production values")
+    # A tool timeout longer than the shutdown grace is warned about (the defaults, the server's, are); one within
+    # it is not.
+    for server, warned in (({}, True), ({"toolTimeoutSeconds": 25}, False), ({"toolTimeoutSeconds": 30, "shutdownGraceSeconds": 30}, False),
+                           ({"toolTimeoutSeconds": 31, "drainDelaySeconds": 10, "shutdownGraceSeconds": 30}, True)):
+        values = merge(load_yaml(CHART / "ci" / "minimal-values.yaml"), {"server": server})
+        if ("longer than a drain lets it finish" in notes(values)) != warned:
+            raise AssertionError(f"NOTES.txt {'does not warn' if warned else 'warns'} about a tool timeout with server {server or 'defaults'}")
     # A readiness window shorter than the redis.mode's default failover is warned about; the default is not.
     minimal = load_yaml(CHART / "ci" / "minimal-values.yaml")
     sentinel = merge(minimal, {"redis": {"mode": "sentinel", "nodes": ["s-0:26379"], "sentinelMaster": "m"}})
