@@ -3,13 +3,15 @@
 //! Each test renders the chart with the Helm SDK (`tests/deploy/check.py render`, in the venv `tests/run-all.sh`
 //! makes), takes the rendered container's command, args and env, and starts the real binary with exactly those:
 //! only the secrets (the `secretKeyRef`s and secret volumes, filled with the test's values), the addresses of
-//! what the test runs itself (its Redis Sentinel with TLS and an ACL user, its PostgreSQL, nothing at the OTLP
-//! endpoint), the listen ports (`0.0.0.0:<containerPort>` becomes `127.0.0.1:0`, since three replicas share one
-//! host) and the mount paths (under a temp dir) are replaced. The migration hook Job runs first, the same way.
+//! what the test runs itself (its Redis Sentinel with TLS and an ACL user, its PostgreSQL with TLS required and
+//! the URL naming the CA the chart mounts, nothing at the OTLP endpoint), the listen ports (`0.0.0.0:<containerPort>`
+//! becomes `127.0.0.1:0`, since three replicas share one host) and the mount paths (under a temp dir, in args and
+//! env) are replaced. The migration hook Job runs first, the same way.
 //!
 //! - `the_chart_boots_the_binary`: three replicas pass readiness at the rendered probes, a `tools/call` goes
 //!   through the round-robin proxy with the Service's DNS name as `Host`, and one replica SIGTERMed with a call
-//!   running drains within the rendered `terminationGracePeriodSeconds`, the call answered.
+//!   running drains within the rendered `terminationGracePeriodSeconds`, the call answered; then the audit
+//!   verification CronJob's command finds every chain of the trail intact.
 //! - `every_metric_the_chart_reads_is_exported`: every metric named by the rules, the dashboard, the
 //!   prometheus-adapter rule and the KEDA trigger is in a live replica's `/metrics` before any traffic.
 //! - `the_autoscaling_signal_follows_load`: the HPA's per-pod metric (`mcp_tool_calls_in_flight`) under the load
@@ -33,12 +35,16 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The chart's objects, rendered by the Helm SDK with these values files (later ones win) and `--set-json`s.
+/// The chart's objects, rendered by the Helm SDK with these values files (later ones win) and `--set-json`s, for a
+/// cluster that serves the metrics APIs.
 fn render(values: &[&str], set: &[(&str, Value)]) -> Vec<Value> {
     let python = root().join(".tools/venv-deploy/bin/python");
     assert!(python.exists(), "{} is missing: run tests/deploy/install.sh (tests/run-all.sh does)", python.display());
     let mut cmd = Command::new(python);
     cmd.current_dir(root()).arg("tests/deploy/check.py").arg("render");
+    // The cluster the production values are for runs prometheus-adapter (deploy/prometheus-adapter-values.yaml),
+    // which serves both metrics APIs: the HPA scales on calls in flight and on the task demand, not on CPU alone.
+    cmd.args(["--api-versions", "custom.metrics.k8s.io/v1beta1", "--api-versions", "external.metrics.k8s.io/v1beta1"]);
     for v in values {
         cmd.args(["-f", v]);
     }
@@ -52,6 +58,21 @@ fn render(values: &[&str], set: &[(&str, Value)]) -> Vec<Value> {
 
 fn object<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+/// Where the rendered Deployment mounts PostgreSQL's CA (`database.caSecret`): its mount's path and the key's file.
+fn database_ca_file(objects: &[Value]) -> String {
+    let spec = &object(objects, "Deployment")["spec"]["template"]["spec"];
+    let mount = spec["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "database-ca"))
+        .expect("the database CA's mount");
+    let volume = spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "database-ca"))
+        .expect("the database CA's volume");
+    let file = volume["secret"]["items"][0]["path"].as_str().expect("the CA's file");
+    format!("{}/{file}", mount["mountPath"].as_str().expect("mountPath"))
 }
 
 /// What the test runs in place of the cluster's services, and the values of the Secrets the chart references.
@@ -76,7 +97,8 @@ impl World {
     /// chart rendered with the production values, the test's overrides and `set`.
     async fn start(set: &[(&str, Value)]) -> Self {
         let redis = RedisSentinel::start_with(&RedisOptions::default().with_tls().with_acl("mcpfleet", "s3cret-pw"));
-        let pg = PostgresServer::start();
+        // TLS required, its CA in the Secret the production values name (database.caSecret).
+        let pg = PostgresServer::start_tls();
         let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
         let issuer = Issuer::start(&[&key]).await;
         let mut sets =
@@ -84,6 +106,9 @@ impl World {
         sets.extend(set.iter().cloned());
         let objects = render(&[PRODUCTION, BOOT], &sets);
         let ca = std::fs::read_to_string(redis.ca_file().expect("a TLS topology")).expect("read the CA");
+        let pg_ca = std::fs::read_to_string(pg.ca_file().expect("a TLS server")).expect("read the CA");
+        // The URL names the CA where the chart mounts it (the server takes a database CA in the URL, as libpq).
+        let pg_url = format!("{}?sslmode=verify-full&sslrootcert={}", pg.url(), database_ca_file(&objects));
         let dir = tempfile::tempdir().expect("tempdir");
         let jwks = dir.path().join("jwks.json");
         issuer.write_jwks(&jwks);
@@ -91,7 +116,8 @@ impl World {
             (("mcpfleet-redis", "password"), "s3cret-pw".to_owned()),
             (("mcpfleet-redis", "ca.crt"), ca),
             (("mcpfleet-request-state", "keys"), TEST_STATE_KEY.to_owned()),
-            (("mcpfleet-database", "url"), pg.url()),
+            (("mcpfleet-database", "url"), pg_url),
+            (("mcpfleet-database", "ca.crt"), pg_ca),
             (("mcpfleet-jwks", "jwks.json"), std::fs::read_to_string(&jwks).expect("jwks")),
         ]
         .into_iter()
@@ -115,7 +141,9 @@ impl World {
     /// The rendered pod spec of `kind` as a command: the binary for the image's entrypoint, the args and env as
     /// rendered with the substitutions the module doc lists, and secret volumes written under the temp dir.
     fn command(&self, kind: &str, pod: usize) -> Command {
-        let spec = &object(&self.objects, kind)["spec"]["template"]["spec"];
+        let o = object(&self.objects, kind);
+        let spec = if kind == "CronJob" { &o["spec"]["jobTemplate"]["spec"] } else { &o["spec"] };
+        let spec = &spec["template"]["spec"];
         let c = &spec["containers"][0];
         assert_eq!(c["command"], json!(["/usr/local/bin/mcpfleet"]), "the image's binary");
         let root = self.dir.path().join(format!("{kind}-{pod}"));
@@ -173,13 +201,18 @@ impl World {
         cmd.args(&args).env_clear();
         for e in c["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().expect("env name");
-            let value = match (&e["value"], &e["valueFrom"]["secretKeyRef"]) {
+            let mut value = match (&e["value"], &e["valueFrom"]["secretKeyRef"]) {
                 (Value::String(v), _) => v.clone(),
                 (_, Value::Object(r)) => {
                     self.secret(r["name"].as_str().expect("name"), r["key"].as_str().expect("key"))
                 }
                 _ => panic!("env {name}: neither a value nor a secretKeyRef"),
             };
+            // A file of a mount named in a value (the database URL's sslrootcert) is under the pod's directory.
+            for (_, path) in &mounts {
+                let under = root.join(path.trim_start_matches('/'));
+                value = value.replace(&format!("{path}/"), &format!("{}/", under.display()));
+            }
             cmd.env(name, value);
         }
         cmd
@@ -344,6 +377,11 @@ async fn the_chart_boots_the_binary() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(code, Some(0), "a drained pod exits 0");
+    // The audit verification CronJob's command, on the trail the calls above wrote: every chain intact.
+    let verify = world.command("CronJob", 0).output().expect("run the audit verification CronJob");
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "the audit CronJob failed: {report}{}", String::from_utf8_lossy(&verify.stderr));
+    println!("deploy: the audit CronJob: {}", report.lines().last().unwrap_or_default());
     println!(
         "deploy: SIGTERM to exit {:.1} s (drain delay {}, grace {grace} s); readiness 503 at once; the running call answered",
         started.elapsed().as_secs_f64(),

@@ -3,8 +3,9 @@
 example manifests rendered from the chart (deploy/kubernetes/).
 
     check.py offline            every check below; one line per check, then "N passed, M failed"
-    check.py render [-f F]... [--set-json PATH=JSON]... [--release R] [--namespace N]
-                                the chart's objects as one JSON list on stdout (for the end-to-end tests)
+    check.py render [-f F]... [--set-json PATH=JSON]... [--release R] [--namespace N] [--api-versions V]...
+                                the chart's objects as one JSON list on stdout (for the end-to-end tests); the
+                                API versions are those `helm template --api-versions` adds to .Capabilities
     check.py promql             every PromQL expression of the rules, the dashboard, the adapter rule and the KEDA
                                 trigger, with the metric names each one reads, as JSON (for the end-to-end tests)
     check.py example            rewrites deploy/kubernetes/mcpfleet.yaml from the chart
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -32,6 +34,7 @@ from typing import Any, Callable
 
 import helm_python as helm
 import jsonschema
+from helm_python import _native
 import kubernetes_validate
 import yaml
 
@@ -41,10 +44,17 @@ HERE = ROOT / "tests" / "deploy"
 PROMTOOL = Path(os.environ.get("PROMTOOL", ROOT / ".tools" / "prometheus" / "usr" / "bin" / "promtool"))
 KUBE_VERSION = "1.31.0"
 RELEASE, NAMESPACE = "mcpfleet", "mcp"
+# The metrics APIs an adapter serves (prometheus-adapter: deploy/prometheus-adapter-values.yaml). The chart asks
+# .Capabilities.APIVersions for them; `helm template` has them only with `--api-versions`.
+CUSTOM_METRICS_API = "custom.metrics.k8s.io/v1beta1"
+EXTERNAL_METRICS_API = "external.metrics.k8s.io/v1beta1"
+METRICS_APIS = (CUSTOM_METRICS_API, EXTERNAL_METRICS_API)
 # The values files the chart must render and lint with, besides its defaults.
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-# Metric names PromQL may read that no replica exports: Prometheus makes `up` itself.
+# Metric names PromQL may read that no replica exports: Prometheus makes `up` itself, and kube-state-metrics
+# exports the series of the audit verification CronJob's Jobs.
 SYNTHETIC_METRICS = {"up"}
+KUBE_STATE_METRICS = {"kube_job_failed", "kube_job_status_start_time"}
 
 
 def load_yaml(path: Path) -> Any:
@@ -62,6 +72,13 @@ def merge(base: Any, over: Any) -> Any:
     return copy.deepcopy(over)
 
 
+def coalesced(values: dict) -> dict:
+    """The values a release renders with: the chart's defaults under `values`, coalesced by Helm (a null removes
+    the key)."""
+    with helm.Chart.load(str(CHART)) as chart:
+        return chart.merge_values(values)
+
+
 def set_path(values: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = values
@@ -70,10 +87,31 @@ def set_path(values: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def render(values: dict | None = None, release: str = RELEASE, namespace: str = NAMESPACE) -> list[dict]:
-    """The chart's objects (NOTES.txt left out), hooks included, in a stable order."""
+def render_files(
+    values: dict | None = None,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    api_versions: tuple[str, ...] | list[str] = (),
+) -> dict[str, str]:
+    """The chart's rendered files, as `helm template --kube-version --api-versions` renders them. Chart.render of
+    helm-python-sdk 0.2.2 takes neither; the native call it wraps does (`kube_version` and `api_versions` in its
+    options), so it is made directly."""
+    opts: dict[str, Any] = {"name": release, "namespace": namespace, "is_install": True, "kube_version": "v" + KUBE_VERSION}
+    if api_versions:
+        opts["api_versions"] = list(api_versions)
     with helm.Chart.load(str(CHART)) as chart:
-        out = chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+        out = _native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
+    return json.loads(out)
+
+
+def render(
+    values: dict | None = None,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    api_versions: tuple[str, ...] | list[str] = (),
+) -> list[dict]:
+    """The chart's objects (NOTES.txt left out), hooks included, in a stable order."""
+    out = render_files(values, release, namespace, api_versions)
     objects = []
     for path in sorted(out):
         if path.endswith("NOTES.txt"):
@@ -84,9 +122,8 @@ def render(values: dict | None = None, release: str = RELEASE, namespace: str = 
     return objects
 
 
-def notes(values: dict | None = None) -> str:
-    with helm.Chart.load(str(CHART)) as chart:
-        out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def notes(values: dict | None = None, api_versions: tuple[str, ...] | list[str] = ()) -> str:
+    out = render_files(values, api_versions=api_versions)
     return next(v for k, v in out.items() if k.endswith("NOTES.txt"))
 
 
@@ -158,11 +195,16 @@ def find(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def pod_spec(o: dict) -> dict:
+    """The pod spec of a Deployment, a Job or a CronJob."""
+    return (o["spec"]["jobTemplate"]["spec"] if o["kind"] == "CronJob" else o["spec"])["template"]["spec"]
+
+
 def pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     return [
-        (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+        (f"{o['kind']}/{o['metadata']['name']}", pod_spec(o))
         for o in objects
-        if o["kind"] in ("Deployment", "Job")
+        if o["kind"] in ("Deployment", "Job", "CronJob")
     ]
 
 
@@ -173,14 +215,16 @@ def flag(args: list[str], name: str) -> str | None:
     return None
 
 
-def install_rules(objects: list[dict], values: dict) -> list[str]:
-    """Problems of one rendered install (empty when none)."""
+def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Problems of one rendered install (empty when none), rendered with these API versions."""
     problems = []
-    merged = merge(load_yaml(CHART / "values.yaml"), values)
+    merged = coalesced(values)
     for where, spec in pod_specs(objects):
         psc = spec.get("securityContext", {})
-        if psc.get("runAsNonRoot") is not True or psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
-            problems.append(f"{where}: the pod must run as non-root with seccomp RuntimeDefault")
+        if psc.get("runAsNonRoot") is not True or psc.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{where}: the pod must run as non-root with a seccomp profile")
+        if psc != merged["podSecurityContext"]:
+            problems.append(f"{where}: the pod's security context is not podSecurityContext")
         if spec.get("automountServiceAccountToken") is not False:
             problems.append(f"{where}: no service account token is mounted")
         for c in spec["containers"]:
@@ -192,8 +236,10 @@ def install_rules(objects: list[dict], values: dict) -> list[str]:
                 and sc.get("capabilities", {}).get("drop") == ["ALL"]
                 and not sc.get("capabilities", {}).get("add")
             )
-            if not restricted:
+            if not restricted or sc.get("privileged"):
                 problems.append(f"{where}: container {c['name']} is not restricted")
+            if sc != merged["containerSecurityContext"]:
+                problems.append(f"{where}: container {c['name']}'s security context is not containerSecurityContext")
             for e in c.get("env", []):
                 if re.search(r"URL|PASSWORD|KEY|SECRET|TOKEN", e["name"]) and "value" in e:
                     problems.append(f"{where}: {e['name']} is given inline; secrets come from Secrets")
@@ -232,11 +278,38 @@ def install_rules(objects: list[dict], values: dict) -> list[str]:
         svc = f"{d['metadata']['name']}.{NAMESPACE}.svc"
         if f"{svc}:*" not in (flag(c["args"], "--allowed-hosts") or "").split(","):
             problems.append(f"--allowed-hosts lacks the Service's name {svc}")
+        want_threads = worker_threads(merged["resources"], s.get("extraArgs", []))
+        if flag(c["args"], "--worker-threads") != want_threads:
+            problems.append(f"--worker-threads is {flag(c['args'], '--worker-threads')}, not {want_threads}")
         if flag(c["args"], "--max-body-bytes") != str(s["maxBodyBytes"]):
             problems.append("--max-body-bytes does not follow server.maxBodyBytes")
-    for svc in find(objects, "Service"):
-        if "admin" not in [p["name"] for p in svc["spec"]["ports"]]:
-            problems.append("the Service must name its admin port for scraping")
+    services = find(objects, "Service")
+    admin = [svc for svc in services if "admin" in [p["name"] for p in svc["spec"]["ports"]]]
+    if len(admin) != 1:
+        problems.append(f"{len(admin)} Services carry the admin port: it must be on one, of its own")
+    for svc in admin:
+        if svc["spec"].get("type", "ClusterIP") != "ClusterIP" or len(svc["spec"]["ports"]) != 1:
+            problems.append(f"Service/{svc['metadata']['name']}: the admin port must be alone on a ClusterIP Service")
+    for sm in find(objects, "ServiceMonitor"):
+        want = sm["spec"]["selector"]["matchLabels"]
+        chosen = [svc for svc in services if want.items() <= svc["metadata"]["labels"].items()]
+        if chosen != admin or [e["port"] for e in sm["spec"]["endpoints"]] != ["admin"]:
+            problems.append("the ServiceMonitor must select the admin Service alone, on its admin port")
+    for pm in find(objects, "PodMonitor"):
+        if [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] != ["admin"]:
+            problems.append("the PodMonitor must scrape the pods' admin port")
+    for np in find(objects, "NetworkPolicy"):
+        dns = np["spec"]["egress"][0]
+        local = merged["networkPolicy"]["dns"]["nodeLocalAddress"]
+        blocks = [peer["ipBlock"]["cidr"] for peer in dns["to"] if "ipBlock" in peer]
+        if {p["port"] for p in dns["ports"]} != {53} or blocks != ([f"{local}/{128 if ':' in local else 32}"] if local else []):
+            problems.append(f"the NetworkPolicy's first egress rule must be DNS to kube-dns and NodeLocal DNSCache ({local or 'none'})")
+        spec = np["spec"]
+        np_values = merged["networkPolicy"]
+        if spec["ingress"][len(spec["ingress"]) - len(np_values["extraIngress"]):] != np_values["extraIngress"] or (
+            np_values["extraEgress"] and spec["egress"][-len(np_values["extraEgress"]):] != np_values["extraEgress"]
+        ):
+            problems.append("the NetworkPolicy must end with networkPolicy.extraIngress and extraEgress, as given")
     for ing in find(objects, "Ingress"):
         a = ing["metadata"].get("annotations", {})
         if a.get("nginx.ingress.kubernetes.io/proxy-buffering") != "off":
@@ -245,12 +318,36 @@ def install_rules(objects: list[dict], values: dict) -> list[str]:
             problems.append("the Ingress read timeout must be above the keep-alive")
         if a.get("nginx.ingress.kubernetes.io/proxy-body-size") != str(merged["server"]["maxBodyBytes"]):
             problems.append("the Ingress body size must equal --max-body-bytes")
+    ca = merged["database"]["caSecret"]
+    for where, spec in pod_specs(objects):
+        for c in spec["containers"]:
+            if not any(e["name"] == "MCPFLEET_DATABASE_URL" for e in c.get("env", [])):
+                continue
+            mounts = [(m["name"], m["mountPath"]) for m in c.get("volumeMounts", []) if m["name"] == "database-ca"]
+            volumes = [v.get("secret") for v in spec.get("volumes", []) if v["name"] == "database-ca"]
+            want = [("database-ca", "/etc/mcpfleet/database-ca")] if ca["existingSecret"] else []
+            wanted_volume = [{"secretName": ca["existingSecret"], "items": [{"key": ca["key"], "path": ca["key"]}]}]
+            if mounts != want or volumes != (wanted_volume if want else []):
+                problems.append(f"{where}: container {c['name']} connects to PostgreSQL: database.caSecret must be mounted at /etc/mcpfleet/database-ca exactly when set")
     for job in find(objects, "Job"):
+        m, pod = merged["database"]["migrate"], job["spec"]["template"]
+        placed = {k: pod["spec"].get(k, v.__class__()) for k, v in (("nodeSelector", {}), ("tolerations", []), ("affinity", {}))}
+        if placed != {k: m[k] for k in placed} or pod["metadata"].get("annotations", {}) != m["podAnnotations"]:
+            problems.append("the migration Job's pod must carry database.migrate's nodeSelector, tolerations, affinity and podAnnotations")
         hooks = job["metadata"].get("annotations", {}).get("helm.sh/hook", "")
         if set(hooks.split(",")) != {"pre-install", "pre-upgrade"}:
             problems.append("the migration Job must be a pre-install,pre-upgrade hook")
         if job["spec"]["template"]["spec"]["containers"][0]["args"][0] != "migrate":
             problems.append("the migration Job must run `mcpfleet migrate`")
+    for cj in find(objects, "CronJob"):
+        a, spec = merged["database"]["auditVerify"], cj["spec"]
+        job = spec["jobTemplate"]["spec"]
+        if pod_spec(cj)["containers"][0]["args"][:2] != ["audit", "verify"] or spec["concurrencyPolicy"] != "Forbid":
+            problems.append("the audit CronJob must run `mcpfleet audit verify`, one at a time")
+        if len(cj["metadata"]["name"]) > 52 or spec["schedule"] != a["schedule"] or job["backoffLimit"] != a["backoffLimit"]:
+            problems.append("the audit CronJob's name must fit 52 characters, its schedule and retries follow database.auditVerify")
+        if not spec.get("failedJobsHistoryLimit") or "ttlSecondsAfterFinished" in job:
+            problems.append("the audit CronJob must keep its failed Job, which the alert reads")
     for rule in find(objects, "PrometheusRule"):
         anchors = runbook_anchors()
         for group in rule["spec"]["groups"]:
@@ -262,12 +359,70 @@ def install_rules(objects: list[dict], values: dict) -> list[str]:
                 if anchor not in anchors:
                     problems.append(f"alert {r['alert']}: runbook_url {url!r} names no heading of docs/RUNBOOKS.md")
     for hpa in find(objects, "HorizontalPodAutoscaler"):
-        names = [m.get("pods", {}).get("metric", {}).get("name") for m in hpa["spec"]["metrics"]]
-        if merged["autoscaling"]["inFlightPerPod"] and "mcp_tool_calls_in_flight" not in names:
-            problems.append("the HPA must scale on mcp_tool_calls_in_flight per pod")
+        want = hpa_metrics(merged, api_versions)
+        if hpa_metric_names(hpa) != want:
+            problems.append(f"the HPA scales on {hpa_metric_names(hpa)}, not {want}")
         if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
             problems.append("the HPA must stabilise its scale-down")
     return problems
+
+
+def cores(quantity: str | float) -> float:
+    """A Kubernetes CPU quantity (500m, 2, 1.5) in cores."""
+    q = str(quantity)
+    return int(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def worker_threads(resources: dict, extra_args: list[str]) -> str | None:
+    """--worker-threads as the chart must render it: the CPU request rounded up (1 to 256) when there is no CPU
+    limit (with one, the runtime follows the cgroup's quota by itself) and server.extraArgs does not give it."""
+    req, lim = resources.get("requests", {}).get("cpu"), resources.get("limits", {}).get("cpu")
+    if req is None or lim is not None or any(a.split("=")[0] == "--worker-threads" for a in extra_args):
+        return None
+    return str(max(1, min(256, math.ceil(round(cores(req), 3)))))
+
+
+def check_worker_threads() -> None:
+    """--worker-threads follows the CPU request in each of its forms, and only without a CPU limit."""
+    cases = [
+        ({"requests": {"cpu": "500m"}}, "1"), ({"requests": {"cpu": "2"}}, "2"), ({"requests": {"cpu": "1.5"}}, "2"),
+        ({"requests": {"cpu": 1.5}}, "2"), ({"requests": {"cpu": 3}}, "3"), ({"requests": {"cpu": "2500m"}}, "3"),
+        ({"requests": {"cpu": "2000m"}}, "2"), ({"requests": {"cpu": "1m"}}, "1"), ({"requests": {"cpu": "0.1"}}, "1"),
+        ({"requests": {"cpu": "300"}}, "256"), ({"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}, None),
+        ({"requests": {"cpu": None}}, None),
+    ]
+    base = load_yaml(CHART / "ci" / "minimal-values.yaml")
+    for resources, want in cases:
+        values = merge(base, {"resources": resources})
+        (d,) = find(render(values), "Deployment")
+        got = flag(d["spec"]["template"]["spec"]["containers"][0]["args"], "--worker-threads")
+        if got != want or worker_threads(resources, []) != want:
+            raise AssertionError(f"resources {resources}: --worker-threads={got}, want {want}")
+    given = merge(base, {"server": {"extraArgs": ["--worker-threads=6"]}})
+    (d,) = find(render(given), "Deployment")
+    if [a for a in d["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--worker-threads")] != ["--worker-threads=6"]:
+        raise AssertionError("--worker-threads in server.extraArgs must be the only one")
+
+
+def hpa_metric_names(hpa: dict) -> list[str]:
+    """The HPA's metrics, as `cpu`, `pods:<name>` or `external:<name>`."""
+    out = []
+    for m in hpa["spec"]["metrics"]:
+        t = m["type"]
+        out.append(m["resource"]["name"] if t == "Resource" else f"{t.lower()}:{m[t.lower()]['metric']['name']}")
+    return out
+
+
+def hpa_metrics(merged: dict, api_versions: tuple[str, ...] | list[str]) -> list[str]:
+    """What the HPA must scale on: CPU always; the per-pod in-flight metric and the task demand only where a
+    metrics API serves them, since an HPA with a metric it cannot fetch never scales down."""
+    a = merged["autoscaling"]
+    want = ["cpu"]
+    if a["inFlightPerPod"] and CUSTOM_METRICS_API in api_versions:
+        want.append("pods:mcp_tool_calls_in_flight")
+    if a["taskDemand"]["enabled"] and EXTERNAL_METRICS_API in api_versions:
+        want.append("external:mcp_task_demand")
+    return want
 
 
 def runbook_anchors() -> set[str]:
@@ -379,7 +534,7 @@ def all_exprs() -> list[dict]:
             "where": w,
             "expr": e,
             "reads": sorted(metric_names(e)),
-            "metrics": sorted(metric_names(e) - recorded - SYNTHETIC_METRICS),
+            "metrics": sorted(metric_names(e) - recorded - SYNTHETIC_METRICS - KUBE_STATE_METRICS),
         }
         for w, e in exprs
     ]
@@ -421,15 +576,35 @@ def check_lint(values: dict) -> None:
 
 
 def check_render(values: dict) -> None:
-    objects = render(values)
+    """Rendered for a cluster with the metrics APIs (so that every metric of the HPA is validated too)."""
+    objects = render(values, api_versions=METRICS_APIS)
     failures = []
     for o in objects:
         why = validate_object(o)
         if why:
             failures.append(f"{o['kind']}/{o['metadata'].get('name')}: {why}")
-    failures += install_rules(objects, values)
+    failures += install_rules(objects, values, METRICS_APIS)
     if failures:
         raise AssertionError("; ".join(failures))
+
+
+def check_hpa_follows_the_metrics_apis() -> None:
+    """Without a metrics adapter the HPA scales on CPU alone (an HPA whose Pods or External metric cannot be fetched
+    never scales down), with one it adds the metrics that API serves; NOTES.txt says which."""
+    values = load_yaml(CHART / "ci" / "production-values.yaml")
+    merged = coalesced(values)
+    for apis in ((), (CUSTOM_METRICS_API,), (EXTERNAL_METRICS_API,), METRICS_APIS):
+        (hpa,) = find(render(values, api_versions=apis), "HorizontalPodAutoscaler")
+        got, want = hpa_metric_names(hpa), hpa_metrics(merged, apis)
+        if got != want:
+            raise AssertionError(f"with {list(apis) or 'no metrics API'}: {got}, not {want}")
+        text = notes(values, apis)
+        for api, metric in ((CUSTOM_METRICS_API, "mcp_tool_calls_in_flight"), (EXTERNAL_METRICS_API, "mcp_task_demand")):
+            said = f"no {api.split('/')[0]} API" in text
+            if said == (api in apis):
+                raise AssertionError(f"with {list(apis) or 'no metrics API'}: NOTES.txt must say when {metric} is left out, and only then")
+    if want != ["cpu", "pods:mcp_tool_calls_in_flight", "external:mcp_task_demand"]:
+        raise AssertionError(f"the production values must scale on all three metrics with both APIs, not {want}")
 
 
 def check_bad_values(path: Path) -> None:
@@ -470,6 +645,27 @@ def check_every_alert_is_tested() -> None:
     missing = sorted((alerts - fired) | (alerts - silent))
     if missing:
         raise AssertionError(f"alerts without a firing and a silent test: {', '.join(missing)}")
+
+
+def check_alert_settings() -> None:
+    """metrics.prometheusRule.alerts names every alert of the rule, in values.yaml and in the schema; `enabled:
+    false` leaves an alert out (and the group, when it was the last), `additionalLabels` add to its labels."""
+    base = load_yaml(HERE / "rules-values.yaml")
+    rendered = [r["alert"] for g in rendered_rules(base)["groups"] for r in g["rules"] if "alert" in r]
+    defaults = list(load_yaml(CHART / "values.yaml")["metrics"]["prometheusRule"]["alerts"])
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    in_schema = list(schema["properties"]["metrics"]["properties"]["prometheusRule"]["properties"]["alerts"]["properties"])
+    if not rendered == defaults == in_schema:
+        raise AssertionError(f"the rule's alerts {rendered}, values.yaml's {defaults} and the schema's {in_schema} differ")
+    settings = {"McpfleetDown": {"enabled": False}, "McpfleetRedisSlow": {"additionalLabels": {"severity": "page", "team": "db"}}}
+    rules = {r["alert"]: r for g in rendered_rules(merge(base, {"metrics": {"prometheusRule": {"alerts": settings}}}))["groups"]
+             for r in g["rules"] if "alert" in r}
+    if "McpfleetDown" in rules or rules["McpfleetRedisSlow"]["labels"] != {"severity": "page", "team": "db"}:
+        raise AssertionError("enabled: false must leave the alert out, additionalLabels add over its labels")
+    off = {name: {"enabled": False} for name in rendered}
+    groups = rendered_rules(merge(base, {"metrics": {"prometheusRule": {"alerts": off}}}))["groups"]
+    if [g["name"] for g in groups] != ["mcpfleet.rules"]:
+        raise AssertionError("with every alert off, only the recording rules are left")
 
 
 def check_promql_parses() -> None:
@@ -577,11 +773,29 @@ def check_build_context(dockerfile: str) -> None:
 
 def check_notes() -> None:
     text = notes(load_yaml(CHART / "ci" / "production-values.yaml"))
-    for want in ("rollout status deployment/mcpfleet", "port-forward service/mcpfleet", "drains for up to 50 s"):
+    for want in ("rollout status deployment/mcpfleet", "port-forward service/mcpfleet", "drains for up to 50 s",
+                 "?sslmode=verify-full&sslrootcert=/etc/mcpfleet/database-ca/ca.crt"):
         if want not in text:
             raise AssertionError(f"NOTES.txt lacks {want!r}")
     if "WARNING" not in notes({}):
         raise AssertionError("NOTES.txt must warn while the issuer is example.com")
+    if "WARNING" in text:
+        raise AssertionError("NOTES.txt warns about the production values")
+    # A tool timeout longer than the shutdown grace is warned about (the defaults, the server's, are); one within
+    # it is not.
+    for server, warned in (({}, True), ({"toolTimeoutSeconds": 25}, False), ({"toolTimeoutSeconds": 30, "shutdownGraceSeconds": 30}, False),
+                           ({"toolTimeoutSeconds": 31, "drainDelaySeconds": 10, "shutdownGraceSeconds": 30}, True)):
+        values = merge(load_yaml(CHART / "ci" / "minimal-values.yaml"), {"server": server})
+        if ("longer than a drain lets it finish" in notes(values)) != warned:
+            raise AssertionError(f"NOTES.txt {'does not warn' if warned else 'warns'} about a tool timeout with server {server or 'defaults'}")
+    # A readiness window shorter than the redis.mode's default failover is warned about; the default is not.
+    minimal = load_yaml(CHART / "ci" / "minimal-values.yaml")
+    sentinel = merge(minimal, {"redis": {"mode": "sentinel", "nodes": ["s-0:26379"], "sentinelMaster": "m"}})
+    cluster = merge(minimal, {"redis": {"mode": "cluster", "nodes": ["r-0:6379"]}})
+    short = {"probes": {"readiness": {"periodSeconds": 5, "failureThreshold": 5}}}
+    for values, warned in ((sentinel, False), (cluster, False), (merge(sentinel, short), True), (merge(cluster, short), False)):
+        if ("before a Redis" in notes(values)) != warned:
+            raise AssertionError(f"NOTES.txt {'does not warn' if warned else 'warns'} about a readiness window of {values.get('probes', 'the defaults')} with redis.mode {values['redis']['mode']}")
 
 
 def offline() -> int:
@@ -592,8 +806,11 @@ def offline() -> int:
         c.check(f"render and validate every object strictly ({name})", lambda v=values: check_render(v))
     for path in sorted((HERE / "bad-values").glob("*.yaml")):
         c.check(f"refuse bad values {path.name}", lambda p=path: check_bad_values(p))
+    c.check("the HPA scales on CPU alone without a metrics API, and on what each API serves", check_hpa_follows_the_metrics_apis)
+    c.check("--worker-threads is the CPU request rounded up, without a CPU limit", check_worker_threads)
     c.check("promtool check rules + test rules", check_rules)
     c.check("every alert has a firing and a silent test", check_every_alert_is_tested)
+    c.check("each alert can be turned off and given labels", check_alert_settings)
     c.check("every PromQL expression parses (rules, dashboard, adapter, KEDA)", check_promql_parses)
     c.check("deploy/kubernetes/mcpfleet.yaml is the chart's rendering", check_example_is_current)
     c.check("deploy/Dockerfile", check_dockerfile)
@@ -611,6 +828,8 @@ def main() -> int:
     r.add_argument("--set-json", action="append", default=[], help="PATH=JSON, e.g. auth.issuer='\"http://x\"'")
     r.add_argument("--release", default=RELEASE)
     r.add_argument("--namespace", default=NAMESPACE)
+    r.add_argument("--api-versions", action="append", default=[],
+                   help="an API version the cluster serves, as `helm template --api-versions` (repeat, or comma-separate)")
     sub.add_parser("promql")
     sub.add_parser("example")
     a = p.parse_args()
@@ -623,7 +842,8 @@ def main() -> int:
         for s in a.set_json:
             path, _, raw = s.partition("=")
             set_path(values, path, json.loads(raw))
-        json.dump(render(values, a.release, a.namespace), sys.stdout)
+        apis = [v for arg in a.api_versions for v in arg.split(",") if v]
+        json.dump(render(values, a.release, a.namespace, apis), sys.stdout)
         return 0
     if a.cmd == "promql":
         json.dump(all_exprs(), sys.stdout, indent=1)

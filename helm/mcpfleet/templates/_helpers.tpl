@@ -36,6 +36,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end }}
 
+{{/* The admin Service's name: the full name and -admin, within 63 characters. */}}
+{{- define "mcpfleet.adminServiceName" -}}
+{{- printf "%s-admin" (include "mcpfleet.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The labels that select the admin Service (the ServiceMonitor's selector), never the MCP one. */}}
+{{- define "mcpfleet.adminServiceSelectorLabels" -}}
+{{- include "mcpfleet.selectorLabels" . | replace "app.kubernetes.io/component: server" "app.kubernetes.io/component: admin" }}
+{{- end }}
+
 {{- define "mcpfleet.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "mcpfleet.fullname" .) .Values.serviceAccount.name }}
@@ -66,6 +76,16 @@ app.kubernetes.io/component: server
 {{- end }}
 {{- end }}
 
+{{/* "true" when the cluster serves the custom metrics API (the HPA's Pods metric), else "". */}}
+{{- define "mcpfleet.customMetricsApi" -}}
+{{- if or (.Capabilities.APIVersions.Has "custom.metrics.k8s.io/v1beta2") (.Capabilities.APIVersions.Has "custom.metrics.k8s.io/v1beta1") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the cluster serves the external metrics API (the HPA's External metric), else "". */}}
+{{- define "mcpfleet.externalMetricsApi" -}}
+{{- if .Capabilities.APIVersions.Has "external.metrics.k8s.io/v1beta1" }}true{{ end }}
+{{- end }}
+
 {{/* terminationGracePeriodSeconds: the drain delay, the shutdown grace and a margin, never kept by hand. */}}
 {{- define "mcpfleet.terminationGrace" -}}
 {{- add .Values.server.drainDelaySeconds .Values.server.shutdownGraceSeconds .Values.server.terminationGraceMarginSeconds }}
@@ -94,23 +114,71 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- concat $hosts .Values.server.extraAllowedHosts | uniq | join "," }}
 {{- end }}
 
-{{/* The restricted pod security context of every pod. */}}
+{{/* The security context of every pod (podSecurityContext: restricted, user 65532 unless replaced). */}}
 {{- define "mcpfleet.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext }}
 {{- end }}
 
+{{/* The security context of every container (containerSecurityContext: restricted). */}}
 {{- define "mcpfleet.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-privileged: false
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext }}
+{{- end }}
+
+{{/* Where PostgreSQL's CA (database.caSecret) is mounted: the URL's sslrootcert names the file in it. */}}
+{{- define "mcpfleet.databaseCaDir" -}}
+/etc/mcpfleet/database-ca
+{{- end }}
+
+{{/* The database CA's volume mount, for every container that connects to PostgreSQL (none without caSecret). */}}
+{{- define "mcpfleet.databaseCaMount" -}}
+{{- if .Values.database.caSecret.existingSecret -}}
+- name: database-ca
+  mountPath: {{ include "mcpfleet.databaseCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The database CA's volume (none without caSecret). */}}
+{{- define "mcpfleet.databaseCaVolume" -}}
+{{- with .Values.database.caSecret }}
+{{- if .existingSecret -}}
+- name: database-ca
+  secret:
+    secretName: {{ .existingSecret }}
+    items:
+      - key: {{ .key }}
+        path: {{ .key }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The audit verification CronJob's name: a CronJob's name has at most 52 characters (its Jobs add 11). */}}
+{{- define "mcpfleet.auditVerifyName" -}}
+{{- printf "%s-audit-verify" (include "mcpfleet.fullname" . | trunc 39 | trimSuffix "-") }}
+{{- end }}
+
+{{/* An alert's labels: its own (.labels), then metrics.prometheusRule.alerts.<.name>.additionalLabels over them. */}}
+{{- define "mcpfleet.alertLabels" -}}
+{{- $settings := index .root.Values.metrics.prometheusRule.alerts .name }}
+{{- toYaml (mergeOverwrite (deepCopy .labels) (deepCopy ($settings.additionalLabels | default dict))) }}
+{{- end }}
+
+{{/* --worker-threads: resources.requests.cpu rounded up (at least 1, at most 256), or "" (no flag). Only without a CPU
+     limit: with one, the runtime's default, one thread per CPU the process may use, already follows the cgroup's
+     quota (Rust's available_parallelism reads it); without one, that default is every CPU of the node, e.g. 64
+     threads contending for the half core the pod asked for. Not when server.extraArgs gives the flag. */}}
+{{- define "mcpfleet.workerThreads" -}}
+{{- $req := toString (dig "requests" "cpu" "" .Values.resources) }}
+{{- $lim := toString (dig "limits" "cpu" "" .Values.resources) }}
+{{- $given := false }}
+{{- range .Values.server.extraArgs }}{{ if or (eq . "--worker-threads") (hasPrefix "--worker-threads=" .) }}{{ $given = true }}{{ end }}{{ end }}
+{{- if and $req (not $lim) (not $given) }}
+{{- $n := 0 }}
+{{- if hasSuffix "m" $req }}
+{{- $n = div (add (atoi (trimSuffix "m" $req)) 999) 1000 }}
+{{- else }}
+{{- $n = int (ceil (float64 $req)) }}
+{{- end }}
+{{- max 1 (min 256 $n) }}
+{{- end }}
 {{- end }}
