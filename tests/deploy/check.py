@@ -278,6 +278,11 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         svc = f"{d['metadata']['name']}.{NAMESPACE}.svc"
         if f"{svc}:*" not in (flag(c["args"], "--allowed-hosts") or "").split(","):
             problems.append(f"--allowed-hosts lacks the Service's name {svc}")
+        t = merged.get("telemetry", {})
+        want_ratio = str(t["traceSampleRatio"]) if t.get("otlpEndpoint") and "traceSampleRatio" in t else None
+        got_ratio = flag(c["args"], "--trace-sample-ratio")
+        if (got_ratio is None) != (want_ratio is None) or (got_ratio is not None and float(got_ratio) != float(want_ratio)):
+            problems.append(f"--trace-sample-ratio is {got_ratio}, not {want_ratio} (passed with otlpEndpoint)")
         want_threads = worker_threads(merged["resources"], s.get("extraArgs", []))
         if flag(c["args"], "--worker-threads") != want_threads:
             problems.append(f"--worker-threads is {flag(c['args'], '--worker-threads')}, not {want_threads}")
