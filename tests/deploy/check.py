@@ -13,7 +13,7 @@ example manifests rendered from the chart (deploy/kubernetes/).
 It runs in the venv tests/run-all.sh makes (.tools/venv-deploy: helm-python-sdk renders and lints with the Helm
 SDK, kubernetes-validate holds the Kubernetes schemas) and uses promtool from .tools/prometheus (Debian's
 prometheus package, unpacked). The custom resources (ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject,
-HTTPRoute) are validated against their CRDs' schemas in tests/deploy/crds/, closed the way the API server's strict
+TriggerAuthentication, HTTPRoute) are validated against their CRDs' schemas in tests/deploy/crds/, closed the way the API server's strict
 field validation closes them.
 """
 
@@ -135,6 +135,7 @@ CRD_FILES = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_v1_podmonitor.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_scaledobject.json",
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): "keda.sh_v1alpha1_triggerauthentication.json",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_v1_httproute.json",
 }
 
@@ -363,6 +364,26 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
                 anchor = url.split("#", 1)[1] if "#" in url else ""
                 if anchor not in anchors:
                     problems.append(f"alert {r['alert']}: runbook_url {url!r} names no heading of docs/RUNBOOKS.md")
+    auths = {a["metadata"]["name"]: a["spec"] for a in find(objects, "TriggerAuthentication")}
+    r = merged["redis"]
+    want_auth: dict = {}
+    if r["username"]:
+        want_auth["env"] = [{"parameter": "username", "name": "MCPFLEET_REDIS_USERNAME", "containerName": "mcpfleet"}]
+    refs = [{"parameter": p, "name": ref["existingSecret"], "key": ref["key"]}
+            for p, ref in (("password", r["passwordSecret"]), ("ca", r["caSecret"])) if ref["existingSecret"]]
+    if refs:
+        want_auth["secretTargetRef"] = refs
+    for so in find(objects, "ScaledObject"):
+        for t in so["spec"]["triggers"]:
+            if not t["type"].startswith("redis"):
+                continue
+            ref = t.get("authenticationRef", {}).get("name")
+            if "passwordFromEnv" in t["metadata"] or auths.get(ref, {}) != want_auth or (ref is None) != (not want_auth):
+                problems.append(f"the {t['type']} trigger must authenticate through a TriggerAuthentication carrying {want_auth or 'nothing'}")
+    for d in find(objects, "Deployment"):
+        env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+        if r["username"] and env.get("MCPFLEET_REDIS_USERNAME", {}).get("value") != r["username"]:
+            problems.append("the Redis ACL user must be in MCPFLEET_REDIS_USERNAME, where KEDA reads it too")
     for hpa in find(objects, "HorizontalPodAutoscaler"):
         want = hpa_metrics(merged, api_versions)
         if hpa_metric_names(hpa) != want:
