@@ -762,10 +762,27 @@ def check_dockerfile() -> None:
     check_build_context(text)
 
 
+# What the image recipe builds by default (its ARGs), and a tool writer's crate it must build the same way.
+DOCKER_BUILDS = (
+    {"CRATE": ".", "PACKAGE": "mcpfleet", "BIN": ""},
+    {"CRATE": "examples/greet", "PACKAGE": "greet", "BIN": ""},
+)
+
+
 def check_build_context(dockerfile: str) -> None:
-    """The build stage's COPY sources, alone in a directory (and none of them in .dockerignore), make a workspace
-    cargo loads: every member and target path the manifests name is in the image's build context."""
+    """The build stage's COPY sources, alone in a directory (and none of them in .dockerignore), hold each build of
+    DOCKER_BUILDS: the ARGs' defaults are the first, and for each, `--manifest-path <CRATE>/Cargo.toml` loads with
+    cargo, has the package and its binary and a Cargo.lock (for --locked), and every path dependency is in the
+    context."""
     build = dockerfile.split("\nFROM ", 2)[1]
+    args = dict(re.findall(r"^ARG\s+(\w+)=(\S*)\s*$", build, re.M))
+    if args != DOCKER_BUILDS[0]:
+        raise AssertionError(f"the build stage's ARGs are {args}, not {DOCKER_BUILDS[0]}")
+    run = re.sub(r"\\\n\s*", " ", build[build.index("RUN "):])
+    for want in ('cargo build --release --locked', '--manifest-path "$CRATE/Cargo.toml"', '-p "$PACKAGE"',
+                 'bin="${BIN:-$PACKAGE}"', '--bin "$bin"', 'install -D -m 0755 "/src/target/release/$bin" /out/mcpfleet'):
+        if want not in run:
+            raise AssertionError(f"the build must run {want!r}")
     sources = []
     for line in build.splitlines():
         m = re.match(r"COPY\s+(?!--from)(.+)\s+\S+$", line)
@@ -781,13 +798,24 @@ def check_build_context(dockerfile: str) -> None:
                 shutil.copytree(path, Path(d, src), ignore=shutil.ignore_patterns("target"))
             else:
                 shutil.copy(path, Path(d, src))
-        r = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=d,
-                           capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise AssertionError(f"the build context is not a workspace cargo can load: {r.stderr.strip()}")
-        names = {p["name"] for p in json.loads(r.stdout)["packages"]}
-        if "mcpfleet" not in names:
-            raise AssertionError("the build context has no package mcpfleet")
+        for b in DOCKER_BUILDS:
+            crate, package, binary = Path(d, b["CRATE"]), b["PACKAGE"], b["BIN"] or b["PACKAGE"]
+            if not (crate / "Cargo.lock").is_file():
+                raise AssertionError(f"{b['CRATE']}/Cargo.lock is not in the build context: --locked needs it")
+            r = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--manifest-path",
+                                str(crate / "Cargo.toml")], cwd=d, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise AssertionError(f"{b['CRATE']} in the build context is not a crate cargo can load: {r.stderr.strip()}")
+            packages = {p["name"]: p for p in json.loads(r.stdout)["packages"]}
+            if package not in packages:
+                raise AssertionError(f"{b['CRATE']} in the build context has no package {package}")
+            bins = [t["name"] for t in packages[package]["targets"] if "bin" in t["kind"]]
+            if binary not in bins:
+                raise AssertionError(f"package {package} has no binary {binary} (it has {bins})")
+            for dep in packages[package]["dependencies"]:
+                if dep.get("path") and not (Path(dep["path"]).resolve().is_relative_to(Path(d).resolve())
+                                            and Path(dep["path"], "Cargo.toml").is_file()):
+                    raise AssertionError(f"{package}'s path dependency {dep['name']} is not in the build context")
         # What the sources embed (the migrations, Lua scripts, cases) must be in the context too.
         for rs in (f for f in Path(d, "crates").rglob("*.rs") if "src" in f.relative_to(d).parts):
             # Up to the unit tests, which the release build leaves out.
