@@ -13,7 +13,7 @@ example manifests rendered from the chart (deploy/kubernetes/).
 It runs in the venv tests/run-all.sh makes (.tools/venv-deploy: helm-python-sdk renders and lints with the Helm
 SDK, kubernetes-validate holds the Kubernetes schemas) and uses promtool from .tools/prometheus (Debian's
 prometheus package, unpacked). The custom resources (ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject,
-HTTPRoute) are validated against their CRDs' schemas in tests/deploy/crds/, closed the way the API server's strict
+TriggerAuthentication, HTTPRoute) are validated against their CRDs' schemas in tests/deploy/crds/, closed the way the API server's strict
 field validation closes them.
 """
 
@@ -135,6 +135,7 @@ CRD_FILES = {
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_v1_podmonitor.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_scaledobject.json",
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): "keda.sh_v1alpha1_triggerauthentication.json",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_v1_httproute.json",
 }
 
@@ -278,6 +279,11 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         svc = f"{d['metadata']['name']}.{NAMESPACE}.svc"
         if f"{svc}:*" not in (flag(c["args"], "--allowed-hosts") or "").split(","):
             problems.append(f"--allowed-hosts lacks the Service's name {svc}")
+        t = merged.get("telemetry", {})
+        want_ratio = str(t["traceSampleRatio"]) if t.get("otlpEndpoint") and "traceSampleRatio" in t else None
+        got_ratio = flag(c["args"], "--trace-sample-ratio")
+        if (got_ratio is None) != (want_ratio is None) or (got_ratio is not None and float(got_ratio) != float(want_ratio)):
+            problems.append(f"--trace-sample-ratio is {got_ratio}, not {want_ratio} (passed with otlpEndpoint)")
         want_threads = worker_threads(merged["resources"], s.get("extraArgs", []))
         if flag(c["args"], "--worker-threads") != want_threads:
             problems.append(f"--worker-threads is {flag(c['args'], '--worker-threads')}, not {want_threads}")
@@ -358,6 +364,26 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
                 anchor = url.split("#", 1)[1] if "#" in url else ""
                 if anchor not in anchors:
                     problems.append(f"alert {r['alert']}: runbook_url {url!r} names no heading of docs/RUNBOOKS.md")
+    auths = {a["metadata"]["name"]: a["spec"] for a in find(objects, "TriggerAuthentication")}
+    r = merged["redis"]
+    want_auth: dict = {}
+    if r["username"]:
+        want_auth["env"] = [{"parameter": "username", "name": "MCPFLEET_REDIS_USERNAME", "containerName": "mcpfleet"}]
+    refs = [{"parameter": p, "name": ref["existingSecret"], "key": ref["key"]}
+            for p, ref in (("password", r["passwordSecret"]), ("ca", r["caSecret"])) if ref["existingSecret"]]
+    if refs:
+        want_auth["secretTargetRef"] = refs
+    for so in find(objects, "ScaledObject"):
+        for t in so["spec"]["triggers"]:
+            if not t["type"].startswith("redis"):
+                continue
+            ref = t.get("authenticationRef", {}).get("name")
+            if "passwordFromEnv" in t["metadata"] or auths.get(ref, {}) != want_auth or (ref is None) != (not want_auth):
+                problems.append(f"the {t['type']} trigger must authenticate through a TriggerAuthentication carrying {want_auth or 'nothing'}")
+    for d in find(objects, "Deployment"):
+        env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+        if r["username"] and env.get("MCPFLEET_REDIS_USERNAME", {}).get("value") != r["username"]:
+            problems.append("the Redis ACL user must be in MCPFLEET_REDIS_USERNAME, where KEDA reads it too")
     for hpa in find(objects, "HorizontalPodAutoscaler"):
         want = hpa_metrics(merged, api_versions)
         if hpa_metric_names(hpa) != want:
@@ -736,10 +762,27 @@ def check_dockerfile() -> None:
     check_build_context(text)
 
 
+# What the image recipe builds by default (its ARGs), and a tool writer's crate it must build the same way.
+DOCKER_BUILDS = (
+    {"CRATE": ".", "PACKAGE": "mcpfleet", "BIN": ""},
+    {"CRATE": "examples/greet", "PACKAGE": "greet", "BIN": ""},
+)
+
+
 def check_build_context(dockerfile: str) -> None:
-    """The build stage's COPY sources, alone in a directory (and none of them in .dockerignore), make a workspace
-    cargo loads: every member and target path the manifests name is in the image's build context."""
+    """The build stage's COPY sources, alone in a directory (and none of them in .dockerignore), hold each build of
+    DOCKER_BUILDS: the ARGs' defaults are the first, and for each, `--manifest-path <CRATE>/Cargo.toml` loads with
+    cargo, has the package and its binary and a Cargo.lock (for --locked), and every path dependency is in the
+    context."""
     build = dockerfile.split("\nFROM ", 2)[1]
+    args = dict(re.findall(r"^ARG\s+(\w+)=(\S*)\s*$", build, re.M))
+    if args != DOCKER_BUILDS[0]:
+        raise AssertionError(f"the build stage's ARGs are {args}, not {DOCKER_BUILDS[0]}")
+    run = re.sub(r"\\\n\s*", " ", build[build.index("RUN "):])
+    for want in ('cargo build --release --locked', '--manifest-path "$CRATE/Cargo.toml"', '-p "$PACKAGE"',
+                 'bin="${BIN:-$PACKAGE}"', '--bin "$bin"', 'install -D -m 0755 "/src/target/release/$bin" /out/mcpfleet'):
+        if want not in run:
+            raise AssertionError(f"the build must run {want!r}")
     sources = []
     for line in build.splitlines():
         m = re.match(r"COPY\s+(?!--from)(.+)\s+\S+$", line)
@@ -755,13 +798,24 @@ def check_build_context(dockerfile: str) -> None:
                 shutil.copytree(path, Path(d, src), ignore=shutil.ignore_patterns("target"))
             else:
                 shutil.copy(path, Path(d, src))
-        r = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"], cwd=d,
-                           capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise AssertionError(f"the build context is not a workspace cargo can load: {r.stderr.strip()}")
-        names = {p["name"] for p in json.loads(r.stdout)["packages"]}
-        if "mcpfleet" not in names:
-            raise AssertionError("the build context has no package mcpfleet")
+        for b in DOCKER_BUILDS:
+            crate, package, binary = Path(d, b["CRATE"]), b["PACKAGE"], b["BIN"] or b["PACKAGE"]
+            if not (crate / "Cargo.lock").is_file():
+                raise AssertionError(f"{b['CRATE']}/Cargo.lock is not in the build context: --locked needs it")
+            r = subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--manifest-path",
+                                str(crate / "Cargo.toml")], cwd=d, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise AssertionError(f"{b['CRATE']} in the build context is not a crate cargo can load: {r.stderr.strip()}")
+            packages = {p["name"]: p for p in json.loads(r.stdout)["packages"]}
+            if package not in packages:
+                raise AssertionError(f"{b['CRATE']} in the build context has no package {package}")
+            bins = [t["name"] for t in packages[package]["targets"] if "bin" in t["kind"]]
+            if binary not in bins:
+                raise AssertionError(f"package {package} has no binary {binary} (it has {bins})")
+            for dep in packages[package]["dependencies"]:
+                if dep.get("path") and not (Path(dep["path"]).resolve().is_relative_to(Path(d).resolve())
+                                            and Path(dep["path"], "Cargo.toml").is_file()):
+                    raise AssertionError(f"{package}'s path dependency {dep['name']} is not in the build context")
         # What the sources embed (the migrations, Lua scripts, cases) must be in the context too.
         for rs in (f for f in Path(d, "crates").rglob("*.rs") if "src" in f.relative_to(d).parts):
             # Up to the unit tests, which the release build leaves out.

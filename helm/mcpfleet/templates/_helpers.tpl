@@ -182,3 +182,13 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- max 1 (min 256 $n) }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when KEDA's Redis triggers have credentials to carry (a user, a password or a CA), else "". */}}
+{{- define "mcpfleet.kedaRedisAuth" -}}
+{{- $r := .Values.redis }}
+{{- if or $r.username $r.passwordSecret.existingSecret $r.caSecret.existingSecret }}true{{ end }}
+{{- end }}
+
+{{- define "mcpfleet.kedaRedisAuthName" -}}
+{{- printf "%s-redis" (include "mcpfleet.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}

@@ -11,7 +11,7 @@ with every schema `description` removed (property *names* called
 
 To refresh, download the CRDs at the new release tag, e.g.
     https://raw.githubusercontent.com/prometheus-operator/prometheus-operator/<tag>/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors,prometheusrules}.yaml
-    https://raw.githubusercontent.com/kedacore/keda/<tag>/config/crd/bases/keda.sh_scaledobjects.yaml
+    https://raw.githubusercontent.com/kedacore/keda/<tag>/config/crd/bases/keda.sh_{scaledobjects,triggerauthentications}.yaml
     https://raw.githubusercontent.com/kubernetes-sigs/gateway-api/<tag>/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml
 run this script on them, then update the tags in README.md.
 Needs PyYAML.
@@ -29,6 +29,7 @@ WANTED = {
     ("monitoring.coreos.com", "PodMonitor"): "v1",
     ("monitoring.coreos.com", "PrometheusRule"): "v1",
     ("keda.sh", "ScaledObject"): "v1alpha1",
+    ("keda.sh", "TriggerAuthentication"): "v1alpha1",
     ("gateway.networking.k8s.io", "HTTPRoute"): "v1",
 }
 
