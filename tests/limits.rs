@@ -7,7 +7,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use futures::future::join_all;
-use mcpfleet_fleetkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, data_messages, eventually};
+use mcpfleet_fleetkit::{Fleet, JwtFleet, McpClient, RedisServer, SseStream, data_messages, eventually, scrape};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
@@ -582,6 +582,49 @@ async fn fail_open_decides_the_rate_on_a_local_share_and_counts_it() {
     assert_limited(&statuses[2], "rate");
     assert_eq!(s.metric(r#"mcp_limit_fail_open_total{outcome="allowed"}"#).await, 2.0);
     assert_eq!(s.metric(r#"mcp_limit_fail_open_total{outcome="denied"}"#).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicas_count_themselves_and_the_fail_open_share_follows() {
+    // No --replicas: the fleet's size comes from its membership records.
+    let mut s = setup(
+        3,
+        &["--rate-fail-mode", "open", "--rate-burst", "6", "--rate-per-second", "0.01", "--redis-timeout", "300ms"],
+    )
+    .await;
+    let admins: Vec<String> = s.fleet.replicas.iter().map(|r| r.admin()).collect();
+    let counts = |admins: Vec<String>| async move {
+        let mut out = Vec::new();
+        for a in &admins {
+            out.push(scrape(a).await.get("mcp_fleet_replicas").copied().unwrap_or(0.0));
+        }
+        out
+    };
+    let all = admins.clone();
+    eventually(12, "every replica counts 3", || {
+        let all = all.clone();
+        async move { counts(all).await == [3.0, 3.0, 3.0] }
+    })
+    .await;
+    let url = s.fleet.urls()[0].clone();
+    let mut c = s.client("alice");
+    c.initialize(&url).await;
+    s.redis.signal("-STOP");
+    // This replica's share is 6 ÷ 3 (not 6 ÷ 1): two pass the local bucket (then fail closed on their session),
+    // the third is refused.
+    let statuses = [ping(&c, &url, 1).await, ping(&c, &url, 2).await, ping(&c, &url, 3).await];
+    s.redis.signal("-CONT");
+    assert_eq!(statuses.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 503, 429]);
+    // A replica dies: the others count 2 once its record expires (15 s), without a restart.
+    s.fleet.replicas[2].kill();
+    let two = admins[..2].to_vec();
+    let started = Instant::now();
+    eventually(25, "the survivors count 2", || {
+        let two = two.clone();
+        async move { counts(two).await == [2.0, 2.0] }
+    })
+    .await;
+    println!("membership: a dead replica stopped counting after {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

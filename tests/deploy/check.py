@@ -258,13 +258,9 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
         if flag(c["args"], "--shutdown-grace") != f"{s['shutdownGraceSeconds']}s":
             problems.append("--shutdown-grace does not follow server.shutdownGraceSeconds")
         auto = merged["autoscaling"]["enabled"] or merged["keda"]["enabled"]
-        want = (
-            merged["autoscaling"]["minReplicas"]
-            if merged["autoscaling"]["enabled"]
-            else merged["keda"]["minReplicas"] if merged["keda"]["enabled"] else merged["replicaCount"]
-        )
-        if flag(c["args"], "--replicas") != str(want):
-            problems.append(f"--replicas is {flag(c['args'], '--replicas')}, not {want}")
+        # The replicas count themselves (membership records in Redis): a change of the count restarts no pod.
+        if flag(c["args"], "--replicas") is not None:
+            problems.append("--replicas is a pod argument: changing the replica count would restart every pod")
         if auto == ("replicas" in d["spec"]):
             problems.append("spec.replicas must be set exactly when no autoscaler owns the count")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}

@@ -13,6 +13,7 @@
 
 mod config;
 mod leases;
+pub mod members;
 mod metrics;
 
 pub use config::{FailMode, LimitsConfig, Quota, RateLimit, parse_duration};
@@ -219,6 +220,8 @@ pub struct Limiter {
     breaker: Breaker,
     epoch: Instant,
     leases: Arc<leases::Leases>,
+    /// How many replicas share the limits (fleet membership).
+    members: Arc<members::Members>,
 }
 
 impl fmt::Debug for Limiter {
@@ -230,10 +233,13 @@ impl fmt::Debug for Limiter {
 impl Limiter {
     #[must_use]
     ///
-    /// Within a tokio runtime, it starts the task that renews and frees the slots it hands out.
+    /// Within a tokio runtime, it starts the task that renews and frees the slots it hands out, and the one that
+    /// renews this replica's membership record ([`members`]).
     pub fn new(store: Arc<dyn LimitStore>, cfg: LimitsConfig, metrics: LimitMetrics) -> Self {
+        let me = format!("{:032x}", rand::random::<u128>());
         Self {
             leases: leases::Leases::start(store.clone(), cfg.slot_ttl),
+            members: members::Members::start(store.clone(), me, metrics.replicas_gauge()),
             store,
             cfg,
             metrics,
@@ -477,7 +483,7 @@ impl Limiter {
             self.metrics.decision(Kind::Rate, "unavailable");
             return unavailable(None);
         };
-        let replicas = f64::from(self.cfg.replicas.max(1));
+        let replicas = f64::from(self.members.count(self.cfg.replicas));
         let (capacity, per_second) = ((b.capacity / replicas).max(1.0), b.per_second / replicas);
         let t = (now - self.epoch).as_secs_f64();
         let reading = {

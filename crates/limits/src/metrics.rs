@@ -1,7 +1,7 @@
 //! The limits' metrics, documented in docs/METRICS.md. Labels are bounded: a limit kind, an outcome, a reason;
 //! never a principal or a tool.
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 
 /// The kinds of limit, as the `kind` label spells them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +60,7 @@ pub struct LimitMetrics {
     exhausted: IntCounterVec,
     store_failures: IntCounterVec,
     fail_open: IntCounterVec,
+    replicas: IntGauge,
 }
 
 impl LimitMetrics {
@@ -74,6 +75,7 @@ impl LimitMetrics {
         registry.register(Box::new(m.exhausted.clone()))?;
         registry.register(Box::new(m.store_failures.clone()))?;
         registry.register(Box::new(m.fail_open.clone()))?;
+        registry.register(Box::new(m.replicas.clone()))?;
         Ok(m)
     }
 
@@ -142,7 +144,17 @@ impl LimitMetrics {
                 ),
                 &["outcome"],
             )?,
+            replicas: IntGauge::new(
+                "mcp_fleet_replicas",
+                "Replicas with a live membership record, as this replica last read it (0 until the first read); \
+                 the fail-open bucket is capacity ÷ max(this, --replicas).",
+            )?,
         })
+    }
+
+    /// `mcp_fleet_replicas`, for the membership task.
+    pub(crate) fn replicas_gauge(&self) -> IntGauge {
+        self.replicas.clone()
     }
 
     pub(crate) fn decision(&self, kind: Kind, outcome: &str) {

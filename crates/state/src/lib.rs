@@ -234,6 +234,16 @@ pub trait LimitStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// A store failure or timeout.
     async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()>;
+
+    /// Fleet membership: renews `replica`'s record for `ttl` (a zero `ttl` removes it: the replica leaves) and
+    /// returns how many replicas have a live record. A store one process holds counts that process alone.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<u64> {
+        let _ = (replica, ttl);
+        Ok(1)
+    }
 }
 
 /// Idempotency records: a call re-issued with the same key runs once, and every repeat gets the first result.

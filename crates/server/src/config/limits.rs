@@ -41,11 +41,13 @@ pub(super) struct LimitsArgs {
     #[arg(long, env = "MCPFLEET_MAX_TASKS_PER_USER", default_value_t = 32)]
     max_tasks_per_user: u64,
     /// When Redis cannot answer: closed refuses with 503 (default); open decides the rate limit on a local
-    /// bucket of burst ÷ --replicas per replica (session checks, caps and quotas still fail closed), and counts
-    /// every such decision in mcp_limit_fail_open_total.
+    /// bucket of burst ÷ the live replica count per replica (session checks, caps and quotas still fail closed),
+    /// and counts every such decision in mcp_limit_fail_open_total.
     #[arg(long, env = "MCPFLEET_RATE_FAIL_MODE", value_enum, default_value = "closed")]
     rate_fail_mode: RateFailMode,
-    /// How many replicas run: sizes the fail-open bucket (--rate-fail-mode open).
+    /// A floor for the replica count that sizes the fail-open bucket (--rate-fail-mode open). The replicas count
+    /// themselves (each renews a membership record in Redis); this only matters until the first count, or to
+    /// keep the share small when more replicas may come than are live.
     #[arg(
         long,
         env = "MCPFLEET_REPLICAS",

@@ -131,4 +131,13 @@ impl LimitStore for RedisStore {
         self.run("refund", self.inner.scripts.refund.key(&key)).await?;
         Ok(())
     }
+
+    async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<u64> {
+        // One key for the fleet, in a slot of its own: a write per replica every few seconds.
+        let key = cat(&[&self.inner.cfg.prefix, "{fleet}:members"]);
+        let mut inv = self.inner.scripts.members.key(&key);
+        inv.arg(replica).arg(ms(ttl));
+        let n = int(&self.run("members", inv).await?)?;
+        u64::try_from(n).map_err(|_| StateError::Protocol("bad member count"))
+    }
 }

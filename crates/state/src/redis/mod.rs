@@ -16,6 +16,7 @@
 //! | `<p>{u:<user>}:q:<tool>` | string | a fixed-window counter; expires when its window ends |
 //! | `<p>{u:<user>}:idem:<tool>:<sha256(key)>` | hash | an idempotency record: `d` (argument digest), `s` (`run`/`done`), `t` (runner token), `r` (result); expires with the runner's lease, then after the retention time |
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
+//! | `<p>{fleet}:members` | zset | fleet membership: each replica's id, scored by its record's expiry (ms); renewed every 5 s by `members.lua`, which drops the expired |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection (a [`link::Link`]: standalone, cluster or the master the sentinels name); replays, admin calls and

@@ -23,6 +23,7 @@ pub(super) struct Scripts {
     pub(super) cancelled: Script,
     pub(super) set_level: Script,
     pub(super) idem: Script,
+    pub(super) members: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -58,6 +59,7 @@ impl Scripts {
             deliver: script(include_str!("deliver.lua")),
             take: Script::new(include_str!("take.lua")),
             forget: Script::new(include_str!("forget.lua")),
+            members: Script::new(include_str!("members.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),

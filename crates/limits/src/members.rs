@@ -1,0 +1,58 @@
+//! Fleet membership: how many replicas share the limits, for the fail-open bucket's share (capacity ÷ replicas).
+//! Each replica renews a record of its own in the store every [`BEAT`], with a TTL of [`RECORD_TTL`], off the
+//! request path, and keeps the live count the store answers. While the store is away the last count stands (the
+//! fail-open bucket is used exactly then). `--replicas` is a floor: the share divides by the larger of the two.
+
+use mcpfleet_state::LimitStore;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often a replica renews its record.
+pub const BEAT: Duration = Duration::from_secs(5);
+/// How long a record lives without renewal: a replica that died stops counting after this.
+pub const RECORD_TTL: Duration = Duration::from_secs(15);
+
+/// The live replica count, as this replica last heard it (0 until the first answer).
+#[derive(Debug, Default)]
+pub(crate) struct Members {
+    live: AtomicU32,
+}
+
+impl Members {
+    /// Starts renewing this replica's record (id `me`), when there is a runtime to run it on.
+    pub(crate) fn start(store: Arc<dyn LimitStore>, me: String, gauge: prometheus::IntGauge) -> Arc<Self> {
+        let members = Arc::new(Self::default());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(beat(store, me, Arc::downgrade(&members), gauge));
+        }
+        members
+    }
+
+    /// The replicas sharing the limits: the live count, at least `floor`.
+    pub(crate) fn count(&self, floor: u32) -> u32 {
+        self.live.load(Ordering::Acquire).max(floor).max(1)
+    }
+}
+
+async fn beat(store: Arc<dyn LimitStore>, me: String, members: Weak<Members>, gauge: prometheus::IntGauge) {
+    let mut tick = tokio::time::interval(BEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(m) = members.upgrade() else { return };
+        match tokio::time::timeout(BEAT, store.heartbeat(&me, RECORD_TTL)).await {
+            Ok(Ok(n)) => {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                let was = m.live.swap(n, Ordering::AcqRel);
+                if was != n {
+                    tracing::info!(replicas = n, was, "fleet membership changed");
+                }
+                gauge.set(i64::from(n));
+            }
+            // The last count stands while the store is away.
+            Ok(Err(e)) => tracing::debug!(error = %e, "membership record not renewed"),
+            Err(_) => tracing::debug!("membership record not renewed in time"),
+        }
+    }
+}
