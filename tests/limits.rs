@@ -615,13 +615,23 @@ async fn the_replicas_count_themselves_and_the_fail_open_share_follows() {
     let statuses = [ping(&c, &url, 1).await, ping(&c, &url, 2).await, ping(&c, &url, 3).await];
     s.redis.signal("-CONT");
     assert_eq!(statuses.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 503, 429]);
-    // A replica dies: the others count 2 once its record expires (15 s), without a restart.
-    s.fleet.replicas[2].kill();
+    // A replica drains (SIGTERM): it removes its record, and the others count 2 at their next beat.
+    s.fleet.replicas[2].terminate();
     let two = admins[..2].to_vec();
     let started = Instant::now();
-    eventually(25, "the survivors count 2", || {
+    eventually(8, "the others count 2 after a drain", || {
         let two = two.clone();
         async move { counts(two).await == [2.0, 2.0] }
+    })
+    .await;
+    println!("membership: a drained replica stopped counting after {:?}", started.elapsed());
+    // A replica dies: the last one counts 1 once the dead one's record expires (15 s), without a restart.
+    s.fleet.replicas[1].kill();
+    let one = admins[..1].to_vec();
+    let started = Instant::now();
+    eventually(25, "the survivor counts 1", || {
+        let one = one.clone();
+        async move { counts(one).await == [1.0] }
     })
     .await;
     println!("membership: a dead replica stopped counting after {:?}", started.elapsed());

@@ -250,6 +250,11 @@ impl Limiter {
         }
     }
 
+    /// Leaves the fleet (a drain): this replica's membership record goes at once, and is not renewed again.
+    pub async fn leave(&self) {
+        self.members.leave(Duration::from_secs(2)).await;
+    }
+
     #[must_use]
     pub fn config(&self) -> &LimitsConfig {
         &self.cfg

@@ -4,7 +4,7 @@
 //! fail-open bucket is used exactly then). `--replicas` is a floor: the share divides by the larger of the two.
 
 use mcpfleet_state::LimitStore;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -14,19 +14,44 @@ pub const BEAT: Duration = Duration::from_secs(5);
 pub const RECORD_TTL: Duration = Duration::from_secs(15);
 
 /// The live replica count, as this replica last heard it (0 until the first answer).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Members {
+    me: String,
+    store: Arc<dyn LimitStore>,
     live: AtomicU32,
+    /// Set by [`leave`](Self::leave): the record is not renewed again.
+    left: AtomicBool,
 }
 
 impl Members {
     /// Starts renewing this replica's record (id `me`), when there is a runtime to run it on.
     pub(crate) fn start(store: Arc<dyn LimitStore>, me: String, gauge: prometheus::IntGauge) -> Arc<Self> {
-        let members = Arc::new(Self::default());
+        let members = Arc::new(Self {
+            me: me.clone(),
+            store: store.clone(),
+            live: AtomicU32::new(0),
+            left: AtomicBool::new(false),
+        });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(beat(store, me, Arc::downgrade(&members), gauge));
         }
         members
+    }
+
+    /// Removes this replica's record at once (a drain), so that the others stop counting it at their next beat
+    /// instead of after the record's TTL. Best effort, within `deadline`.
+    pub(crate) async fn leave(&self, deadline: Duration) {
+        self.left.store(true, Ordering::Release);
+        // A connection that Redis just dropped fails the first try: retry until the deadline.
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.store.heartbeat(&self.me, Duration::ZERO)).await {
+                Ok(Ok(_)) => return tracing::debug!("membership record removed"),
+                Ok(Err(_)) if !left.is_zero() => tokio::time::sleep(Duration::from_millis(100).min(left)).await,
+                _ => return tracing::debug!("membership record not removed: it expires on its own"),
+            }
+        }
     }
 
     /// The replicas sharing the limits: the live count, at least `floor`.
@@ -41,6 +66,9 @@ async fn beat(store: Arc<dyn LimitStore>, me: String, members: Weak<Members>, ga
     loop {
         tick.tick().await;
         let Some(m) = members.upgrade() else { return };
+        if m.left.load(Ordering::Acquire) {
+            return;
+        }
         match tokio::time::timeout(BEAT, store.heartbeat(&me, RECORD_TTL)).await {
             Ok(Ok(n)) => {
                 let n = u32::try_from(n).unwrap_or(u32::MAX);

@@ -423,10 +423,13 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
         let tasks = state.tasks.clone();
+        let limits = state.limits.clone();
         tokio::spawn(async move {
             d.cancelled().await;
             // Take no more queued work; hand the re-runnable runs back to the queue at once.
             tasks.stop();
+            // The other replicas stop counting this one at their next beat.
+            limits.leave().await;
             tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");
             tokio::time::sleep(delay).await;
             tracing::info!("drain delay over: no longer accepting connections");

@@ -136,7 +136,8 @@ impl LimitStore for RedisStore {
         // One key for the fleet, in a slot of its own: a write per replica every few seconds.
         let key = cat(&[&self.inner.cfg.prefix, "{fleet}:members"]);
         let mut inv = self.inner.scripts.members.key(&key);
-        inv.arg(replica).arg(ms(ttl));
+        // A zero TTL (leaving) must reach the script as 0, not as `ms`'s smallest lease.
+        inv.arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) });
         let n = int(&self.run("members", inv).await?)?;
         u64::try_from(n).map_err(|_| StateError::Protocol("bad member count"))
     }

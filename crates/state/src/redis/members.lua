@@ -7,11 +7,9 @@ local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if ttl > 0 then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  -- The key outlives its newest record; a leaving replica (ttl 0) leaves the others' expiry alone.
+  redis.call('PEXPIRE', KEYS[1], ttl * 2)
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
-local n = redis.call('ZCARD', KEYS[1])
-if n > 0 then
-  redis.call('PEXPIRE', KEYS[1], math.max(ttl, 1000) * 2)
-end
-return n
+return redis.call('ZCARD', KEYS[1])
