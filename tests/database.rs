@@ -115,11 +115,13 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     let cps = pg.psql("fresh", "SELECT chain_id, seq, partition FROM audit_checkpoints ORDER BY partition");
     assert_eq!(cps.trim(), "old-2020-01|7|audit_events_y2020m01\nold-2020-02|7|audit_events_y2020m02");
 
-    // Unreachable: 69, and the password is nowhere.
+    // Unreachable for `migrate`, and refused for good for `serve` (no such role: waiting never fixes it): 69, and
+    // the password is nowhere. (A database that is merely away does not stop `serve`: see the outage test.)
     let closed = format!("postgres://app:hunter2-secret@127.0.0.1:{}/x", free_port());
+    let refused = format!("postgres://nobody:hunter2-secret@127.0.0.1:{}/fresh", pg.port());
     for args in [
         vec!["migrate", "--database-url", &closed, "--database-timeout", "1s"],
-        vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--database-url", &closed],
+        vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--database-url", &refused],
     ] {
         let o = mcpfleet(&args);
         let (out, err) = text(&o);
@@ -184,7 +186,20 @@ fn tls_to_the_database_follows_sslmode() {
     // The system's roots do not know the test CA: refused, 69.
     let (code, err) = run("sslmode=verify-full");
     assert_eq!(code, Some(69), "{err}");
-    assert!(err.contains("cannot reach the database"), "{err}");
+    assert!(err.contains("the database refuses the connection") && err.contains("TLS"), "{err}");
+    // A TLS failure is not an outage: `serve` does not wait for it either.
+    let o = mcpfleet(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--database-url",
+        &format!("{base}?sslmode=verify-full"),
+        "--database-timeout",
+        "3s",
+    ]);
+    assert_eq!(o.status.code(), Some(69), "{:?}", text(&o));
     // The server refuses connections without TLS.
     let (code, _) = run("sslmode=disable");
     assert_eq!(code, Some(69));
@@ -488,4 +503,47 @@ async fn a_database_outage_is_an_answer_in_time_and_loses_no_audit_row_uncounted
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("verified 3 chains") && out.contains("0 ended, 3 open, 0 tampered"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_during_a_database_outage_serves_and_checks_the_schema_when_it_answers() {
+    let pg = PostgresServer::start();
+    let url = demo_database(&pg, "app");
+    pg.create_database("empty");
+    let empty = pg.url_for("empty");
+    pg.stop();
+    // A migrated database, away: the replica is ready (readiness never depends on the database), serves, and
+    // queues its audit.
+    let fleet =
+        JwtFleet::start(1, &["--fixtures", "conformance", "--database-url", &url, "--database-timeout", "1s"]).await;
+    let admin = fleet.fleet.replicas[0].admin();
+    let status = reqwest::get(format!("{admin}/readyz")).await.unwrap().status();
+    assert_eq!(status, 200, "ready without the database");
+    let mut c = fleet.client("erin");
+    c.initialize(&fleet.url(0)).await;
+    for id in 1..=3 {
+        let (_, err) = call_tool(&c, &fleet.url(0), id, "test_simple_text", json!({})).await;
+        assert!(!err);
+    }
+    // An empty database, away: the replica serves too, until it sees the schema behind.
+    let mut behind = serve(&["--database-url", &empty, "--database-timeout", "1s"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(behind.try_wait().unwrap().is_none(), "it waits for the database instead of exiting");
+    // The database returns: the schema is checked, the queued audit is written, and the replica with the schema
+    // behind stops with 78, as it would have at start.
+    pg.start_again();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let audited = || pg.psql("app", "SELECT count(*) FROM audit_events WHERE tool = 'test_simple_text'");
+    while audited().trim() != "3" {
+        assert!(Instant::now() < deadline, "the queued audit was not written: {}", audited());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let code = loop {
+        if let Some(s) = behind.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(Instant::now() < deadline, "the replica with the schema behind did not stop");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(code, Some(78));
 }

@@ -10,9 +10,13 @@ pub enum DbError {
     /// TLS could not be set up (a CA file that cannot be read, no root certificates).
     #[error("database tls: {0}")]
     Tls(String),
-    /// The database cannot be reached, or did not answer in time.
+    /// The database cannot be reached, or did not answer in time: waiting may help.
     #[error("cannot reach the database: {0}")]
     Unavailable(String),
+    /// The database turns the connection away in a way waiting never fixes: a wrong password or user, a database
+    /// that does not exist, a TLS or certificate failure.
+    #[error("the database refuses the connection: {0}")]
+    Refused(String),
     /// The database answered with an error.
     #[error("database error: {0}")]
     Query(String),
@@ -36,13 +40,26 @@ impl DbError {
     pub(crate) fn of_pool(e: &deadpool_postgres::PoolError) -> Self {
         match e {
             // Connecting failed: refused, timed out, or turned away by the server (pg_hba, a bad password).
-            deadpool_postgres::PoolError::Backend(b) => Self::Unavailable(match b.as_db_error() {
-                Some(db) => format!("{} ({})", db.message(), db.code().code()),
-                None => b.to_string(),
-            }),
+            deadpool_postgres::PoolError::Backend(b) => match b.as_db_error() {
+                // Class 28 (invalid authorization: a password, pg_hba, encryption required) and 3D000 (no such
+                // database) never heal by waiting.
+                Some(db) if db.code().code().starts_with("28") || db.code().code() == "3D000" => {
+                    Self::Refused(format!("{} ({})", db.message(), db.code().code()))
+                }
+                Some(db) => Self::Unavailable(format!("{} ({})", db.message(), db.code().code())),
+                None if is_tls(b) => Self::Refused(b.to_string()),
+                None => Self::Unavailable(b.to_string()),
+            },
             other => Self::Unavailable(other.to_string()),
         }
     }
+}
+
+/// A TLS failure (a handshake, a certificate, a server without TLS where it is required): the driver names it
+/// only in its message.
+fn is_tls(e: &tokio_postgres::Error) -> bool {
+    let text = format!("{e} {:?}", std::error::Error::source(e));
+    ["TLS", "tls", "certificate", "Certificate", "InvalidCertificate", "UnknownIssuer"].iter().any(|m| text.contains(m))
 }
 
 /// Whether a driver error means that the database cannot serve now (try again later) rather than a bug or a broken

@@ -43,16 +43,79 @@ fn schema_error(e: DbError) -> ServerError {
 /// Checks the schema (or migrates it), creates the audit partitions ahead, and starts the audit writer and the
 /// background work, which stop with `shutdown`.
 ///
+/// A database that is away at start (refused, timed out) does not stop the start: readiness never depends on it.
+/// The audit writer then queues what it may (`--audit-buffer`, dropping and counting past it, as during any outage),
+/// and a background task retries (1 s, doubling to 10 s) until the database answers; then it checks the schema as
+/// the start would have, and opens the writer. A schema found behind then is fatal as it is at start: `fatal`
+/// gets the error (exit 78) and `stop` fires (the drain).
+///
 /// # Errors
-/// The database unreachable ([`ServerError::Database`], exit 69), or its schema behind without
-/// `--migrate-on-start` ([`ServerError::Schema`], exit 78).
+/// The database refusing the connection for good ([`ServerError::Database`], exit 69: a wrong password, a TLS
+/// failure), or its schema behind without `--migrate-on-start` ([`ServerError::Schema`], exit 78).
 pub(crate) async fn start(
     name: &str,
     db: &Database,
     dc: &DatabaseConfig,
     registry: &Registry,
     shutdown: &CancellationToken,
+    fatal: &Fatal,
 ) -> Result<Option<Arc<Writer>>, ServerError> {
+    let metrics = DbMetrics::register(registry).map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
+    tokio::spawn(audit::watch_pool(db.clone(), metrics.clone(), shutdown.clone()));
+    let writer = dc.audit.as_ref().map(|ac| {
+        let cfg = WriterConfig {
+            replica: ac.replica.clone(),
+            buffer: ac.buffer,
+            batch: 1000,
+            interval: Duration::from_secs(1),
+        };
+        Writer::start_held(db.clone(), cfg, metrics.clone())
+    });
+    match check_schema(name, db, dc).await {
+        Ok(()) => {
+            begin_work(db, dc, writer.as_ref(), shutdown);
+            Ok(writer)
+        }
+        Err(ServerError::Database(DbError::Unavailable(e))) => {
+            tracing::warn!(
+                error = %e,
+                "cannot reach the database yet: serving without it (readiness does not depend on it); the audit is \
+                 queued, and the schema is checked when it answers"
+            );
+            let (name, db, dc, w, stop, fatal) =
+                (name.to_owned(), db.clone(), dc.clone(), writer.clone(), shutdown.clone(), fatal.clone());
+            tokio::spawn(async move {
+                let mut wait = Duration::from_secs(1);
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    match check_schema(&name, &db, &dc).await {
+                        Ok(()) => {
+                            tracing::info!("the database answers: the schema is checked, the audit is written");
+                            return begin_work(&db, &dc, w.as_ref(), &stop);
+                        }
+                        Err(ServerError::Database(DbError::Unavailable(e))) => {
+                            tracing::debug!(error = %e, "the database is still away");
+                            wait = (wait * 2).min(Duration::from_secs(10));
+                        }
+                        Err(e) => return fatal.fail(e),
+                    }
+                }
+            });
+            Ok(writer)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The schema at this binary's version: checked, or migrated with `--migrate-on-start`.
+///
+/// # Errors
+/// [`ServerError::Database`] (unreachable: `DbError::Unavailable`, worth a retry; or refused), or
+/// [`ServerError::Schema`] (behind, or a migration changed after it was applied).
+async fn check_schema(name: &str, db: &Database, dc: &DatabaseConfig) -> Result<(), ServerError> {
     let status = migrate::status(db).await.map_err(schema_error)?;
     if !status.pending.is_empty() {
         if !dc.migrate_on_start {
@@ -66,13 +129,43 @@ pub(crate) async fn start(
         tracing::info!(ahead = ?status.ahead, "the database schema is ahead of this binary (a newer release migrated)");
     }
     tracing::info!(database = %db.target(), version = status.current().max(Status::needed()), "using PostgreSQL");
-    let metrics = DbMetrics::register(registry).map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
-    tokio::spawn(audit::watch_pool(db.clone(), metrics.clone(), shutdown.clone()));
-    let Some(ac) = &dc.audit else { return Ok(None) };
-    tokio::spawn(partitions::maintain(db.clone(), ac.retention_months, shutdown.clone()));
-    let cfg =
-        WriterConfig { replica: ac.replica.clone(), buffer: ac.buffer, batch: 1000, interval: Duration::from_secs(1) };
-    Ok(Some(Writer::start(db.clone(), cfg, metrics)))
+    Ok(())
+}
+
+/// The background work on a checked database: partitions ahead and retention, and the audit writer opened.
+fn begin_work(db: &Database, dc: &DatabaseConfig, writer: Option<&Arc<Writer>>, shutdown: &CancellationToken) {
+    if let Some(ac) = &dc.audit {
+        tokio::spawn(partitions::maintain(db.clone(), ac.retention_months, shutdown.clone()));
+    }
+    if let Some(w) = writer {
+        w.open();
+    }
+}
+
+/// Where a background check that finds the database unusable (a schema behind, or changed) sends its error: the
+/// process ends with its exit code, through the drain.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Fatal {
+    error: Arc<std::sync::Mutex<Option<ServerError>>>,
+    fired: CancellationToken,
+}
+
+impl Fatal {
+    fn fail(&self, e: ServerError) {
+        tracing::error!(error = %e, "cannot go on");
+        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+        self.fired.cancel();
+    }
+
+    /// Fires when a background check failed for good.
+    pub(crate) fn fired(&self) -> CancellationToken {
+        self.fired.clone()
+    }
+
+    /// The error that fired it, once.
+    pub(crate) fn take(&self) -> Option<ServerError> {
+        self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
 }
 
 /// Runs a database command of the server named `name` (the prefix of its error lines); returns the exit code.
@@ -88,7 +181,7 @@ pub(crate) async fn command(name: &str, req: DbRequest) -> i32 {
         eprintln!("{name}: {e}");
         match e {
             DbError::Checksum { .. } => EXIT_SCHEMA,
-            DbError::Unavailable(_) => EXIT_UNAVAILABLE,
+            DbError::Unavailable(_) | DbError::Refused(_) => EXIT_UNAVAILABLE,
             DbError::Url(_) | DbError::Tls(_) => EXIT_CONFIG,
             DbError::Query(_) => 1,
         }

@@ -133,6 +133,8 @@ pub(crate) struct Built {
     pub(crate) dev: Option<DevIssuer>,
     /// The audit trail's writer, when there is one: the drain closes it.
     pub(crate) audit: Option<Arc<mcpfleet_db::audit::Writer>>,
+    /// Fires when a check after the start finds the database unusable (its schema behind): the replica stops.
+    pub(crate) fatal: database::Fatal,
 }
 
 /// Builds the shared state from a parsed config, a checked catalog, the database it uses, the replica's metrics
@@ -167,8 +169,11 @@ pub(crate) async fn build_state_with(
     }
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
+    let fatal = database::Fatal::default();
     let audit = match (&db, &cfg.database) {
-        (Some(db), Some(dc)) => database::start(&cfg.transport.server_name, db, dc, &registry, &shutdown).await?,
+        (Some(db), Some(dc)) => {
+            database::start(&cfg.transport.server_name, db, dc, &registry, &shutdown, &fatal).await?
+        }
         _ => None,
     };
     let mut transport = cfg.transport.clone();
@@ -202,7 +207,7 @@ pub(crate) async fn build_state_with(
         audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
         tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
     });
-    Ok(Built { state, registry, dev, audit })
+    Ok(Built { state, registry, dev, audit, fatal })
 }
 
 /// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled
@@ -408,7 +413,7 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
                 return 0;
             }
         };
-        let Built { state, dev, audit, .. } =
+        let Built { state, dev, audit, fatal, .. } =
             match build_state_with(&cfg, checked, db, instruments, store).await {
                 Ok(s) => s,
                 Err(e) => return fail(e),
@@ -420,6 +425,12 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
         if let Some(issuer) = &dev {
             print_dev_token(issuer, &state);
         }
+        // A database found unusable after the start ends the process as it would have at start, through the drain.
+        let (fired, d) = (fatal.fired(), draining.clone());
+        tokio::spawn(async move {
+            fired.cancelled().await;
+            d.cancel();
+        });
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
         let tasks = state.tasks.clone();
@@ -477,6 +488,12 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
         }
         // Flush the spans still in the batch (the exporter's HTTP client blocks: off the runtime's threads).
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
-        code
+        match fatal.take() {
+            Some(e) => {
+                eprintln!("{name}: {e}");
+                e.exit_code()
+            }
+            None => code,
+        }
     })
 }

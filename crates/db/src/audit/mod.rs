@@ -67,6 +67,11 @@ pub struct Writer {
     db: Database,
     cfg: WriterConfig,
     metrics: DbMetrics,
+    /// Whether the flusher may write: false while the database's schema has not been checked (a replica started
+    /// during a database outage queues its records until then).
+    open: std::sync::atomic::AtomicBool,
+    /// Rung when the writer opens.
+    opened: Notify,
 }
 
 impl std::fmt::Debug for Writer {
@@ -86,6 +91,15 @@ impl Writer {
     /// A writer on a new chain, with its flusher task running on the current runtime.
     #[must_use]
     pub fn start(db: Database, cfg: WriterConfig, metrics: DbMetrics) -> Arc<Self> {
+        let me = Self::start_held(db, cfg, metrics);
+        me.open();
+        me
+    }
+
+    /// A writer that queues records (within the buffer, dropping and counting past it, as during an outage) and
+    /// writes nothing until [`open`](Self::open): for a replica that has not reached its database yet.
+    #[must_use]
+    pub fn start_held(db: Database, cfg: WriterConfig, metrics: DbMetrics) -> Arc<Self> {
         let queue =
             Queue { chain: Chain::new(&cfg.replica), rows: VecDeque::new(), in_flight: 0, dropped: 0, closed: false };
         let me = Arc::new(Self {
@@ -96,10 +110,23 @@ impl Writer {
             db,
             cfg,
             metrics,
+            open: std::sync::atomic::AtomicBool::new(false),
+            opened: Notify::new(),
         });
-        tracing::info!(chain = %me.chain_id(), "audit trail: writing to the database");
         tokio::spawn(me.clone().flusher());
         me
+    }
+
+    /// Lets the flusher write (the schema is checked).
+    pub fn open(&self) {
+        if !self.open.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            tracing::info!(chain = %self.chain_id(), queued = self.pending(), "audit trail: writing to the database");
+            self.opened.notify_one();
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// This writer's chain id.
@@ -120,6 +147,15 @@ impl Writer {
     }
 
     async fn flusher(self: Arc<Self>) {
+        while !self.is_open() {
+            if self.lock().closed {
+                return;
+            }
+            tokio::select! {
+                () = self.opened.notified() => {}
+                () = tokio::time::sleep(self.cfg.interval) => {}
+            }
+        }
         let mut backoff = self.cfg.interval;
         loop {
             let closed = self.lock().closed;
@@ -211,7 +247,8 @@ impl Writer {
         }
         self.bell.notify_one();
         let until = Instant::now() + deadline;
-        while self.pending() > 0 && Instant::now() < until {
+        // A writer never opened has a database whose schema was never checked: nothing is written to it.
+        while self.is_open() && self.pending() > 0 && Instant::now() < until {
             if let Err(e) = self.flush_once().await {
                 tracing::warn!(error = %e, queued = self.pending(), "audit batch not written during the drain");
                 tokio::time::sleep(Duration::from_millis(200).min(until.saturating_duration_since(Instant::now())))
