@@ -207,12 +207,10 @@ pub fn start_workers(state: &AppState) {
 
 /// The axum router serving `/mcp`, the protected resource metadata, and (in dev) the issuer's JWKS.
 pub fn router(state: AppState) -> Router {
-    let mcp = get(shell::get).post(shell::post).delete(shell::delete).fallback(shell::other);
-    let mut r = Router::new().route(
-        "/mcp",
-        mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))
-            .layer(axum::middleware::from_fn_with_state((state.clone(), origin::CorsFor::Mcp), origin::cors)),
-    );
+    // OPTIONS is a route of its own so that `observe` (which answers CORS preflights first) sees it.
+    let mcp = get(shell::get).post(shell::post).delete(shell::delete).options(shell::other).fallback(shell::other);
+    let mut r = Router::new()
+        .route("/mcp", mcp.route_layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe)));
     if let Some(pr) = &state.config.protected_resource {
         for path in pr.metadata_paths() {
             r = r.route(&path, get(well_known::resource_metadata).options(well_known::preflight));

@@ -57,6 +57,11 @@ fn sane_request_id(v: &HeaderValue) -> Option<String> {
 }
 
 pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    // A browser's CORS preflight from an allowed origin is answered first: no span, no metric, no log line, no token.
+    if let Some(answer) = crate::origin::preflight_answer(&app, &req, crate::origin::CorsFor::Mcp) {
+        return answer;
+    }
+    let reader = crate::origin::reader(&app, req.headers());
     let started = Instant::now();
     let http_method = req.method().clone();
     let header_bytes: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
@@ -96,6 +101,7 @@ pub(crate) async fn observe(State(app): State<AppState>, mut req: Request, next:
     let m = &app.metrics;
     m.requests.with_label_values(&[method, status.as_str()]).inc();
     m.request_duration.with_label_values(&[method]).observe(took.as_secs_f64());
+    crate::origin::expose(&mut resp, reader);
     let h = resp.headers_mut();
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if !h.contains_key(header::CACHE_CONTROL) {
