@@ -131,3 +131,59 @@ async fn reconnect_storms_grow_no_replica_after_the_first() {
     assert!(grew.iter().all(|g| *g <= SLACK_KIB), "a replica grew after the first storm: {grew:?} KiB");
     assert!(redis.keys().iter().all(|k| !k.contains("{u:")), "{:?}", redis.keys());
 }
+
+mod ask {
+    //! A tool that asks its client too much at once.
+    use async_trait::async_trait;
+    use mcpfleet_tools::{Tool, ToolContext, ToolError, ToolInfo, ToolOutput, schemars};
+    use serde::Deserialize;
+    use serde_json::json;
+    use std::time::Duration;
+
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct NoArgs {}
+
+    /// Sends 17 sampling requests at once, each waiting 1 s for the client, and says how they ended.
+    #[derive(Debug)]
+    pub struct AskMany;
+
+    #[async_trait]
+    impl Tool for AskMany {
+        type Args = NoArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("ask_many").title("ask_many").description("a test tool")
+        }
+        async fn call(&self, _: NoArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            let ask = json!({ "messages": [{ "role": "user", "content": { "type": "text", "text": "hi" } }],
+                              "maxTokens": 1 });
+            let asks = (0..17).map(|_| cx.request("sampling/createMessage", ask.clone(), Duration::from_secs(1)));
+            let ended = futures::future::join_all(asks).await;
+            let refused = ended.iter().filter(|r| matches!(r, Err(ToolError::Internal(_)))).count();
+            let timed_out = ended.iter().filter(|r| matches!(r, Err(ToolError::ClientTimeout(_)))).count();
+            Ok(ToolOutput::text(format!("refused {refused}, timed out {timed_out}")))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_has_at_most_16_requests_to_its_client_waiting() {
+    let redis = RedisServer::start();
+    let mut registry = mcpfleet_tools::Registry::new();
+    registry.register(ask::AskMany).unwrap();
+    let fleet = Fleet::builder().redis(redis.url()).header_auth().catalog(Arc::new(registry)).start().await;
+    let url = fleet.urls()[0].clone();
+    let mut c = McpClient::new().as_user("alice");
+    c.initialize(&url).await;
+    let events = c.call_streaming(&url, 1, "ask_many", json!({})).await.collect(T).await.unwrap();
+    let messages: Vec<_> = events.iter().filter_map(SseEvent::json).collect();
+    let asked = messages.iter().filter(|m| m["method"] == "sampling/createMessage").count();
+    assert_eq!(asked, 16, "the 17th never reaches the client: {messages:?}");
+    let response = messages.iter().find(|m| m["id"] == 1).unwrap();
+    assert_eq!(response["result"]["content"][0]["text"], "refused 1, timed out 16", "{response}");
+    // Every request that went out was forgotten when it timed out: none is left pending in the session's record.
+    for session in redis.keys().iter().filter(|k| k.contains(":s:")) {
+        let fields = redis.raw(&["HKEYS", session]);
+        assert!(fields.lines().all(|f| !f.starts_with("pq:")), "{fields}");
+    }
+}
