@@ -8,7 +8,8 @@
 //! reconnects: it resumes its call's stream with `Last-Event-ID` on whichever replica the proxy picks, reads it to
 //! the response, and deletes its session. Six storms in a row; after each, once every stream and call is closed and
 //! Redis holds no key of a session, each replica's resident anonymous memory (`RssAnon` of /proc/<pid>/status: the
-//! heap and the stacks; `RssFile`, the binary's pages, only grows as code runs for the first time) is read.
+//! heap and the stacks; `RssFile`, the binary's pages, only grows as code runs for the first time) is read, and so
+//! is the number of metric series the replicas export (a label per session or stream would grow it).
 //!
 //! The first storm grows a replica's heap to the size a storm needs (the allocator keeps freed pages for the next
 //! one, the runtime's worker stacks reach their depth, buffers their capacity); a later storm must find it all
@@ -102,6 +103,7 @@ async fn reconnect_storms_grow_no_replica_after_the_first() {
     let pids: Vec<u32> = fleet.replicas.iter().map(mcpfleet_fleetkit::Replica::pid).collect();
     quiet(&fleet, &redis).await;
     let mut after: Vec<Vec<(u64, u64)>> = vec![pids.iter().map(|p| resident(*p)).collect()];
+    let mut series = Vec::new();
     for storm in 1..=STORMS {
         let started = Instant::now();
         let all_in = Arc::new(tokio::sync::Barrier::new(SESSIONS));
@@ -114,6 +116,11 @@ async fn reconnect_storms_grow_no_replica_after_the_first() {
         let took = started.elapsed();
         quiet(&fleet, &redis).await;
         after.push(pids.iter().map(|p| resident(*p)).collect());
+        let mut n = 0;
+        for r in &fleet.replicas {
+            n += scrape(&r.admin()).await.len();
+        }
+        series.push(n);
         println!("memory: storm {storm} of {SESSIONS} sessions took {took:.1?}");
     }
     let mut grew = Vec::new();
@@ -129,6 +136,9 @@ async fn reconnect_storms_grow_no_replica_after_the_first() {
         grew.push(growth);
     }
     assert!(grew.iter().all(|g| *g <= SLACK_KIB), "a replica grew after the first storm: {grew:?} KiB");
+    // No metric series per session or stream: a later storm may add a status it had not met yet, not hundreds.
+    println!("memory: metric series of the 3 replicas after each storm: {series:?}");
+    assert!(series.iter().all(|n| *n <= series[0] + 16), "{series:?}");
     assert!(redis.keys().iter().all(|k| !k.contains("{u:")), "{:?}", redis.keys());
 }
 
