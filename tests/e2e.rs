@@ -24,6 +24,8 @@ mod ha;
 mod interop;
 #[path = "limits.rs"]
 mod limits;
+#[path = "memory.rs"]
+mod memory;
 #[path = "operability.rs"]
 mod operability;
 #[path = "rmcp_client.rs"]

@@ -59,12 +59,24 @@ impl RoundRobinProxy {
     /// # Panics
     /// If it cannot bind.
     pub async fn start(targets: Vec<String>) -> Self {
+        Self::start_with(targets, reqwest::Client::builder()).await
+    }
+
+    /// Like [`start`](Self::start), closing a connection to a target once it has been idle for `idle` (reqwest's
+    /// default keeps it 90 s), so that a quiet proxy leaves no connection open on the targets.
+    ///
+    /// # Panics
+    /// If it cannot bind.
+    pub async fn start_closing_idle(targets: Vec<String>, idle: std::time::Duration) -> Self {
+        Self::start_with(targets, reqwest::Client::builder().pool_idle_timeout(idle)).await
+    }
+
+    async fn start_with(targets: Vec<String>, client: reqwest::ClientBuilder) -> Self {
         crate::init_tls();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         // Redirects go back to the client as they are (an OAuth authorization endpoint answers with one).
-        let client =
-            reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+        let client = client.no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
         let st = ProxyState { targets: Arc::new(targets), next: Arc::default(), client };
         let app = axum::Router::new().fallback(forward).with_state(st);
         let stop = CancellationToken::new();

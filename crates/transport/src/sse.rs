@@ -8,9 +8,64 @@ use axum::response::Response;
 use bytes::Bytes;
 use mcpfleet_state::EventId;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+
+/// Most frames queued for one SSE connection whose client reads slower than the stream is written.
+pub(crate) const QUEUED_FRAMES: usize = 256;
+/// Most bytes of messages queued for one SSE connection. A message larger than this alone is queued only when the
+/// queue is empty, so one stream never holds more than this, or one such message (docs/OPERATING.md#memory).
+pub(crate) const QUEUED_BYTES: usize = 1024 * 1024;
+
+/// The sending end of an SSE connection's queue: at most [`QUEUED_FRAMES`] frames and [`QUEUED_BYTES`] bytes wait
+/// for a client that reads slowly. What a sender does when it is full is its own policy (drop the connection and let
+/// the client resume from the log, drop a notification, or wait a bounded time).
+#[derive(Clone, Debug)]
+pub(crate) struct Live {
+    tx: mpsc::Sender<Queued>,
+    room: Arc<Semaphore>,
+}
+
+/// The receiving end, which [`response`] turns into the body.
+#[derive(Debug)]
+pub(crate) struct Feed(mpsc::Receiver<Queued>);
+
+/// A frame and its share of the byte budget, given back when the body has taken it.
+#[derive(Debug)]
+struct Queued {
+    frame: Frame,
+    _room: OwnedSemaphorePermit,
+}
+
+/// A new connection queue.
+pub(crate) fn channel() -> (Live, Feed) {
+    let (tx, rx) = mpsc::channel(QUEUED_FRAMES);
+    (Live { tx, room: Arc::new(Semaphore::new(QUEUED_BYTES)) }, Feed(rx))
+}
+
+impl Live {
+    /// Queues `frame` if both budgets have room for it; never waits. False: full, or the client is gone.
+    pub(crate) fn try_send(&self, frame: Frame) -> bool {
+        let Ok(room) = self.room.clone().try_acquire_many_owned(frame.weight()) else { return false };
+        self.tx.try_send(Queued { frame, _room: room }).is_ok()
+    }
+
+    /// Queues `frame`, waiting at most `wait` for room. False: still full then, or the client is gone.
+    pub(crate) async fn send_timeout(&self, frame: Frame, wait: Duration) -> bool {
+        let queued = async {
+            let Ok(room) = self.room.clone().acquire_many_owned(frame.weight()).await else { return false };
+            self.tx.send(Queued { frame, _room: room }).await.is_ok()
+        };
+        tokio::time::timeout(wait, queued).await.unwrap_or(false)
+    }
+
+    /// Completes when the client is gone (the body was dropped).
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await;
+    }
+}
 
 /// One thing to write on an SSE connection.
 #[derive(Debug, Clone)]
@@ -26,6 +81,15 @@ pub(crate) enum Frame {
 }
 
 impl Frame {
+    /// What the frame costs of [`QUEUED_BYTES`]: its message's length (at least 1, at most the whole budget).
+    fn weight(&self) -> u32 {
+        let len = match self {
+            Self::Event { data, .. } | Self::Unsequenced { data } => data.len(),
+            Self::Priming { .. } | Self::Retry(_) => 1,
+        };
+        u32::try_from(len.clamp(1, QUEUED_BYTES)).unwrap_or(u32::MAX)
+    }
+
     pub(crate) fn encode(&self) -> Bytes {
         match self {
             Self::Priming { id, retry, data: true } => {
@@ -58,7 +122,7 @@ pub(crate) struct Held {
 }
 
 struct BodyState {
-    rx: mpsc::Receiver<Frame>,
+    rx: Feed,
     _open: GaugeGuard,
     _slot: Option<mcpfleet_limits::SlotGuard>,
     _cancel: Option<tokio_util::sync::DropGuard>,
@@ -70,7 +134,7 @@ struct BodyState {
 
 /// An SSE response fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle connections get keep-alive comments; on shutdown the stream ends with a
 /// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static str, held: Held) -> Response {
+pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held) -> Response {
     let (keep_alive, retry) = (app.config.keep_alive, app.config.retry);
     // A feeder that ends the stream itself is waited for; otherwise the body ends it with `retry:`.
     let shutdown = if held.feeder_handles_shutdown { CancellationToken::new() } else { app.shutdown.clone() };
@@ -92,7 +156,7 @@ pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static
         }
         let bytes = tokio::select! {
             biased;
-            f = st.rx.recv() => match f {
+            f = st.rx.0.recv() => match f.map(|q| q.frame) {
                 Some(f @ Frame::Retry(_)) => { st.done = true; f.encode() }
                 Some(f) => f.encode(),
                 None => return None,
@@ -109,4 +173,44 @@ pub(crate) fn response(app: &AppState, rx: mpsc::Receiver<Frame>, kind: &'static
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store, no-transform"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(bytes: usize) -> Frame {
+        Frame::Unsequenced { data: "x".repeat(bytes) }
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_holds_at_most_the_frame_and_byte_budgets() {
+        let (tx, mut rx) = channel();
+        for _ in 0..QUEUED_FRAMES {
+            assert!(tx.try_send(event(10)));
+        }
+        assert!(!tx.try_send(event(10)), "frame budget");
+        assert!(rx.0.recv().await.is_some());
+        assert!(tx.try_send(event(10)), "a frame taken by the body frees its place");
+
+        let (tx, mut rx) = channel();
+        assert!(tx.try_send(event(QUEUED_BYTES / 2)));
+        assert!(tx.try_send(event(QUEUED_BYTES / 2 - 10)));
+        assert!(!tx.try_send(event(11)), "byte budget");
+        assert!(tx.try_send(event(10)), "what fits still goes");
+        assert!(!tx.send_timeout(event(100), Duration::from_millis(20)).await, "waits, then gives up");
+        drop(rx.0.recv().await);
+        assert!(tx.send_timeout(event(100), Duration::from_millis(20)).await, "room again once the body took one");
+
+        // A message larger than the whole budget goes only into an empty queue, alone.
+        let (tx, mut rx) = channel();
+        assert!(tx.try_send(event(10)));
+        assert!(!tx.try_send(event(3 * QUEUED_BYTES)));
+        drop(rx.0.recv().await);
+        assert!(tx.try_send(event(3 * QUEUED_BYTES)));
+        assert!(!tx.try_send(event(1)));
+        drop(rx);
+        assert!(!tx.try_send(event(1)), "the client is gone");
+        tx.closed().await;
+    }
 }

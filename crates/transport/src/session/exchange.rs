@@ -8,7 +8,7 @@ use crate::Principal;
 use crate::backoff::Backoff;
 use crate::call::{CallEnd, CallSink, Finished, Identity, Interrupt, outcome_of};
 use crate::idempotency::Ran;
-use crate::sse::Frame;
+use crate::sse::{self, Frame};
 use crate::{AppState, random_token};
 use async_trait::async_trait;
 use mcpfleet_state::{
@@ -19,11 +19,13 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// Frames a slow client may fall behind before its connection is dropped (it can resume).
-const LIVE_BUFFER: usize = 256;
+/// Most server→client requests (sampling, elicitation, roots) one call may have waiting for the client at once;
+/// each holds a doorbell subscription and a place in the session's record until it is answered or times out. One
+/// more fails the tool's `request` at once (docs/OPERATING.md#memory).
+pub(crate) const MAX_PENDING_REQUESTS: usize = 16;
 /// How long a call keeps trying to commit its response through a store outage.
 const FINAL_RETRY_FOR: Duration = Duration::from_secs(60);
 /// How long an intermediate event (progress, a log message, a server→client request) is retried before it is
@@ -33,7 +35,7 @@ const EVENT_RETRY_FOR: Duration = Duration::from_secs(10);
 /// How the HTTP handler answers.
 pub(crate) enum Outcome {
     Json(Value),
-    Sse(mpsc::Receiver<Frame>),
+    Sse(sse::Feed),
 }
 
 enum Mode {
@@ -42,7 +44,9 @@ enum Mode {
     /// the last event committed (the priming event's at first).
     Streaming {
         stream: u64,
-        live: Option<mpsc::Sender<Frame>>,
+        /// The connection's queue; dropped when the client is gone or is a whole queue behind (see
+        /// [`sse::Live`]): it then resumes from the log.
+        live: Option<sse::Live>,
         sent: u64,
         last: EventId,
     },
@@ -199,8 +203,8 @@ impl Exchange {
             lease: self.app.config.lease_ttl,
         };
         let (stream, priming) = self.app.store.open_stream(&self.key, &open).await.map_err(context_error)?;
-        let (live_tx, live_rx) = mpsc::channel(LIVE_BUFFER);
-        let _ = live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry, data: self.priming_data });
+        let (live_tx, live_rx) = sse::channel();
+        live_tx.try_send(Frame::Priming { id: priming, retry: self.app.config.retry, data: self.priming_data });
         let live = match tx.take().map(|tx| tx.send(Outcome::Sse(live_rx))) {
             Some(Ok(())) => Some(live_tx),
             _ => None,
@@ -242,7 +246,7 @@ impl Exchange {
         };
         *last = id;
         if let Some(tx) = live
-            && tx.try_send(Frame::Event { id, data }).is_err()
+            && !tx.try_send(Frame::Event { id, data })
         {
             // Gone or too slow: the client resumes from the log.
             *live = None;
@@ -270,7 +274,7 @@ impl Exchange {
                 let frame = self.commit_final(stream, last, msg.to_string()).await;
                 // Never wait on a stalled client: if the frame does not fit, it resumes from the log.
                 if let (Some(tx), Some(f)) = (live, frame) {
-                    let _ = tx.try_send(f);
+                    tx.try_send(f);
                 }
             }
             Mode::Done => {}
@@ -423,10 +427,18 @@ impl ToolContext for Exchange {
         let id = format!("mcpfleet-{stream}-{}", self.next_request.fetch_add(1, Ordering::Relaxed));
         // Subscribe before the request can reach the client, so its answer cannot slip past.
         let mut sub = self.app.store.subscribe(&self.key).await.map_err(context_error)?;
-        let msg = crate::jsonrpc::request(&Value::from(id.as_str()), method, params);
         // Tracked until answered, timed out or refused. If the tool drops this future, panics or is cancelled, the
         // id stays here and the end of the call voids it (forgets it, and tells the client), exactly once.
-        self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id.clone());
+        {
+            let mut outstanding = self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if outstanding.len() >= MAX_PENDING_REQUESTS {
+                return Err(ToolError::Internal(format!(
+                    "more than {MAX_PENDING_REQUESTS} requests to the client waiting at once in one call"
+                )));
+            }
+            outstanding.push(id.clone());
+        }
+        let msg = crate::jsonrpc::request(&Value::from(id.as_str()), method, params);
         let result = self.await_answer(&id, &msg, &mut sub, timeout).await;
         if !matches!(result, Err(ToolError::Cancelled)) {
             self.outstanding.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|o| *o != id);
@@ -450,7 +462,7 @@ impl ToolContext for Exchange {
         if let Mode::Streaming { live, .. } = &mut *m
             && let Some(tx) = live.take()
         {
-            let _ = tx.try_send(Frame::Retry(retry));
+            tx.try_send(Frame::Retry(retry));
         }
         Ok(())
     }

@@ -4,16 +4,15 @@
 //! the call dies, its lease runs out and the resumer answers the request with [`code::REQUEST_LOST`].
 
 use crate::error::TransportError;
-use crate::sse::Frame;
+use crate::sse::{self, Frame};
 use crate::{AppState, code, random_token};
 use mcpfleet_state::{
     Event, EventId, LeaseToken, OpenStream, Ring, STANDALONE_STREAM, SessionKey, StateError, StreamState, Subscription,
 };
 use serde_json::Value;
-use tokio::sync::mpsc;
 
+/// Events read from the log at once (a replay is sent in batches of this many).
 const BATCH: usize = 256;
-const BUFFER: usize = 256;
 /// How long a GET stream waits for a client that stopped reading before it drops the connection.
 const STALLED_CLIENT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -24,7 +23,7 @@ struct Tail {
     cursor: EventId,
     holder: Option<LeaseToken>,
     sub: Box<dyn Subscription>,
-    tx: mpsc::Sender<Frame>,
+    tx: sse::Live,
     /// Consecutive checks that found the call's lease expired.
     abandoned_seen: u8,
     /// When this resumer last failed to reach the store.
@@ -45,10 +44,10 @@ pub(crate) async fn open(
     key: SessionKey,
     cursor: Option<EventId>,
     priming_data: bool,
-) -> Result<mpsc::Receiver<Frame>, TransportError> {
+) -> Result<sse::Feed, TransportError> {
     // Subscribe first, read second: nothing committed in between can be missed.
     let sub = app.store.subscribe(&key).await?;
-    let (tx, rx) = mpsc::channel(BUFFER);
+    let (tx, rx) = sse::channel();
     let stream = cursor.map_or(STANDALONE_STREAM, |c| c.stream);
     let holder = (stream == STANDALONE_STREAM).then(|| LeaseToken(random_token()));
     // Validate a cursor first, so that a stale one is refused without side effects.
@@ -62,7 +61,7 @@ pub(crate) async fn open(
         let open = OpenStream::Standalone { token: token.clone(), lease: app.config.lease_ttl };
         let (_, priming) = app.store.open_stream(&key, &open).await?;
         if cursor.is_none() {
-            let _ = tx.try_send(Frame::Priming { id: priming, retry: app.config.retry, data: priming_data });
+            tx.try_send(Frame::Priming { id: priming, retry: app.config.retry, data: priming_data });
             start = Some(priming);
         }
     }
@@ -94,7 +93,7 @@ impl Tail {
         for e in events {
             // A client that stops reading for this long is dropped; it resumes from its last id.
             if !e.data.is_empty()
-                && self.tx.send_timeout(Frame::Event { id: e.id, data: e.data }, STALLED_CLIENT).await.is_err()
+                && !self.tx.send_timeout(Frame::Event { id: e.id, data: e.data }, STALLED_CLIENT).await
             {
                 return Step::Done;
             }
@@ -138,7 +137,7 @@ impl Tail {
                 Err(StateError::SessionNotFound) => return,
                 Err(StateError::CursorGone) => {
                     // Events were trimmed under us: say so and end, the client restarts.
-                    let _ = self.tx.try_send(Frame::Retry(self.app.config.retry));
+                    self.tx.try_send(Frame::Retry(self.app.config.retry));
                     return;
                 }
                 Err(e) => {
@@ -170,7 +169,7 @@ impl Tail {
             return if store.renew_lease(&self.key, self.stream, token, self.app.config.lease_ttl).await? {
                 self.drain().await
             } else {
-                let _ = self.tx.try_send(Frame::Retry(self.app.config.retry));
+                self.tx.try_send(Frame::Retry(self.app.config.retry));
                 Ok(Step::Done)
             };
         }

@@ -5,7 +5,7 @@
 
 use super::headers::check_param_headers;
 use super::meta::Meta;
-use super::reply::{LIVE_BUFFER, complete, send_bounded};
+use super::reply::{complete, send_bounded};
 use super::rounds::{Asking, Inputs};
 use crate::call::{CallEnd, CallSink, Cleared, Early, Finished, Front, Identity, Interrupt, STATELESS_GENERATION};
 use crate::error::TransportError;
@@ -23,7 +23,7 @@ use mcpfleet_tools::{JsonObject, TaskMode, ToolContext, ToolError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// The stateless generation's part in a call's checks: the `Mcp-Param-*` headers, then the input answers of a
@@ -215,14 +215,14 @@ impl Post<'_> {
 /// How the HTTP handler answers a call.
 enum Answer {
     Json(Value),
-    Sse(mpsc::Receiver<Frame>),
+    Sse(sse::Feed),
     /// A protocol refusal with its HTTP status (a capability the client did not declare).
     Refused(TransportError),
 }
 
 enum Out {
     Pending(Option<oneshot::Sender<Answer>>),
-    Streaming(mpsc::Sender<Frame>),
+    Streaming(sse::Live),
     Done,
 }
 
@@ -283,11 +283,11 @@ impl Call {
     }
 
     /// Switches to SSE if still pending; returns the stream's sender.
-    fn streaming(&self, out: &mut Out) -> Option<mpsc::Sender<Frame>> {
+    fn streaming(&self, out: &mut Out) -> Option<sse::Live> {
         match out {
             Out::Streaming(tx) => Some(tx.clone()),
             Out::Pending(tx) => {
-                let (live, rx) = mpsc::channel(LIVE_BUFFER);
+                let (live, rx) = sse::channel();
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(Answer::Sse(rx));
                 }
@@ -305,7 +305,7 @@ impl Call {
         let Some(tx) = self.streaming(&mut out) else { return Ok(()) };
         drop(out);
         // A client that stopped reading loses notifications; it must never stall the tool.
-        let _ = tx.try_send(Frame::Unsequenced { data: msg });
+        tx.try_send(Frame::Unsequenced { data: msg });
         Ok(())
     }
 

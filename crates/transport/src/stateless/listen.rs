@@ -3,7 +3,7 @@
 //! with the subscription's id.
 
 use super::discover::capabilities;
-use super::reply::{LIVE_BUFFER, complete, send_bounded};
+use super::reply::{complete, send_bounded};
 use crate::error::TransportError;
 use crate::request::{Post, Result, admit};
 use crate::sse::{self, Frame};
@@ -12,7 +12,6 @@ use mcpfleet_limits as limits;
 use mcpfleet_state::{Ring, SlotSet};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 const SUBSCRIPTION_KEY: &str = "io.modelcontextprotocol/subscriptionId";
 /// Most resource URIs one `subscriptions/listen` may name.
@@ -34,11 +33,11 @@ impl Post<'_> {
         let slot = granted.slot.map(|l| app.limits.hold(l));
         // Subscribed before the acknowledgment goes out: nothing published after it is missed.
         let mut sub = app.store.subscribe_user(&self.asker.caller.user).await?;
-        let (tx, rx) = mpsc::channel(LIVE_BUFFER);
+        let (tx, rx) = sse::channel();
         let mut ack = json!({ "notifications": filter.acknowledged() });
         ack["_meta"] = json!({ SUBSCRIPTION_KEY: id });
         let ack = crate::jsonrpc::notification("notifications/subscriptions/acknowledged", ack);
-        let _ = tx.try_send(Frame::Unsequenced { data: ack.to_string() });
+        tx.try_send(Frame::Unsequenced { data: ack.to_string() });
         let (id, shutdown) = (id.clone(), app.shutdown.clone());
         let end = complete(app, json!({ "_meta": { SUBSCRIPTION_KEY: id } }), false);
         tokio::spawn(async move {
@@ -55,7 +54,7 @@ impl Post<'_> {
                         Some(Ring::Notice(msg)) => {
                             if let Some(n) = filter.pass(&msg, &id) {
                                 // A client that stopped reading loses notifications, never the replica's memory.
-                                let _ = tx.try_send(Frame::Unsequenced { data: n });
+                                tx.try_send(Frame::Unsequenced { data: n });
                             }
                         }
                         Some(_) => {}

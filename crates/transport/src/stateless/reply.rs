@@ -3,16 +3,13 @@
 //! of its own (how far a slow client may fall behind, and how long a final message waits for one that stopped
 //! reading).
 
-use crate::sse::Frame;
+use crate::sse::{Frame, Live};
 use crate::{AppState, code};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
-/// Frames a slow client may fall behind on a call's stream before its messages are dropped.
-pub(super) const LIVE_BUFFER: usize = 256;
 
 /// Marks a result complete and names the server in its `_meta`; `cache` adds the caching hints.
 pub(crate) fn complete(app: &AppState, mut result: Value, cacheable: bool) -> Value {
@@ -52,6 +49,6 @@ pub(super) fn rpc_error(id: &Value, (c, message): (i64, String), data: Option<Va
 const FINAL_SEND_WAIT: Duration = Duration::from_secs(30);
 
 /// Sends a stream's final message, waiting at most [`FINAL_SEND_WAIT`] for room.
-pub(super) async fn send_bounded(tx: &mpsc::Sender<Frame>, frame: Frame) {
-    let _ = tokio::time::timeout(FINAL_SEND_WAIT, tx.send(frame)).await;
+pub(super) async fn send_bounded(tx: &Live, frame: Frame) {
+    tx.send_timeout(frame, FINAL_SEND_WAIT).await;
 }
