@@ -197,3 +197,43 @@ async fn a_call_has_at_most_16_requests_to_its_client_waiting() {
         assert!(fields.lines().all(|f| !f.starts_with("pq:")), "{fields}");
     }
 }
+
+/// The image's environment (`ENV` lines of deploy/Dockerfile) turns transparent huge pages off for the replica's
+/// process, whatever the node's THP mode: the kernel says so in `/proc/<pid>/status` (`THP_enabled`).
+#[test]
+fn the_image_turns_transparent_huge_pages_off_for_the_process() {
+    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/Dockerfile")).unwrap();
+    let env: Vec<(String, String)> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENV "))
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())))
+        .collect();
+    assert!(env.iter().any(|(k, v)| k == "MIMALLOC_ALLOW_THP" && v == "0"), "{env:?}");
+    let thp_of = |with_image_env: bool| {
+        let mut cmd = std::process::Command::new(mcpfleet_fleetkit::server_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--auth", "none"])
+            .args(["--request-state-key", mcpfleet_fleetkit::TEST_STATE_KEY])
+            .env_remove("MIMALLOC_ALLOW_THP")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        if with_image_env {
+            cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert!(line.starts_with("listening on "), "{line}");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).map(|v| v.trim().to_owned())
+    };
+    match thp_of(false) {
+        // A kernel before 6.4 does not say: nothing to check here.
+        None => eprintln!("this kernel has no THP_enabled in /proc/<pid>/status"),
+        Some(default) => {
+            assert_eq!(default, "1", "THP is allowed without the image's environment (so the check can fail)");
+            assert_eq!(thp_of(true).as_deref(), Some("0"), "the image's environment turns it off");
+        }
+    }
+}
