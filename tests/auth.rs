@@ -617,17 +617,22 @@ async fn browsers_on_allowed_origins_get_cors_and_no_one_else_does() {
     }
     assert_eq!(requests_counted(&admin).await, before, "preflights are not requests to /mcp");
 
+    // An initialize by `method` from `origin`, with the token or without.
+    let initialize = |method: reqwest::Method, origin: &'static str, bearer: bool| {
+        let mut rb = http()
+            .request(method, &url)
+            .header("origin", origin)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init_body().to_string());
+        if bearer {
+            rb = rb.header("authorization", format!("Bearer {token}"));
+        }
+        rb.send()
+    };
+
     // The real request from the allowed origin: its answer is readable, with the session header exposed.
-    let init = http()
-        .post(&url)
-        .header("origin", APP)
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(init_body().to_string())
-        .send()
-        .await
-        .unwrap();
+    let init = initialize(reqwest::Method::POST, APP, true).await.unwrap();
     assert_eq!(init.status(), 200, "the preflights took no token of the bucket of 3");
     assert_eq!(header(&init, "access-control-allow-origin"), APP);
     assert!(header(&init, "vary").contains("Origin"));
@@ -640,15 +645,7 @@ async fn browsers_on_allowed_origins_get_cors_and_no_one_else_does() {
     assert!(!header(&init, "mcp-session-id").is_empty());
 
     // A refusal to the allowed origin is readable too: the browser client sees the challenge and signs in.
-    let anonymous = http()
-        .post(&url)
-        .header("origin", APP)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(init_body().to_string())
-        .send()
-        .await
-        .unwrap();
+    let anonymous = initialize(reqwest::Method::POST, APP, false).await.unwrap();
     assert_eq!(anonymous.status(), 401);
     assert_eq!(header(&anonymous, "access-control-allow-origin"), APP);
     assert!(header(&anonymous, "www-authenticate").starts_with("Bearer"));
@@ -659,16 +656,7 @@ async fn browsers_on_allowed_origins_get_cors_and_no_one_else_does() {
     assert_eq!(refused.status(), 403);
     assert!(refused.headers().get("access-control-allow-origin").is_none());
     for method in [reqwest::Method::GET, reqwest::Method::POST, reqwest::Method::DELETE, reqwest::Method::OPTIONS] {
-        let resp = http()
-            .request(method.clone(), &url)
-            .header("origin", evil)
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(init_body().to_string())
-            .send()
-            .await
-            .unwrap();
+        let resp = initialize(method.clone(), evil, true).await.unwrap();
         assert_eq!(resp.status(), 403, "{method}");
         assert!(resp.headers().get("access-control-allow-origin").is_none(), "{method}");
     }

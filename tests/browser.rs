@@ -18,7 +18,7 @@
 
 #![expect(clippy::expect_used, clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::ProxiedFleet;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -32,30 +32,6 @@ const PAGE_ORIGINS: &str = "http://localhost:*";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Three replicas on a Redis of their own behind a round-robin proxy, with the server's default limits.
-struct FleetBehindProxy {
-    proxy: RoundRobinProxy,
-    _fleet: Fleet,
-    _redis: RedisServer,
-}
-
-impl FleetBehindProxy {
-    async fn start(extra: &[&str]) -> Self {
-        let redis = RedisServer::start();
-        let mut b = Fleet::builder().replicas(3).redis(redis.url()).server_limits().arg("--replicas").arg("3");
-        for a in extra {
-            b = b.arg(*a);
-        }
-        let fleet = b.start().await;
-        let proxy = RoundRobinProxy::start(fleet.bases()).await;
-        Self { proxy, _fleet: fleet, _redis: redis }
-    }
-
-    fn url(&self) -> String {
-        self.proxy.url()
-    }
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -255,7 +231,7 @@ fn assert_cors_passed(run: &Value) -> BTreeMap<String, BTreeSet<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_on_another_origin_runs_the_sdk_through_the_fleet_and_a_foreign_origin_is_refused() {
-    let f = FleetBehindProxy::start(&["--allowed-origins", PAGE_ORIGINS]).await;
+    let f = ProxiedFleet::start(&["--allowed-origins", PAGE_ORIGINS]).await;
     let url = f.url();
     let report = blocking(move || drive(&url, &["--run", "session@localhost", "--run", "refused@127.0.0.1"])).await;
 
@@ -332,7 +308,7 @@ async fn a_page_signs_in_to_dev_mode_steps_up_and_keeps_its_session() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("dev-key.pem");
     let key = key.to_str().unwrap();
-    let f = FleetBehindProxy::start(&["--auth", "dev", "--dev-key-file", key, "--allowed-origins", PAGE_ORIGINS]).await;
+    let f = ProxiedFleet::start(&["--auth", "dev", "--dev-key-file", key, "--allowed-origins", PAGE_ORIGINS]).await;
     let url = f.url();
     let server = url.trim_end_matches("/mcp").to_owned();
     // A request the authorization endpoint refuses before it trusts the client (a parameter given twice, whose

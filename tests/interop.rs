@@ -12,7 +12,7 @@
 
 #![expect(clippy::expect_used, clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, RedisServer, RoundRobinProxy};
+use mcpfleet_fleetkit::ProxiedFleet;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,37 +96,12 @@ fn assert_steps(r: &Value, wanted: &[&[&str]]) {
     }
 }
 
-/// Three replicas on a Redis of their own behind a round-robin proxy, with the server's default limits and
-/// `extra` flags; the proxy's URL.
-struct FleetBehindProxy {
-    proxy: RoundRobinProxy,
-    _fleet: Fleet,
-    _redis: RedisServer,
-}
-
-impl FleetBehindProxy {
-    async fn start(extra: &[&str]) -> Self {
-        let redis = RedisServer::start();
-        let mut b = Fleet::builder().replicas(3).redis(redis.url()).server_limits().arg("--replicas").arg("3");
-        for a in extra {
-            b = b.arg(*a);
-        }
-        let fleet = b.start().await;
-        let proxy = RoundRobinProxy::start(fleet.bases()).await;
-        Self { proxy, _fleet: fleet, _redis: redis }
-    }
-
-    fn url(&self) -> String {
-        self.proxy.url()
-    }
-}
-
 /// A fleet of `--auth dev` replicas sharing one dev key (as replicas on one machine do).
-async fn dev_fleet() -> (FleetBehindProxy, tempfile::TempDir) {
+async fn dev_fleet() -> (ProxiedFleet, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("dev-key.pem");
     let key = key.to_str().unwrap();
-    (FleetBehindProxy::start(&["--auth", "dev", "--dev-key-file", key]).await, dir)
+    (ProxiedFleet::start(&["--auth", "dev", "--dev-key-file", key]).await, dir)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -151,7 +126,7 @@ const RESUME_AND_DELETE: [&[&str]; 2] = [&["resum"], &["delete", "terminate"]];
 /// on a fleet of its own, and checks its version and steps.
 async fn workflows(client: &'static str, script: &'static str, version: &str, generations: &[Option<&'static str>]) {
     for &generation in generations {
-        let f = FleetBehindProxy::start(&[]).await;
+        let f = ProxiedFleet::start(&[]).await;
         let mut args = vec!["--url".to_owned(), f.url()];
         if let Some(g) = generation {
             args.extend(["--generation".to_owned(), g.to_owned()]);
@@ -190,7 +165,7 @@ async fn typescript_client_2_runs_its_workflow_in_both_generations() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inspector_cli_lists_calls_and_reads_through_the_fleet() {
-    let f = FleetBehindProxy::start(&[]).await;
+    let f = ProxiedFleet::start(&[]).await;
     let url = f.url();
     let script = root().join("tests/interop/node/inspector.mjs");
     assert!(Path::new(&script).exists());

@@ -554,6 +554,18 @@ async fn redis_paused_or_stopped_gives_503_with_retry_after_and_recovers() {
     assert!(failures >= 3.0 && skipped >= 1.0);
 }
 
+/// Alice initializes on replica 0, then pings it three times while Redis is stopped (`SIGSTOP`): what the fail-open
+/// bucket lets through.
+async fn three_pings_with_redis_stopped(s: &JwtFleet) -> [Seen; 3] {
+    let url = s.fleet.urls()[0].clone();
+    let mut c = s.client("alice");
+    c.initialize(&url).await;
+    s.redis.signal("-STOP");
+    let statuses = [ping(&c, &url, 1).await, ping(&c, &url, 2).await, ping(&c, &url, 3).await];
+    s.redis.signal("-CONT");
+    statuses
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_open_decides_the_rate_on_a_local_share_and_counts_it() {
     let s = setup(
@@ -572,14 +584,9 @@ async fn fail_open_decides_the_rate_on_a_local_share_and_counts_it() {
         ],
     )
     .await;
-    let url = s.fleet.urls()[0].clone();
-    let mut c = s.client("alice");
-    c.initialize(&url).await;
-    s.redis.signal("-STOP");
     // This replica's share is 4 ÷ 2: two requests pass the bucket (and then fail closed on their session, 503),
     // the third is refused by the local bucket (429) without waiting for Redis.
-    let statuses = [ping(&c, &url, 1).await, ping(&c, &url, 2).await, ping(&c, &url, 3).await];
-    s.redis.signal("-CONT");
+    let statuses = three_pings_with_redis_stopped(&s).await;
     println!("fail open with Redis stopped: {:?}", statuses.iter().map(|r| r.status).collect::<Vec<_>>());
     assert_eq!(statuses.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 503, 429]);
     assert_limited(&statuses[2], "rate");
@@ -609,14 +616,9 @@ async fn the_replicas_count_themselves_and_the_fail_open_share_follows() {
         async move { counts(all).await == [3.0, 3.0, 3.0] }
     })
     .await;
-    let url = s.fleet.urls()[0].clone();
-    let mut c = s.client("alice");
-    c.initialize(&url).await;
-    s.redis.signal("-STOP");
     // This replica's share is 6 ÷ 3 (not 6 ÷ 1): two pass the local bucket (then fail closed on their session),
     // the third is refused.
-    let statuses = [ping(&c, &url, 1).await, ping(&c, &url, 2).await, ping(&c, &url, 3).await];
-    s.redis.signal("-CONT");
+    let statuses = three_pings_with_redis_stopped(&s).await;
     assert_eq!(statuses.iter().map(|r| r.status).collect::<Vec<_>>(), [503, 503, 429]);
     // A replica drains (SIGTERM): it removes its record, and the others count 2 at their next beat.
     s.fleet.replicas[2].terminate();

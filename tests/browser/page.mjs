@@ -15,6 +15,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { withDeadline } from '../interop/node/deadline.mjs';
 
 const STORE = 'mcpfleet-browser-test';
 const SIMPLE_TEXT = 'This is a simple text response for testing.';
@@ -64,14 +65,8 @@ class Run {
 
   async step(name, fn, { timeoutMs = 20_000 } = {}) {
     const t0 = performance.now();
-    let timer;
     try {
-      const detail = await Promise.race([
-        fn(),
-        new Promise((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`step timed out after ${timeoutMs} ms`)), timeoutMs);
-        }),
-      ]);
+      const detail = await withDeadline(fn, timeoutMs);
       const s = { name, ok: true, ms: Math.round(performance.now() - t0) };
       if (detail !== undefined) s.detail = detail;
       this.state.steps.push(s);
@@ -83,8 +78,6 @@ class Run {
       console.error(`[page] FAIL ${name}: ${err?.stack ?? err}`);
       this.save();
       throw new StepFailed(name);
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -2,7 +2,7 @@
 //! [`Scopes`]), what a tool may cost ([`Quota`], and the flag syntax of quotas and durations), which protocol
 //! revision a request speaks ([`ProtocolVersion`]), JSON-RPC error [`code`]s, and JSON as requests carry it
 //! ([`JsonObject`], [`parse_strict`]), the audit record of a call ([`AuditRecord`], [`AuditSink`]), and how bytes
-//! are spelled in hex ([`hex`]).
+//! are spelled in hex ([`hex`]), and how text goes into markup ([`escape_markup`]).
 //!
 //! It owns no behaviour that needs a runtime: it must not depend on tokio, axum, Redis or any other mcpfleet
 //! crate, so that auth, limits and the tools framework can share these types without depending on each other or
@@ -12,6 +12,7 @@ mod audit;
 pub mod code;
 mod hex;
 mod json;
+mod markup;
 mod principal;
 mod quota;
 pub mod time;
@@ -21,6 +22,7 @@ mod version;
 pub use audit::{AuditRecord, AuditSink};
 pub use hex::hex;
 pub use json::{JsonObject, parse_strict};
+pub use markup::escape_markup;
 pub use principal::{Principal, Scopes, user_key};
 pub use quota::{Quota, SyntaxError, parse_duration};
 pub use user::{UserKey, is_token_char};

@@ -544,6 +544,35 @@ impl FleetBuilder {
     }
 }
 
+/// Three process replicas on a Redis of their own, with the server's default limits and `extra` flags, behind a
+/// round-robin proxy: what a client sees of a fleet. Its fields drop in order, the proxy and the replicas first.
+#[derive(Debug)]
+pub struct ProxiedFleet {
+    pub proxy: RoundRobinProxy,
+    pub fleet: Fleet,
+    pub redis: RedisServer,
+}
+
+impl ProxiedFleet {
+    /// Starts it.
+    pub async fn start(extra: &[&str]) -> Self {
+        let redis = RedisServer::start();
+        let mut b = Fleet::builder().replicas(3).redis(redis.url()).server_limits();
+        for a in extra {
+            b = b.arg(*a);
+        }
+        let fleet = b.start().await;
+        let proxy = RoundRobinProxy::start(fleet.bases()).await;
+        Self { proxy, fleet, redis }
+    }
+
+    /// The proxy's `/mcp` URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        self.proxy.url()
+    }
+}
+
 /// A fleet of process replicas on a Redis of its own with `--auth jwt`, against an issuer publishing one Ed25519
 /// key: tests act as any principal by its `sub`. Its fields drop in order, the replicas first.
 #[derive(Debug)]

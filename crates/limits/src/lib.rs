@@ -236,10 +236,9 @@ impl Limiter {
     /// Within a tokio runtime, it starts the task that renews and frees the slots it hands out, and the one that
     /// renews this replica's membership record ([`members`]).
     pub fn new(store: Arc<dyn LimitStore>, cfg: LimitsConfig, metrics: LimitMetrics) -> Self {
-        let me = format!("{:032x}", rand::random::<u128>());
         Self {
             leases: leases::Leases::start(store.clone(), cfg.slot_ttl),
-            members: members::Members::start(store.clone(), me, metrics.replicas_gauge()),
+            members: members::Members::start(store.clone(), metrics.replicas_gauge()),
             store,
             cfg,
             metrics,

@@ -24,16 +24,12 @@ pub(crate) struct Members {
 }
 
 impl Members {
-    /// Starts renewing this replica's record (id `me`), when there is a runtime to run it on.
-    pub(crate) fn start(store: Arc<dyn LimitStore>, me: String, gauge: prometheus::IntGauge) -> Arc<Self> {
-        let members = Arc::new(Self {
-            me: me.clone(),
-            store: store.clone(),
-            live: AtomicU32::new(0),
-            left: AtomicBool::new(false),
-        });
+    /// Starts renewing this replica's record (under a random id), when there is a runtime to run it on.
+    pub(crate) fn start(store: Arc<dyn LimitStore>, gauge: prometheus::IntGauge) -> Arc<Self> {
+        let me = format!("{:032x}", rand::random::<u128>());
+        let members = Arc::new(Self { me, store, live: AtomicU32::new(0), left: AtomicBool::new(false) });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(beat(store, me, Arc::downgrade(&members), gauge));
+            rt.spawn(beat(Arc::downgrade(&members), gauge));
         }
         members
     }
@@ -60,7 +56,7 @@ impl Members {
     }
 }
 
-async fn beat(store: Arc<dyn LimitStore>, me: String, members: Weak<Members>, gauge: prometheus::IntGauge) {
+async fn beat(members: Weak<Members>, gauge: prometheus::IntGauge) {
     let mut tick = tokio::time::interval(BEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -69,7 +65,7 @@ async fn beat(store: Arc<dyn LimitStore>, me: String, members: Weak<Members>, ga
         if m.left.load(Ordering::Acquire) {
             return;
         }
-        match tokio::time::timeout(BEAT, store.heartbeat(&me, RECORD_TTL)).await {
+        match tokio::time::timeout(BEAT, m.store.heartbeat(&m.me, RECORD_TTL)).await {
             Ok(Ok(n)) => {
                 let n = u32::try_from(n).unwrap_or(u32::MAX);
                 let was = m.live.swap(n, Ordering::AcqRel);

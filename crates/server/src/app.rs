@@ -164,13 +164,9 @@ impl Server {
         let ready = instruments.transport.ready_gauge();
         let built = crate::build_state_with(&cfg, checked, db, instruments, store).await?;
         // A database found unusable after the start stops this replica, as the process would stop.
-        let (fired, stop) = (built.fatal.fired(), built.state.shutdown.clone());
-        tokio::spawn(async move {
-            fired.cancelled().await;
-            stop.cancel();
-        });
+        built.fatal.cancels(built.state.shutdown.clone());
         let readiness = Readiness::new(built.state.shutdown.clone(), ready);
-        readiness.serving(built.state.store.clone(), built.state.auth.clone(), true);
+        readiness.serving(built.state.store.clone(), built.state.auth.clone());
         Ok(App { cfg, built, readiness })
     }
 

@@ -157,9 +157,13 @@ impl Fatal {
         self.fired.cancel();
     }
 
-    /// Fires when a background check failed for good.
-    pub(crate) fn fired(&self) -> CancellationToken {
-        self.fired.clone()
+    /// Cancels `stop` (the drain, or an embedder's shutdown) when a background check fails for good.
+    pub(crate) fn cancels(&self, stop: CancellationToken) {
+        let fired = self.fired.clone();
+        tokio::spawn(async move {
+            fired.cancelled().await;
+            stop.cancel();
+        });
     }
 
     /// The error that fired it, once.

@@ -57,7 +57,8 @@ pub enum ServerError {
     /// failure): exit 69. A process started by [`Server::run`] waits for a Redis that is away.
     #[error("cannot reach Redis: {0}")]
     Store(#[source] StateError),
-    /// PostgreSQL unreachable at start: exit 69.
+    /// PostgreSQL refusing the connection at start for good (a wrong password or role, TLS; one merely away is
+    /// waited for in the background): exit 69.
     #[error("{0}")]
     Database(#[source] mcpfleet_db::DbError),
     /// The database schema is behind this binary (or was edited): exit 78.
@@ -211,8 +212,8 @@ pub(crate) async fn build_state_with(
 }
 
 /// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled
-/// spans (parent-based; a new root trace sampled at `--trace-sample-ratio`) go out in batches over OTLP/HTTP; without one nothing is recorded, but every span
-/// still gets real W3C ids, which the logs and tool errors carry.
+/// spans (parent-based; a new root trace sampled at `--trace-sample-ratio`) go out in batches over OTLP/HTTP;
+/// without one nothing is recorded, but every span still gets real W3C ids, which the logs and tool errors carry.
 ///
 /// # Errors
 /// The exporter cannot be built.
@@ -418,7 +419,7 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
-        readiness.serving(state.store.clone(), state.auth.clone(), true);
+        readiness.serving(state.store.clone(), state.auth.clone());
         starting.end().await;
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
         tracing::info!(listen = %addr, admin = %admin_addr, workers, "serving MCP on /mcp");
@@ -426,11 +427,7 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
             print_dev_token(issuer, &state);
         }
         // A database found unusable after the start ends the process as it would have at start, through the drain.
-        let (fired, d) = (fatal.fired(), draining.clone());
-        tokio::spawn(async move {
-            fired.cancelled().await;
-            d.cancel();
-        });
+        fatal.cancels(draining.clone());
         let delay = cfg.drain_delay;
         let (d, s) = (draining.clone(), shutdown.clone());
         let tasks = state.tasks.clone();

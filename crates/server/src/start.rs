@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Every metric of one replica, registered once in the registry the admin listener serves (with the process's
 /// own metrics on Linux).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Instruments {
     pub(crate) registry: Registry,
     pub(crate) store: StoreMetrics,

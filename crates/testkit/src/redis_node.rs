@@ -2,7 +2,7 @@
 //! `redis-cli` with a deadline, and waiting for a condition with a panic that says which step, which node and why.
 
 use std::fmt;
-use std::fs::{self, File};
+use std::fs;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -69,7 +69,6 @@ impl RedisNode {
         for _ in 0..START_ATTEMPTS {
             let ports = free_ports(ports);
             let port = ports[0];
-            let stdio = File::create(dir.path().join(STDIO_FILE)).expect("create the node's stdio log");
             let mut command = command(dir.path(), &ports);
             if let Some(netns) = netns {
                 let mut wrapped = Command::new("ip");
@@ -78,12 +77,7 @@ impl RedisNode {
             }
             let argv: Vec<std::ffi::OsString> =
                 std::iter::once(command.get_program()).chain(command.get_args()).map(ToOwned::to_owned).collect();
-            let mut child = command
-                .stdin(Stdio::null())
-                .stdout(stdio.try_clone().expect("clone a file handle"))
-                .stderr(stdio)
-                .spawn()
-                .expect("spawn redis-server (is it installed? .ci/run installs it)");
+            let mut child = launch(&argv, dir.path());
             let pid = child.id();
             let deadline = Instant::now() + STEP_TIMEOUT;
             loop {
@@ -148,17 +142,7 @@ impl RedisNode {
     /// It is still running, or it does not answer within 20 s (someone took its port meanwhile).
     pub fn start_again(&self) {
         assert!(!self.is_running(), "{self} is still running");
-        let stdio = fs::OpenOptions::new()
-            .append(true)
-            .open(self.dir.path().join(STDIO_FILE))
-            .expect("open the node's stdio log");
-        let child = Command::new(&self.argv[0])
-            .args(&self.argv[1..])
-            .stdin(Stdio::null())
-            .stdout(stdio.try_clone().expect("clone a file handle"))
-            .stderr(stdio)
-            .spawn()
-            .expect("spawn redis-server again");
+        let child = launch(&self.argv, self.dir.path());
         let pid = child.id();
         *self.child() = child;
         self.pid.store(pid, std::sync::atomic::Ordering::Release);
@@ -274,6 +258,19 @@ impl Drop for RedisNode {
 }
 
 /// Whether `INFO server` output comes from process `pid`.
+/// Runs `argv` with its output appended to the node's stdio log in `dir`.
+fn launch(argv: &[std::ffi::OsString], dir: &Path) -> Child {
+    let stdio =
+        fs::OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE)).expect("open the node's stdio log");
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(stdio.try_clone().expect("clone a file handle"))
+        .stderr(stdio)
+        .spawn()
+        .expect("spawn redis-server (is it installed? .ci/run installs it)")
+}
+
 fn answers_as(info: &str, pid: u32) -> bool {
     info.lines().any(|l| l.trim_end().strip_prefix("process_id:") == Some(pid.to_string().as_str()))
 }

@@ -48,18 +48,7 @@ pub fn stripped(c: char) -> bool {
 /// `s` with the stripped characters removed and the markup characters escaped.
 #[must_use]
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars().filter(|c| !stripped(*c)) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    mcpfleet_core::escape_markup(s.chars().filter(|c| !stripped(*c)))
 }
 
 /// The envelope around `items`, from `source` (a tool name), with a fresh random boundary.

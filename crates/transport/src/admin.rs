@@ -41,7 +41,7 @@ pub struct Readiness {
 }
 
 /// How often the store is probed, and how long a probe may take.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Readiness {
     /// Not ready until [`serving`](Self::serving); not ready once `draining` fires.
@@ -57,14 +57,13 @@ impl Readiness {
         })
     }
 
-    /// The serving state is built: from now on readiness follows `store` (probed every second, off the request
-    /// path, until the drain) and `auth`. `store_ok` is whether the store has just answered. Only the first call
-    /// counts.
-    pub fn serving(self: &Arc<Self>, store: Arc<dyn Store>, auth: Arc<dyn Authenticator>, store_ok: bool) {
+    /// The serving state is built, on a store that has just answered: from now on readiness follows `store`
+    /// (probed every second, off the request path, until the drain) and `auth`. Only the first call counts.
+    pub fn serving(self: &Arc<Self>, store: Arc<dyn Store>, auth: Arc<dyn Authenticator>) {
         if self.serving.set((store, auth)).is_err() {
             return;
         }
-        self.store_ok.store(store_ok, Ordering::Release);
+        self.store_ok.store(true, Ordering::Release);
         if !self.probing.swap(true, Ordering::AcqRel) {
             tokio::spawn(self.clone().probe());
         }
@@ -208,7 +207,7 @@ mod tests {
         assert_eq!(status().await, StatusCode::SERVICE_UNAVAILABLE, "starting");
         assert_eq!(metrics.ready_gauge().get(), 0);
         let keys = Arc::new(Keys(AtomicBool::new(false)));
-        r.serving(Arc::new(mcpfleet_state::MemoryStore::new()), keys.clone(), true);
+        r.serving(Arc::new(mcpfleet_state::MemoryStore::new()), keys.clone());
         assert_eq!(r.verdict(), Err("token verification keys not loaded\n"));
         assert_eq!(status().await, StatusCode::SERVICE_UNAVAILABLE);
         keys.0.store(true, Ordering::Release);

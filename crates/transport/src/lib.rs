@@ -37,7 +37,7 @@ mod tasks;
 mod trace;
 mod well_known;
 
-pub use admin::{AdminState, PROBE_INTERVAL, Readiness, admin_router};
+pub use admin::{AdminState, Readiness, admin_router};
 pub use drain::{DRAIN_MAX_BYTES, DRAIN_MAX_TIME};
 pub use error::{TransportError, code};
 pub use mcpfleet_auth::{AuthError, Authenticator, NoAuth, Principal, ProtectedResource};

@@ -6,6 +6,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { withDeadline } from './deadline.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The npm tools directory: `.tools` at the workspace root, or `$MCP_TOOLS_DIR`. */
@@ -176,14 +177,8 @@ export class Steps {
   async step(name, fn, { timeoutMs = 30_000 } = {}) {
     this.current = name;
     const t0 = Date.now();
-    let timer;
     try {
-      const detail = await Promise.race([
-        fn(),
-        new Promise((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`step timed out after ${timeoutMs} ms`)), timeoutMs);
-        }),
-      ]);
+      const detail = await withDeadline(fn, timeoutMs);
       const s = { name, ok: true, ms: Date.now() - t0 };
       if (detail !== undefined) s.detail = detail;
       this.steps.push(s);
@@ -191,7 +186,6 @@ export class Steps {
     } catch (err) {
       this.fail(name, err);
     } finally {
-      clearTimeout(timer);
       this.current = undefined;
     }
   }

@@ -46,18 +46,7 @@ fn quality(accept: &str, kind: &str, sub: &str) -> f32 {
 
 /// `s` safe in HTML text and attribute values.
 fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    mcpfleet_core::escape_markup(s.chars())
 }
 
 impl OAuthError {
