@@ -852,3 +852,32 @@ async fn the_sample_ratio_decides_new_traces_and_callers_decide_theirs() {
         assert_eq!(n > 0, exported, "{traceparent:?}: {n} exports");
     }
 }
+
+/// A supervisor that reads where the replica listens and then closes its end of stdout (a shell's `| head -1`, a
+/// test helper) does not stop it: with `--auth dev`, the dev token is written to that closed pipe after the reader
+/// has gone, and the replica goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_stdout_reader_leaves_serves_on() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    mcpfleet_fleetkit::init_tls();
+    let mut child = Command::new(mcpfleet_fleetkit::server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--auth", "dev"])
+        .args(["--fixtures", "conformance"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    // The reader is gone (dropped above): the second line and the dev token meet a closed pipe.
+    let addr = first.trim().strip_prefix("listening on ").expect("the first line says where").to_owned();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let alive = child.try_wait().unwrap();
+    let (status, _, _) = initialize(&format!("http://{addr}/mcp")).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(alive, None, "the replica exited when its stdout's reader left");
+    // Without a token, the dev replica challenges: it answers, so it serves.
+    assert_eq!(status, 401);
+}

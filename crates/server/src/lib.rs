@@ -258,12 +258,26 @@ fn init_tracing(cfg: &Config) -> log::LogGuard {
     guard
 }
 
+/// Writes `lines` and a newline on stdout in one write, for a supervisor (or a test) that reads where the replica
+/// listens. A reader that has gone (a closed pipe) is no reason to stop serving: the error is logged, not raised,
+/// where `println!` would panic (and a two-line `println!` is two writes, the second after the reader may have left).
+pub(crate) fn announce(lines: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let text = format!("{lines}\n");
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        tracing::warn!(error = %e, "cannot write to stdout (has its reader gone?): serving on");
+    }
+}
+
 /// `--auth dev`: one ready-to-use token, with every scope the server knows, on the third line of stdout.
 fn print_dev_token(issuer: &DevIssuer, state: &AppState) {
     let scope = state.config.protected_resource.as_ref().map(|p| p.scopes_supported.join(" ")).unwrap_or_default();
     let name = &state.config.server_name;
     match issuer.mint("dev", &scope, None, std::time::Duration::from_secs(24 * 3600)) {
-        Ok(token) => println!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `{name} token`): {token}"),
+        Ok(token) => {
+            announce(&format!("dev token (sub=dev, scope=\"{scope}\", 24 h; mint more with `{name} token`): {token}"))
+        }
         Err(e) => tracing::error!(error = %e, "cannot mint the dev token"),
     }
 }

@@ -131,7 +131,7 @@ impl Starting {
 
     fn announce(&mut self) {
         if let Some(lines) = self.announce.take() {
-            println!("{lines}");
+            crate::announce(&lines);
         }
     }
 

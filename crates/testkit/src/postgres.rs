@@ -28,6 +28,9 @@ pub struct PostgresServer {
     bin: PathBuf,
     /// The user that runs `initdb`, `pg_ctl` and the server, when we are root; `None` to run them as ourselves.
     run_as: Option<String>,
+    /// Its port while it is away ([`stop`](Self::stop), [`kill`](Self::kill)): bound, never listening, so that a
+    /// client is refused as by a server that is down, and no other server of a parallel test takes the port.
+    held: std::sync::Mutex<Option<crate::redis_node::PortHold>>,
     dir: tempfile::TempDir,
 }
 
@@ -64,7 +67,7 @@ impl PostgresServer {
         if let Some(user) = &run_as {
             chown_tree(dir.path(), user);
         }
-        let mut me = Self { port: 0, tls, bin, run_as, dir };
+        let mut me = Self { port: 0, tls, bin, run_as, held: std::sync::Mutex::default(), dir };
         me.init_cluster();
         for _ in 0..5 {
             me.port = crate::redis_node::free_ports(1)[0];
@@ -128,17 +131,23 @@ impl PostgresServer {
     }
 
     /// Stops the server at once (`pg_ctl stop -m immediate`, like a crash: no checkpoint), keeping its data dir
-    /// for [`start_again`](Self::start_again).
+    /// and its port for [`start_again`](Self::start_again): until then, connecting is refused.
     ///
     /// # Panics
     /// If `pg_ctl` fails, e.g. because the server is not running.
     pub fn stop(&self) {
         let out = self.pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "30"]);
         assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        self.hold_port();
     }
 
-    /// Kills the postmaster with SIGKILL, to simulate a crash. Its backends notice and exit on their own;
-    /// [`start_again`](Self::start_again) waits for them.
+    fn hold_port(&self) {
+        *self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(crate::redis_node::PortHold::new(self.port));
+    }
+
+    /// Kills the postmaster with SIGKILL, to simulate a crash, keeping its port as [`stop`](Self::stop) does. Its
+    /// backends notice and exit on their own; [`start_again`](Self::start_again) waits for them.
     ///
     /// # Panics
     /// If the server is not running or cannot be signalled.
@@ -158,14 +167,16 @@ impl PostgresServer {
         // A dead postmaster that nobody reaps stays a zombie, which looks alive to the next one's lock file check.
         let _ = fs::remove_file(pid_file);
         let _ = fs::remove_file(self.dir.path().join(format!(".s.PGSQL.{}.lock", self.port)));
+        self.hold_port();
     }
 
     /// Starts the server again, after [`stop`](Self::stop) or [`kill`](Self::kill), on the same port and data
     /// dir, and waits until it accepts connections (after crash recovery).
     ///
     /// # Panics
-    /// If it does not come up within 30 s, e.g. because the port was taken meanwhile.
+    /// If it does not come up within 30 s.
     pub fn start_again(&self) {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             // After a kill, the old backends may hold the shared memory for a moment: the new postmaster refuses.

@@ -303,6 +303,33 @@ pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     listeners.iter().map(|l| l.local_addr().expect("a bound address").port()).collect()
 }
 
+/// A loopback port bound and not listening, until dropped: connecting to it is refused (as to a server that is
+/// down), and no one else binds it meanwhile. A server that stops for a while keeps its port so.
+#[derive(Debug)]
+pub(crate) struct PortHold(
+    #[expect(dead_code, reason = "held for its binding, until dropped")] Option<tokio::net::TcpSocket>,
+);
+
+impl PortHold {
+    /// Binds `port` (with `SO_REUSEADDR`, beside the server's connections in `TIME_WAIT`). The dying server's
+    /// processes may hold it for a moment: it tries for up to 5 s, then holds nothing.
+    pub(crate) fn new(port: u16) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let bound = tokio::net::TcpSocket::new_v4().and_then(|s| {
+                s.set_reuseaddr(true)?;
+                s.bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+                Ok(s)
+            });
+            match bound {
+                Ok(s) => return Self(Some(s)),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => return Self(None),
+            }
+        }
+    }
+}
+
 /// How `redis-cli` and clients reach the nodes of a topology: the host they serve on, the CA that signed their
 /// certificate when they speak TLS only, and the ACL user to log in as (data nodes only: a Sentinel has none).
 #[derive(Debug, Clone)]
