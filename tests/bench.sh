@@ -31,7 +31,7 @@ BENCH=target/release/mcpfleet-bench
 RMCP=target/release/rmcp-baseline
 
 TMP="$(mktemp -d)"
-PIDS=()
+. tests/bench-lib.sh
 HA_PIDS=()
 BINS=("$BIN")
 if [[ -n "${BASE_BIN:-}" ]]; then
@@ -44,22 +44,13 @@ elif [[ -n "${BASE:-}" ]]; then
 fi
 cleanup() {
   [[ -n "${BASE:-}" ]] && git worktree remove --force "$TMP/base" 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n "${REDIS_PID:-}" ]] && kill "$REDIS_PID" 2>/dev/null || true
   for p in "${HA_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [[ -n "${PGDIR:-}" ]] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" stop -m immediate >/dev/null 2>&1 || true
-  [[ -n "${PGDIR:-}" ]] && rm -rf "$PGDIR"
+  bench_stop_all
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-REDIS_PORT="$(free_port)"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
-REDIS_PID=$!
-REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+bench_redis_start
 
 # A 6-node Redis Cluster (3 masters, 3 replicas) and a Sentinel setup (a master, a replica, 3 sentinels), for the
 # setups that compare them with the standalone Redis above.
@@ -101,29 +92,6 @@ done
 for _ in $(seq 100); do redis-cli -p "${SENTINELS[0]#*:}" sentinel get-master-addr-by-name bench >/dev/null 2>&1 && break; sleep 0.1; done
 CLUSTER_FLAGS=(--redis-mode cluster --redis-nodes "$(IFS=,; echo "${CLUSTER_SEEDS[*]}")")
 SENTINEL_FLAGS=(--redis-mode sentinel --redis-nodes "$(IFS=,; echo "${SENTINELS[*]}")" --redis-sentinel-master bench)
-
-# start_replica ARGS... : starts one replica, appends its pid to PIDS and its URL to URLS.
-start_replica() {
-  local n="${#PIDS[@]}"
-  # The rate limit stays on (every request is admitted as in production) but out of reach, and the caps are off:
-  # one principal drives the load. A setup's own flags override these (they are environment defaults).
-  MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
-    MCPFLEET_MAX_INFLIGHT_PER_USER=0 MCPFLEET_FIXTURES=conformance \
-    "${SERVER_BIN:-$BIN}" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "$LOG" "$@" \
-    >"$TMP/out.$n" 2>"$TMP/err.$n" &
-  PIDS+=($!)
-  for _ in $(seq 100); do grep -q '^listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
-  for _ in $(seq 100); do grep -q '^admin listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
-  URLS+=("http://$(sed -n 's/^listening on //p' "$TMP/out.$n")/mcp")
-  ADMINS+=("http://$(sed -n 's/^admin listening on //p' "$TMP/out.$n")/metrics")
-}
-
-stop_replicas() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  PIDS=()
-  URLS=()
-  ADMINS=()
-}
 
 # selected LABEL: whether ONLY (a regex, when set) lets this setup run.
 selected() { [[ -z "${ONLY:-}" || "$1" =~ $ONLY ]]; }
@@ -198,24 +166,9 @@ run_rmcp() {
   local label="$1"
   selected "$label" || return 0
   take_header
-  "$RMCP" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
-  local pid=$!
-  for _ in $(seq 100); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
-  "$BENCH" --url "http://$(sed -n 's/^listening on //p' "$TMP/rmcp.out")/mcp" --pid "$pid" --sessions "$SESSIONS" \
-    --secs "$SECS" --label "$label" $HEADER
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-
-# The CPU time of the bench's PostgreSQL (the postmaster and every backend), in ms.
-pg_cpu_ms() {
-  [[ -z "${PG_MASTER:-}" ]] && { echo 0; return; }
-  local total=0 p t
-  for p in "$PG_MASTER" $(pgrep -P "$PG_MASTER"); do
-    t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)"
-    total=$(( total + t ))
-  done
-  echo $(( total * 1000 / $(getconf CLK_TCK) ))
+  rmcp_start
+  "$BENCH" --url "$RMCP_URL" --pid "$RMCP_PID" --sessions "$SESSIONS" --secs "$SECS" --label "$label" $HEADER
+  rmcp_stop
 }
 
 KEY="$TMP/dev-key.pem"
@@ -223,17 +176,7 @@ KEY="$TMP/dev-key.pem"
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
 
-# PostgreSQL of its own (initdb refuses root: it runs as the postgres user), migrated, with the demo data.
-PGBIN=/usr/lib/postgresql/15/bin
-PGDIR="$(mktemp -d /tmp/mcpfleet-bench-pg.XXXXXX)"
-chown postgres "$PGDIR"
-PG_PORT="$(free_port)"
-runuser -u postgres -- "$PGBIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w start \
-  -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDIR -c max_connections=200" >/dev/null
-DB_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
-PG_MASTER="$(head -1 "$PGDIR/data/postmaster.pid")"
-"$BIN" migrate --database-url "$DB_URL" >/dev/null
+bench_postgres_start "$BIN"
 "$BIN" demo-data --database-url "$DB_URL" --scale 1
 RTOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope 'mcp:access tools:read tools:write' --ttl 1h)"
 

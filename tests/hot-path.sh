@@ -1,12 +1,13 @@
-# Sourced by tests/callgrind.sh and tests/flamegraph.sh (tests/admit-cost.sh takes its free_port): a Redis of its
-# own and one replica serving the full stack's hot path but the database (JWT, the bucket, a quota and the in-flight
-# cap in force, the conformance fixtures), for a profiler to watch under mcpfleet-bench.
+# Sourced by tests/callgrind.sh and tests/flamegraph.sh (tests/admit-cost.sh takes its free_port, from
+# tests/bench-lib.sh): a Redis of its own and one replica serving the full stack's hot path but the database (JWT,
+# the bucket, a quota and the in-flight cap in force, the conformance fixtures), for a profiler to watch under
+# mcpfleet-bench.
 #
 #   hot_path_start BIN [WRAPPER...]   # starts both in $TMP (which the caller owns and removes)
 # Sets REDIS_PID, SERVER_PID (the wrapper's, when there is one), TOKEN, MCP_URL and ADMIN_PORT.
 # hot_path_stop stops both.
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh" # free_port
 
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 

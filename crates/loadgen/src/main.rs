@@ -83,6 +83,12 @@ struct Args {
     /// Print the Markdown table header before the row.
     #[arg(long)]
     header: bool,
+    /// Print the report as one line of JSON instead of a Markdown row (for scripts: `tests/cost.sh`). Its fields:
+    /// `label`, `calls`, `secs`, `calls_per_sec`, `ok`, `p50_ms`, `p95_ms`, `p99_ms`, `max_ms`,
+    /// `server_cpu_ms_per_call`, `redis_round_trips_per_call`, `redis_cmds_per_call`, `redis_cpu_ms_per_call` (each
+    /// `null` when not measured), `too_many` (429s) and `errors` (by kind).
+    #[arg(long)]
+    json: bool,
     /// The protocol generation: `2025` (sessions, 2025-11-25) or `2026` (stateless, 2026-07-28).
     #[arg(long, default_value = "2025", value_parser = ["2025", "2026"])]
     generation: String,
@@ -511,20 +517,46 @@ async fn measure(
     let ok = kinds.get(&Kind::Ok).copied().unwrap_or(0) as f64;
     let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
     let cpu: Option<f64> = cpu0.iter().zip(&cpu1).map(|(a, b)| Some(b.as_ref()? - a.as_ref()?)).sum();
-    let cpu_per_call = cpu.filter(|_| total > 0.0).map_or("-".to_owned(), |c| format!("{:.3}", c / total * 1e3));
-    let (redis_per_call, redis_cpu_per_call) = match (redis0, redis1) {
-        (Some(a), Some(b)) if total > 0.0 => (
-            format!("{:.2}", (b.commands - a.commands) as f64 / total),
-            format!("{:.4}", (b.cpu_seconds - a.cpu_seconds) / total * 1e3),
-        ),
-        _ => ("-".to_owned(), "-".to_owned()),
+    let cpu_ms = cpu.filter(|_| total > 0.0).map(|c| c / total * 1e3);
+    let (redis_cmds, redis_cpu_ms) = match (redis0, redis1) {
+        (Some(a), Some(b)) if total > 0.0 => {
+            (Some((b.commands - a.commands) as f64 / total), Some((b.cpu_seconds - a.cpu_seconds) / total * 1e3))
+        }
+        _ => (None, None),
     };
-    let trips_per_call = match (trips0, trips1) {
-        (Some(a), Some(b)) if total > 0.0 => format!("{:.2}", (b - a) / total),
-        _ => "-".to_owned(),
+    let trips = match (trips0, trips1) {
+        (Some(a), Some(b)) if total > 0.0 => Some((b - a) / total),
+        _ => None,
     };
+    let fixed = |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+    let (cpu_per_call, redis_per_call, redis_cpu_per_call, trips_per_call) =
+        (fixed(cpu_ms, 3), fixed(redis_cmds, 2), fixed(redis_cpu_ms, 4), fixed(trips, 2));
     let errors: Vec<String> = kinds.iter().filter(|(k, _)| **k != Kind::Ok).map(|(k, n)| format!("{k}: {n}")).collect();
     let too_many = kinds.get(&Kind::Http(429)).copied().unwrap_or(0);
+    if a.json {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let errors: BTreeMap<String, u64> =
+            kinds.iter().filter(|(k, _)| **k != Kind::Ok).map(|(k, n)| (k.to_string(), *n)).collect();
+        let row = json!({
+            "label": a.label,
+            "calls": total,
+            "secs": elapsed.as_secs_f64(),
+            "calls_per_sec": total / elapsed.as_secs_f64(),
+            "ok": ok,
+            "p50_ms": ms(quantile(&lat, 0.50)),
+            "p95_ms": ms(quantile(&lat, 0.95)),
+            "p99_ms": ms(quantile(&lat, 0.99)),
+            "max_ms": ms(lat.last().copied().unwrap_or_default()),
+            "server_cpu_ms_per_call": cpu_ms,
+            "redis_round_trips_per_call": trips,
+            "redis_cmds_per_call": redis_cmds,
+            "redis_cpu_ms_per_call": redis_cpu_ms,
+            "too_many": too_many,
+            "errors": errors,
+        });
+        println!("{row}");
+        return Ok(());
+    }
     if a.header {
         println!(
             "| setup | calls/s | ok | p50 ms | p95 ms | p99 ms | max ms | server CPU ms/call | Redis round trips/call | Redis cmds/call | Redis CPU ms/call | 429 | errors |"

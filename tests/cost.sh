@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Cost per call, side by side (issue 32): CPU per tools/call on each side — rmcp's own server, the replica(s), Redis
+# — measured in alternating pairs in one run, with the ratios the targets are stated in, and their medians.
+#
+#   tests/cost.sh                       # 5 pairs, 8 s per setup, 16 sessions
+#   PAIRS=7 SECS=10 tests/cost.sh
+#   ROWS=/tmp/rows.jsonl tests/cost.sh  # also keeps every run's raw figures (mcpfleet-bench --json), one per line
+#
+# Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
+# machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
+#   rmcp        rmcp 3.11's Streamable HTTP server (crates/rmcp-baseline): in-process sessions, no auth, no store
+#   1 replica   Redis, JWT (--auth dev, verified and cached per token), the bucket, the in-flight cap and a quota on
+#               the tool, all in force and out of the one principal's reach
+#   1 + audit   the same, with the audit trail on PostgreSQL
+#   3 replicas  the first, three times, requests round-robin over them
+# The report (tests/cost-report.py) gives each pair's figures and the medians of the ratios, per pair:
+#   1. replica CPU / rmcp server CPU          target <= 0.8 (<= 1.0 with the audit trail)
+#   2. Redis CPU per call                     target <= 0.010 ms
+#   3. 3 replicas' CPU / 1 replica's, a call  target <= 1.2
+# CPU is user + system time from /proc (the replicas summed), and Redis's from INFO cpu, over the measured window.
+# Calls/s is printed, never targeted: on two shared cores the load generator, Redis and PostgreSQL share the CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PAIRS="${PAIRS:-5}"
+SECS="${SECS:-8}"
+SESSIONS="${SESSIONS:-16}"
+LOG="${LOG:-info}"
+
+cargo build --release -q -p mcpfleet -p mcpfleet-loadgen -p mcpfleet-rmcp-baseline
+BIN=target/release/mcpfleet
+BENCH=target/release/mcpfleet-bench
+RMCP=target/release/rmcp-baseline
+
+TMP="$(mktemp -d)"
+. tests/bench-lib.sh
+trap 'bench_stop_all; rm -rf "$TMP"' EXIT
+bench_redis_start
+bench_postgres_start "$BIN"
+KEY="$TMP/dev-key.pem"
+export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
+TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
+FULL=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --max-inflight-per-user 100000
+  --quota test_simple_text=1000000000/1h)
+ROWS="${ROWS:-$TMP/rows.jsonl}"
+: >"$ROWS"
+
+# measure PAIR SETUP: one run of SETUP, its figures appended to ROWS.
+measure() {
+  local pair="$1" setup="$2" args=() pg_before
+  case "$setup" in
+    rmcp)
+      rmcp_start
+      args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
+    "1 replica") start_replica "${FULL[@]}" ;;
+    "1 + audit") start_replica "${FULL[@]}" --database-url "$DB_URL" ;;
+    "3 replicas") for _ in 1 2 3; do start_replica "${FULL[@]}"; done ;;
+  esac
+  if [[ "$setup" != rmcp ]]; then
+    for u in "${URLS[@]}"; do args+=(--url "$u"); done
+    for p in "${PIDS[@]}"; do args+=(--pid "$p"); done
+    args+=(--token "$TOKEN" --redis-url "$REDIS_URL")
+  fi
+  pg_before="$(pg_cpu_ms)"
+  "$BENCH" "${args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$setup" --json \
+    | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(pair=int(sys.argv[1]), pg_cpu_ms=int(sys.argv[2])); print(json.dumps(r))' \
+      "$pair" "$(( $(pg_cpu_ms) - pg_before ))" >>"$ROWS"
+  if [[ "$setup" == rmcp ]]; then rmcp_stop; else stop_replicas; fi
+}
+
+SETUPS=("rmcp" "1 replica" "1 + audit" "3 replicas")
+echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, test_simple_text, log level $LOG, $(nproc) cores" >&2
+for pair in $(seq "$PAIRS"); do
+  order=("${SETUPS[@]}")
+  if (( pair % 2 == 0 )); then order=("3 replicas" "1 + audit" "1 replica" "rmcp"); fi
+  for setup in "${order[@]}"; do
+    echo "pair $pair: $setup" >&2
+    measure "$pair" "$setup"
+  done
+done
+python3 tests/cost-report.py "$ROWS"
