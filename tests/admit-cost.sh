@@ -21,9 +21,13 @@ trap 'kill $VG 2>/dev/null || true; wait $VG 2>/dev/null || true; rm -rf "$TMP"'
 R=(redis-cli -p "$port")
 for _ in $(seq 100); do "${R[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
 B='<p>{u:bench}'
-# A live session with most of its idle TTL left: a touch reads it and writes nothing.
-"${R[@]}" hset "$B:s:sid1" ttl 3600000 pv 2025-11-25 caps '{"roots":{}}' info '{}' created 0 n 0 >/dev/null
-"${R[@]}" pexpire "$B:s:sid1" 3800000 >/dev/null
+# An empty Redis but for a live session with most of its idle TTL left: a touch reads it and writes nothing. Each
+# script starts from it, so variants that lay their keys out differently do not meet each other's.
+fresh() {
+  "${R[@]}" flushall >/dev/null
+  "${R[@]}" hset "$B:s:sid1" ttl 3600000 pv 2025-11-25 caps '{"roots":{}}' info '{}' created 0 n 0 >/dev/null
+  "${R[@]}" pexpire "$B:s:sid1" 3800000 >/dev/null
+}
 
 # Instructions per call of `redis-benchmark ARGS...` (after an unmeasured warm-up).
 cost() {
@@ -42,8 +46,9 @@ cost() {
 
 echo "| script | admission | bucket | touch | slot | window | release | fixed |"
 echo "|---|---|---|---|---|---|---|---|"
-keys=(7 "$B:tb" "$B:s:sid1" "$B:ev:sid1" "$B:ls:sid1" "$B:ss" "$B:cc" "$B:q:t")
+keys=(7 "$B:tb" "$B:cc" "$B:q:t" "$B:s:sid1" "$B:ev:sid1" "$B:ls:sid1" "$B:ss")
 for f in "$@"; do
+  fresh
   sha="$("${R[@]}" script load "$(cat "$f")")"
   # ARGV: capacity, per_second, slot cap, slot token, slot ttl, window limit, window ms, op, session id, releases.
   run() { cost evalsha "$sha" "${keys[@]}" "$@"; }

@@ -52,8 +52,9 @@ pg_cpu_ms() {
 start_replica() {
   local n="${#PIDS[@]}"
   # The rate limit stays on (every request is admitted as in production) but out of reach, and the caps are off:
-  # one principal drives the load. A setup's own flags override these (they are environment defaults).
-  MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
+  # one principal drives the load. A setup's own flags override these (they are environment defaults). No drain
+  # delay: a replica stops at once when its setup is done.
+  MCPFLEET_DRAIN_DELAY=0s MCPFLEET_RATE_BURST=1000000 MCPFLEET_RATE_PER_SECOND=1000000 MCPFLEET_MAX_SESSIONS_PER_USER=0 \
     MCPFLEET_MAX_INFLIGHT_PER_USER=0 MCPFLEET_FIXTURES=conformance \
     "${SERVER_BIN:-$BIN}" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "${LOG:-info}" "$@" \
     >"$TMP/out.$n" 2>"$TMP/err.$n" &
@@ -64,7 +65,8 @@ start_replica() {
 }
 
 stop_replicas() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   PIDS=()
   URLS=()
   ADMINS=()

@@ -15,6 +15,15 @@ TARGETS = [
     ("2. Redis CPU per call, 1 replica", "1 replica", None, "redis_cpu_ms_per_call", 0.010, "ms"),
     ("2. Redis CPU per call, 3 replicas", "3 replicas", None, "redis_cpu_ms_per_call", 0.010, "ms"),
     ("3. 3 replicas' CPU / 1 replica's, per call", "3 replicas", "1 replica", "server_cpu_ms_per_call", 1.2, "x"),
+    ("3. the same, each of the 3 with 1 worker thread", "3 replicas, 1 worker each", "1 replica",
+     "server_cpu_ms_per_call", 1.2, "x"),
+]
+# With BASE_BIN: the tree against the base binary, within each pair (reported, not targeted).
+CHANGES = [
+    ("1 replica: replica CPU, this tree / base", "1 replica", "1 replica [base]", "server_cpu_ms_per_call"),
+    ("1 replica: Redis CPU, this tree / base", "1 replica", "1 replica [base]", "redis_cpu_ms_per_call"),
+    ("3 replicas: replica CPU, this tree / base", "3 replicas", "3 replicas [base]", "server_cpu_ms_per_call"),
+    ("3 replicas: Redis CPU, this tree / base", "3 replicas", "3 replicas [base]", "redis_cpu_ms_per_call"),
 ]
 
 
@@ -58,7 +67,17 @@ def main(path):
         digits = 2 if unit == "x" else 4
         shown = " ".join(fmt(v, digits) for v in values)
         print(f"| {name} | {shown} | {fmt(med, digits)} {unit} | {bound} {unit} | {'yes' if met else 'no'} |")
-    for setup in ["rmcp", "1 replica", "1 + audit", "3 replicas"]:
+    changes = [c for c in CHANGES if any((p, c[2]) in by for p in pairs)]
+    if changes:
+        print()
+        print("| change | per pair | median |")
+        print("|---|---|---|")
+    for name, num, den, field in changes:
+        values = [by[(p, num)][field] / by[(p, den)][field] for p in pairs
+                  if (p, num) in by and (p, den) in by and by[(p, num)][field] and by[(p, den)][field]]
+        if values:
+            print(f"| {name} | {' '.join(f'{v:.3f}' for v in values)} | {statistics.median(values):.3f} |")
+    for setup in sorted({r["label"] for r in rows}):
         cps = [by[(p, setup)]["calls_per_sec"] for p in pairs if (p, setup) in by]
         if cps:
             print(f"\n{setup}: median {statistics.median(cps):.0f} calls/s (reported, not targeted)", end="")

@@ -5,6 +5,7 @@
 #   tests/cost.sh                       # 5 pairs, 8 s per setup, 16 sessions
 #   PAIRS=7 SECS=10 tests/cost.sh
 #   ROWS=/tmp/rows.jsonl tests/cost.sh  # also keeps every run's raw figures (mcpfleet-bench --json), one per line
+#   BASE_BIN=/tmp/mcpfleet-old tests/cost.sh   # each pair also runs "1 replica" and "3 replicas" with that binary
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -13,6 +14,8 @@
 #               the tool, all in force and out of the one principal's reach
 #   1 + audit   the same, with the audit trail on PostgreSQL
 #   3 replicas  the first, three times, requests round-robin over them
+#   3 replicas, 1 worker each   the same, each replica with --worker-threads 1: its share of the two cores, as the
+#               chart sizes it from requests.cpu (three replicas of two workers each are six on two cores)
 # The report (tests/cost-report.py) gives each pair's figures and the medians of the ratios, per pair:
 #   1. replica CPU / rmcp server CPU          target <= 0.8 (<= 1.0 with the audit trail)
 #   2. Redis CPU per call                     target <= 0.010 ms
@@ -47,31 +50,40 @@ ROWS="${ROWS:-$TMP/rows.jsonl}"
 # measure PAIR SETUP: one run of SETUP, its figures appended to ROWS.
 measure() {
   local pair="$1" setup="$2" args=() pg_before
+  [[ "$setup" == *"[base]" ]] && SERVER_BIN="$BASE_BIN"
   case "$setup" in
     rmcp)
       rmcp_start
       args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
-    "1 replica") start_replica "${FULL[@]}" ;;
+    "1 replica"*) start_replica "${FULL[@]}" ;;
     "1 + audit") start_replica "${FULL[@]}" --database-url "$DB_URL" ;;
-    "3 replicas") for _ in 1 2 3; do start_replica "${FULL[@]}"; done ;;
+    "3 replicas, 1 worker each") for _ in 1 2 3; do start_replica "${FULL[@]}" --worker-threads 1; done ;;
+    "3 replicas"*) for _ in 1 2 3; do start_replica "${FULL[@]}"; done ;;
   esac
   if [[ "$setup" != rmcp ]]; then
     for u in "${URLS[@]}"; do args+=(--url "$u"); done
     for p in "${PIDS[@]}"; do args+=(--pid "$p"); done
     args+=(--token "$TOKEN" --redis-url "$REDIS_URL")
   fi
+  SERVER_BIN=""
   pg_before="$(pg_cpu_ms)"
-  "$BENCH" "${args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$setup" --json \
-    | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r.update(pair=int(sys.argv[1]), pg_cpu_ms=int(sys.argv[2])); print(json.dumps(r))' \
-      "$pair" "$(( $(pg_cpu_ms) - pg_before ))" >>"$ROWS"
+  local row
+  row="$("$BENCH" "${args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$setup" --json)"
+  # PostgreSQL's CPU over the run (warm-up included), read once the run is over.
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(pair=int(sys.argv[2]), pg_cpu_ms=int(sys.argv[3])); print(json.dumps(r))' \
+    "$row" "$pair" "$(( $(pg_cpu_ms) - pg_before ))" >>"$ROWS"
   if [[ "$setup" == rmcp ]]; then rmcp_stop; else stop_replicas; fi
 }
 
-SETUPS=("rmcp" "1 replica" "1 + audit" "3 replicas")
+SETUPS=("rmcp" "1 replica" "1 + audit" "3 replicas" "3 replicas, 1 worker each")
+[[ -n "${BASE_BIN:-}" ]] && SETUPS+=("1 replica [base]" "3 replicas [base]")
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, test_simple_text, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
-  if (( pair % 2 == 0 )); then order=("3 replicas" "1 + audit" "1 replica" "rmcp"); fi
+  if (( pair % 2 == 0 )); then
+    order=()
+    for (( k = ${#SETUPS[@]} - 1; k >= 0; k-- )); do order+=("${SETUPS[k]}"); done
+  fi
   for setup in "${order[@]}"; do
     echo "pair $pair: $setup" >&2
     measure "$pair" "$setup"

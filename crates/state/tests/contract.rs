@@ -1170,6 +1170,31 @@ async fn limits_slots_and_windows(kind: Kind) {
     let r = admit(s, &Admission { slot: Some(&a5), session: SessionOp::Touch(&id), ..admission(&alice) }).await;
     assert_eq!((r.refused, r.slots_used), (None, Some(1)), "a4 released by the create");
     assert_eq!(r.session.map(|i| i.protocol_version), Some(ns.protocol_version.clone()));
+    // Releases are applied whatever else the admission does: without a slot taken...
+    let ended = ["a5".to_owned()];
+    assert_eq!(
+        admit(s, &Admission { release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await.refused,
+        None
+    );
+    let (a6, a7, a8) = (slot("a6", LONG), slot("a7", LONG), slot("a8", LONG));
+    let r = admit(s, &Admission { slot: Some(&a6), ..admission(&alice) }).await;
+    assert_eq!(r.slots_used, Some(1), "a5 released by an admission that took no slot");
+    assert_eq!(admit(s, &Admission { slot: Some(&a7), ..admission(&alice) }).await.slots_used, Some(2));
+    // ...at the cap, before the count (a6 ends as a8 comes in)...
+    let ended = ["a6".to_owned()];
+    let r =
+        admit(s, &Admission { slot: Some(&a8), release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(2)), "a6 released at the cap, before the count");
+    // ...and on a refusal (the bucket's: a7 ends, and a9 finds a8 alone).
+    let one = BucketSpec { name: "tb.one".to_owned(), capacity: 1.0, per_second: 0.5 };
+    assert_eq!(admit(s, &Admission { bucket: Some(&one), ..admission(&alice) }).await.refused, None);
+    let ended = ["a7".to_owned()];
+    let r =
+        admit(s, &Admission { bucket: Some(&one), release: Some((SlotSet::Calls, &ended)), ..admission(&alice) }).await;
+    assert_eq!(r.refused, Some(Refusal::Bucket));
+    let a9 = slot("a9", LONG);
+    let r = admit(s, &Admission { slot: Some(&a9), ..admission(&alice) }).await;
+    assert_eq!((r.refused, r.slots_used), (None, Some(2)), "a7 released by a refused admission");
     // Sets are per user and per kind.
     let streams = SlotSpec { set: SlotSet::Streams, ..slot("s1", LONG) };
     assert_eq!(admit(s, &Admission { slot: Some(&streams), ..admission(&alice) }).await.slots_used, Some(1));

@@ -1,7 +1,9 @@
 -- Admission of one request, in one round trip: the user's token bucket, then the session the request names
 -- (touch or create, with the per-user session cap), then a slot in a capped set and a fixed-window counter,
--- which are taken only if both are free. Every key is under the user's hash tag.
--- KEYS: bucket, session, events, leases, session index, slot set, window
+-- which are taken only if both are free; and the releases of earlier calls' slots, whatever the decision. Every
+-- key is under the user's hash tag.
+-- KEYS: bucket, slot set, window, then only for a touch or a create: session, events, leases, session index (a
+--       request without a session, as every 2026-07-28 one, carries three keys, not seven)
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot token, 5 slot ttl ms,
 --       6 window limit ('' = no window), 7 window ms, 8 op ('' | 'touch' | 'create'), 9 session id;
 --       on 'create' only: 10 max sessions, 11 idle ttl ms, 12 protocol version, 13 capabilities, 14 client info;
@@ -23,16 +25,16 @@ local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows = string.format('%d', now)
 local op = ARGV[8]
-local n, i = #ARGV, 10
-if op == 'create' then i = 15 end
-while i <= n do
-  local j = i + 999
-  if j > n then j = n end
-  call('ZREM', KEYS[6], unpack(ARGV, i, j))
-  i = j + 1
-end
-
-local tok, wait = '', 0
+-- The releases (ARGV[first..n]) are applied once, before the reply: after the new slot is added when one is taken
+-- (so that a principal whose calls follow one another never empties the set, which would drop its TTL and cost a
+-- PEXPIRE on every call), before the count when the set looks full, and at the end otherwise.
+local n, first = #ARGV, 10
+if op == 'create' then first = 15 end
+local rel = first <= n
+local reply, tok, wait, slots, wused = nil, '', 0, '', ''
+local pv, caps, lvl = '', '', ''
+-- One pass (repeat ... until true, not indented): a refusal sets the reply and leaves with break.
+repeat
 if ARGV[1] ~= '' then
   -- u: tokens in millionths (an integer), ts: last update (ms), x: when the key expires (ms).
   local cap, rate = ARGV[1] * 1000000, ARGV[2] * 1000
@@ -44,14 +46,15 @@ if ARGV[1] ~= '' then
     if gap > 0 then
       local add = gap * rate
       tokens = tokens + add - add % 1
-          end
+    end
   end
   if tokens > cap then tokens = cap end
   if tokens < 1000000 then
     -- Refused: nothing is written, so a flood does not push the refill back.
     local w = (1000000 - tokens) / rate
     if w % 1 > 0 then w = w - w % 1 + 1 end
-    return {1, string.format('%d', tokens), w, '', '', '', '', '', ''}
+    reply = {1, string.format('%d', tokens), w, '', '', '', '', '', ''}
+    break
   end
   tokens = tokens - 1000000
   local full = (cap - tokens) / rate
@@ -70,68 +73,101 @@ end
 
 -- A session lives for its idle TTL after its last request, and at most a sixteenth longer: its TTLs (and its score
 -- in the user's index) are pushed out to ttl + ttl/16 only once less than ttl is left.
-local pv, caps, lvl = '', '', ''
 if op == 'touch' then
-  local v = call('HMGET', KEYS[2], 'ttl', 'pv', 'caps', 'lvl')
-  if not v[1] then return {2, tok, wait, '', '', '', '', '', ''} end
+  local v = call('HMGET', KEYS[4], 'ttl', 'pv', 'caps', 'lvl')
+  if not v[1] then
+    reply = {2, tok, wait, '', '', '', '', '', ''}
+    break
+  end
   local ttl = v[1] + 0
-  if call('PTTL', KEYS[2]) < ttl then
+  if call('PTTL', KEYS[4]) < ttl then
     local life = ttl + (ttl - ttl % 16) / 16
     local lifes = string.format('%d', life)
-    call('PEXPIRE', KEYS[2], lifes)
-    call('PEXPIRE', KEYS[3], lifes)
     call('PEXPIRE', KEYS[4], lifes)
-    call('ZADD', KEYS[5], string.format('%d', now + life), ARGV[9])
-    if call('PTTL', KEYS[5]) < life then call('PEXPIRE', KEYS[5], lifes) end
+    call('PEXPIRE', KEYS[5], lifes)
+    call('PEXPIRE', KEYS[6], lifes)
+    call('ZADD', KEYS[7], string.format('%d', now + life), ARGV[9])
+    if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
   end
   pv, caps, lvl = v[2] or '', v[3] or '', v[4] or ''
 elseif op == 'create' then
-  if call('EXISTS', KEYS[2]) == 1 then return {3, tok, wait, '', '', '', '', '', ''} end
-  call('ZREMRANGEBYSCORE', KEYS[5], '-inf', nows)
-  local open = call('ZCARD', KEYS[5])
+  if call('EXISTS', KEYS[4]) == 1 then
+    reply = {3, tok, wait, '', '', '', '', '', ''}
+    break
+  end
+  call('ZREMRANGEBYSCORE', KEYS[7], '-inf', nows)
+  local open = call('ZCARD', KEYS[7])
   local max = ARGV[10] + 0
-  if max > 0 and open >= max then return {4, tok, wait, '', '', '', open, '', ''} end
+  if max > 0 and open >= max then
+    reply = {4, tok, wait, '', '', '', open, '', ''}
+    break
+  end
   local ttl = ARGV[11] + 0
   local life = ttl + (ttl - ttl % 16) / 16
   local lifes = string.format('%d', life)
-  call('HSET', KEYS[2], 'ttl', ARGV[11], 'pv', ARGV[12], 'caps', ARGV[13], 'info', ARGV[14], 'created', t[1], 'n', '0')
-  call('PEXPIRE', KEYS[2], lifes)
-  call('ZADD', KEYS[5], string.format('%d', now + life), ARGV[9])
-  if call('PTTL', KEYS[5]) < life then call('PEXPIRE', KEYS[5], lifes) end
+  call('HSET', KEYS[4], 'ttl', ARGV[11], 'pv', ARGV[12], 'caps', ARGV[13], 'info', ARGV[14], 'created', t[1], 'n', '0')
+  call('PEXPIRE', KEYS[4], lifes)
+  call('ZADD', KEYS[7], string.format('%d', now + life), ARGV[9])
+  if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
 end
 
-local slots, wused = '', ''
 if ARGV[3] ~= '' then
-  -- Live slots only; expired ones (a dead replica's) are dropped when a slot is released (slot.lua).
-  slots = call('ZCOUNT', KEYS[6], '(' .. nows, '+inf')
+  -- Counted cheaply (ZCARD), with the leases about to be released and any expired ones (a dead replica's) still in:
+  -- that count is at least the live one, so below the cap it admits rightly. Only when it reaches the cap are the
+  -- releases applied and the expired leases dropped, and the live ones counted.
+  slots = call('ZCARD', KEYS[2])
   local scap = ARGV[3] + 0
-  if scap > 0 and slots >= scap then return {5, tok, wait, pv, caps, lvl, slots, '', ''} end
+  if scap > 0 and slots >= scap then
+    for k = first, n do call('ZREM', KEYS[2], ARGV[k]) end
+    rel = false
+    call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nows)
+    slots = call('ZCARD', KEYS[2])
+    if slots >= scap then
+      reply = {5, tok, wait, pv, caps, lvl, slots, '', ''}
+      break
+    end
+  end
 end
 if ARGV[6] ~= '' then
   -- Counted first, given back if it went over: one command on the way that admits. (The window's end is read
   -- only on a refusal, for Retry-After; one without a TTL, which nothing here makes, would get one there.)
-  wused = call('INCR', KEYS[7])
-  if wused == 1 then call('PEXPIRE', KEYS[7], ARGV[7]) end
+  wused = call('INCR', KEYS[3])
+  if wused == 1 then call('PEXPIRE', KEYS[3], ARGV[7]) end
   if wused > ARGV[6] + 0 then
     local wreset = 0
     if wused == 1 then
-      call('DEL', KEYS[7])
+      call('DEL', KEYS[3])
     else
-      call('DECR', KEYS[7])
-      wreset = call('PTTL', KEYS[7])
+      call('DECR', KEYS[3])
+      wreset = call('PTTL', KEYS[3])
       if wreset < 0 then
-        call('PEXPIRE', KEYS[7], ARGV[7])
+        call('PEXPIRE', KEYS[3], ARGV[7])
         wreset = ARGV[7] + 0
       end
     end
-    return {6, tok, wait, pv, caps, lvl, slots, wused - 1, wreset}
+    reply = {6, tok, wait, pv, caps, lvl, slots, wused - 1, wreset}
+    break
   end
 end
 if slots ~= '' then
-  -- The set outlives its newest lease.
+  -- The new lease first, then the releases: the set never empties between two calls. It outlives its newest lease.
   local ttl = ARGV[5] + 0
-  call('ZADD', KEYS[6], string.format('%d', now + ttl), ARGV[4])
-  if call('PTTL', KEYS[6]) < ttl then call('PEXPIRE', KEYS[6], string.format('%d', 2 * ttl)) end
+  call('ZADD', KEYS[2], string.format('%d', now + ttl), ARGV[4])
   slots = slots + 1
+  while rel and first <= n do
+    local j = first + 999
+    if j > n then j = n end
+    slots = slots - call('ZREM', KEYS[2], unpack(ARGV, first, j))
+    first = j + 1
+  end
+  if call('PTTL', KEYS[2]) < ttl then call('PEXPIRE', KEYS[2], string.format('%d', 2 * ttl)) end
 end
-return {0, tok, wait, pv, caps, lvl, slots, wused, ''}
+reply = {0, tok, wait, pv, caps, lvl, slots, wused, ''}
+until true
+while rel and first <= n do
+  local j = first + 999
+  if j > n then j = n end
+  call('ZREM', KEYS[2], unpack(ARGV, first, j))
+  first = j + 1
+end
+return reply

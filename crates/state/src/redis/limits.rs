@@ -17,7 +17,6 @@ impl LimitStore for RedisStore {
             SessionOp::None => "-",
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => id.as_str(),
         };
-        let k = keys_at(&base, sid);
         let bucket_key = cat(&[&base, ":", a.bucket.map_or("tb", |b| b.name.as_str())]);
         let set = match (a.slot, a.release) {
             (Some(s), Some((r, _))) if s.set != r => {
@@ -30,7 +29,12 @@ impl LimitStore for RedisStore {
         let slot_key = cat(&[&base, ":", set.suffix()]);
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
         let mut inv = self.inner.scripts.admit.key(&bucket_key);
-        inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index).key(&slot_key).key(&window_key);
+        inv.key(&slot_key).key(&window_key);
+        // The session's keys only when there is a session: each key costs Redis about 1k instructions.
+        if !matches!(a.session, SessionOp::None) {
+            let k = keys_at(&base, sid);
+            inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index);
+        }
         // The argument order of admit.lua: what every request may carry first, create's five only on a create.
         match a.bucket {
             Some(b) => inv.arg(b.capacity).arg(b.per_second),
