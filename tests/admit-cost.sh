@@ -3,7 +3,8 @@
 # machine, where Redis's CPU time is not), and what each part of admit.lua adds: redis-benchmark replays the full
 # stack's steady-state EVALSHA (16 clients: a touch of a live session, the bucket, an in-flight slot over 8 tokens
 # with one released, a quota window), then again with one part switched off by its argument; a part's cost is the
-# difference. "fixed" is the script with every part off (the EVALSHA, its arguments, TIME, the reply).
+# difference. "fixed" is the script with every part off (the EVALSHA, its arguments, TIME, the reply); "no session"
+# is a whole admission of a request without a session (the 2026-07-28 generation's), with its three keys.
 #
 #   tests/admit-cost.sh                                   # this tree's admit.lua
 #   tests/admit-cost.sh /tmp/admit-a.lua /tmp/admit-b.lua # variants side by side (this tree's argument layout)
@@ -44,8 +45,8 @@ cost() {
   echo $((ir / N))
 }
 
-echo "| script | admission | bucket | touch | slot | window | release | fixed |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| script | admission | bucket | touch | slot | window | release | fixed | no session |"
+echo "|---|---|---|---|---|---|---|---|---|"
 keys=(7 "$B:tb" "$B:cc" "$B:q:t" "$B:s:sid1" "$B:ev:sid1" "$B:ls:sid1" "$B:ss")
 for f in "$@"; do
   fresh
@@ -59,5 +60,8 @@ for f in "$@"; do
   window=$(run 1000000 1000000 100000 t__rand_int__ 300000 '' 3600000 touch sid1 t__rand_int__)
   release=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1)
   fixed=$(run '' '' '' t__rand_int__ 300000 '' 3600000 '' sid1)
-  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed |"
+  # A request without a session (every 2026-07-28 one): the bucket, slot, window and release, and three keys only.
+  none=$(cost evalsha "$sha" 3 "${keys[@]:1:3}" 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' - \
+    t__rand_int__)
+  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed | $none |"
 done
