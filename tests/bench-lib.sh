@@ -2,6 +2,8 @@
 # that every benchmark starts the same way. The caller owns $TMP (a temp dir it removes), and calls bench_stop_all
 # from its EXIT trap.
 #
+#   bench_setup                 # release builds of the server, the load generator and rmcp's server (BIN, BENCH,
+#                               # RMCP), and a fresh TMP
 #   bench_redis_start           # a redis-server of its own: REDIS_PID, REDIS_PORT, REDIS_URL
 #   bench_postgres_start BIN    # a PostgreSQL of its own, migrated by BIN: PGDIR, PG_PORT, DB_URL, PG_MASTER
 #   pg_cpu_ms                   # that PostgreSQL's CPU time so far (every backend), in ms
@@ -14,6 +16,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 PIDS=()
 URLS=()
 ADMINS=()
+
+bench_setup() {
+  cargo build --release -q -p mcpfleet -p mcpfleet-loadgen -p mcpfleet-rmcp-baseline
+  BIN=target/release/mcpfleet
+  BENCH=target/release/mcpfleet-bench
+  RMCP=target/release/rmcp-baseline
+  TMP="$(mktemp -d)"
+}
 
 bench_redis_start() {
   REDIS_PORT="$(free_port)"

@@ -25,13 +25,8 @@ SECS="${SECS:-10}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 
-cargo build --release -q -p mcpfleet -p mcpfleet-loadgen -p mcpfleet-rmcp-baseline
-BIN=target/release/mcpfleet
-BENCH=target/release/mcpfleet-bench
-RMCP=target/release/rmcp-baseline
-
-TMP="$(mktemp -d)"
 . tests/bench-lib.sh
+bench_setup
 HA_PIDS=()
 BINS=("$BIN")
 if [[ -n "${BASE_BIN:-}" ]]; then

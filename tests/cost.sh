@@ -29,13 +29,8 @@ SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 
-cargo build --release -q -p mcpfleet -p mcpfleet-loadgen -p mcpfleet-rmcp-baseline
-BIN=target/release/mcpfleet
-BENCH=target/release/mcpfleet-bench
-RMCP=target/release/rmcp-baseline
-
-TMP="$(mktemp -d)"
 . tests/bench-lib.sh
+bench_setup
 trap 'bench_stop_all; rm -rf "$TMP"' EXIT
 bench_redis_start
 bench_postgres_start "$BIN"
