@@ -8,10 +8,13 @@
 #
 #   tests/admit-cost.sh                                   # this tree's admit.lua
 #   tests/admit-cost.sh /tmp/admit-a.lua /tmp/admit-b.lua # variants side by side (this tree's argument layout)
+#   OP=touch tests/admit-cost.sh OLD.lua NEW.lua           # a script older than 'tap' (issue 32) beside a newer one
+# The touch is a 'tap' by default: a replica's steady state, which keeps the session's fixed fields itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -gt 0 ]] || set -- crates/state/src/redis/admit.lua
 N="${N:-10000}"
+OP="${OP:-tap}"
 TMP="$(mktemp -d)"
 . tests/hot-path.sh # free_port
 port="$(free_port)"
@@ -53,12 +56,12 @@ for f in "$@"; do
   sha="$("${R[@]}" script load "$(cat "$f")")"
   # ARGV: capacity, per_second, slot cap, slot token, slot ttl, window limit, window ms, op, session id, releases.
   run() { cost evalsha "$sha" "${keys[@]}" "$@"; }
-  all=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
-  bucket=$(run '' '' 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
+  all=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
+  bucket=$(run '' '' 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
   touch=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' sid1 t__rand_int__)
-  slot=$(run 1000000 1000000 '' t__rand_int__ 300000 1000000000 3600000 touch sid1 t__rand_int__)
-  window=$(run 1000000 1000000 100000 t__rand_int__ 300000 '' 3600000 touch sid1 t__rand_int__)
-  release=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 touch sid1)
+  slot=$(run 1000000 1000000 '' t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
+  window=$(run 1000000 1000000 100000 t__rand_int__ 300000 '' 3600000 "$OP" sid1 t__rand_int__)
+  release=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1)
   fixed=$(run '' '' '' t__rand_int__ 300000 '' 3600000 '' sid1)
   # A request without a session (every 2026-07-28 one): the bucket, slot, window and release, and three keys only.
   none=$(cost evalsha "$sha" 3 "${keys[@]:1:3}" 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' - \

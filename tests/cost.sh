@@ -71,7 +71,10 @@ measure() {
 }
 
 SETUPS=("rmcp" "1 replica" "1 + audit" "3 replicas" "3 replicas, 1 worker each")
-[[ -n "${BASE_BIN:-}" ]] && SETUPS+=("1 replica [base]" "3 replicas [base]")
+# With a base binary, each base run sits next to the same setup of this tree, so that the two swap places from one
+# pair to the next (a run after three replicas stopped can be slower than one after rmcp).
+[[ -n "${BASE_BIN:-}" ]] && SETUPS=("rmcp" "1 replica" "1 replica [base]" "1 + audit" "3 replicas" "3 replicas [base]"
+  "3 replicas, 1 worker each")
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, test_simple_text, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")

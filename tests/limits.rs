@@ -509,6 +509,19 @@ async fn an_admission_with_every_limit_on_is_one_redis_round_trip() {
     for part in [":tb:127.0.0.1", ":cc", ":q:test_simple_text"] {
         assert!(admission.iter().any(|a| a.ends_with(part)), "the admission covers {part}: {admission:?}");
     }
+    // The replica has seen this session: its touch is a tap, which reads only what may change of the session
+    // (its TTL field and log level), not the protocol version and capabilities the replica keeps.
+    assert!(admission.iter().any(|a| a == "tap"), "a seen session is tapped: {admission:?}");
+    let reads: Vec<Vec<String>> = lines
+        .iter()
+        .filter_map(|l| monitor_line(l))
+        .filter(|(from_script, args)| {
+            *from_script && args[0].eq_ignore_ascii_case("HMGET") && args[1].ends_with(&format!(":s:{session}"))
+        })
+        .map(|(_, args)| args)
+        .collect();
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0][2..], ["ttl".to_owned(), "lvl".to_owned()], "{reads:?}");
     // The only other command is the release of the call's slot, after the answer.
     assert_eq!(top.len(), 2, "{top:?}");
     let release = top.iter().find(|t| !std::ptr::eq(*t, admission)).unwrap();

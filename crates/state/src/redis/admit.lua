@@ -5,9 +5,11 @@
 -- KEYS: bucket, slot set, window, then only for a touch or a create: session, events, leases, session index (a
 --       request without a session, as every 2026-07-28 one, carries three keys, not seven)
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot token, 5 slot ttl ms,
---       6 window limit ('' = no window), 7 window ms, 8 op ('' | 'touch' | 'create'), 9 session id;
+--       6 window limit ('' = no window), 7 window ms, 8 op ('' | 'touch' | 'tap' | 'create'), 9 session id;
 --       on 'create' only: 10 max sessions, 11 idle ttl ms, 12 protocol version, 13 capabilities, 14 client info;
 --       then slot tokens to release first (earlier calls' ends, riding on this round trip).
+-- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
+-- only what may change.
 -- Reply: {code, tokens (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)};
 -- code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
 --
@@ -73,8 +75,13 @@ end
 
 -- A session lives for its idle TTL after its last request, and at most a sixteenth longer: its TTLs (and its score
 -- in the user's index) are pushed out to ttl + ttl/16 only once less than ttl is left.
-if op == 'touch' then
-  local v = call('HMGET', KEYS[4], 'ttl', 'pv', 'caps', 'lvl')
+if op == 'tap' or op == 'touch' then
+  local v
+  if op == 'tap' then
+    v = call('HMGET', KEYS[4], 'ttl', 'lvl')
+  else
+    v = call('HMGET', KEYS[4], 'ttl', 'lvl', 'pv', 'caps')
+  end
   if not v[1] then
     reply = {2, tok, wait, '', '', '', '', '', ''}
     break
@@ -89,7 +96,7 @@ if op == 'touch' then
     call('ZADD', KEYS[7], string.format('%d', now + life), ARGV[9])
     if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
   end
-  pv, caps, lvl = v[2] or '', v[3] or '', v[4] or ''
+  lvl, pv, caps = v[2] or '', v[3] or '', v[4] or ''
 elseif op == 'create' then
   if call('EXISTS', KEYS[4]) == 1 then
     reply = {3, tok, wait, '', '', '', '', '', ''}

@@ -31,10 +31,19 @@ impl LimitStore for RedisStore {
         let mut inv = self.inner.scripts.admit.key(&bucket_key);
         inv.key(&slot_key).key(&window_key);
         // The session's keys only when there is a session: each key costs Redis about 1k instructions.
-        if !matches!(a.session, SessionOp::None) {
-            let k = keys_at(&base, sid);
-            inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index);
-        }
+        let session_key = match a.session {
+            SessionOp::None => None,
+            SessionOp::Touch(_) | SessionOp::Create { .. } => {
+                let k = keys_at(&base, sid);
+                inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index);
+                Some(k.session)
+            }
+        };
+        // A session this replica has seen: its fixed fields are here, and the touch reads only what may change.
+        let known = match (a.session, &session_key) {
+            (SessionOp::Touch(_), Some(key)) => self.inner.known.get(key),
+            _ => None,
+        };
         // The argument order of admit.lua: what every request may carry first, create's five only on a create.
         match a.bucket {
             Some(b) => inv.arg(b.capacity).arg(b.per_second),
@@ -50,7 +59,7 @@ impl LimitStore for RedisStore {
         };
         match a.session {
             SessionOp::None => inv.arg("").arg(sid),
-            SessionOp::Touch(_) => inv.arg("touch").arg(sid),
+            SessionOp::Touch(_) => inv.arg(if known.is_some() { "tap" } else { "touch" }).arg(sid),
             SessionOp::Create { session: s, max_sessions, .. } => inv
                 .arg("create")
                 .arg(sid)
@@ -96,14 +105,23 @@ impl LimitStore for RedisStore {
         let touched = matches!(a.session, SessionOp::Touch(_)) && matches!(code, 0 | 5 | 6);
         let session = if touched {
             let lvl = string(lvl)?;
-            Some(SessionInfo {
-                protocol_version: string(pv)?,
-                client_capabilities: string(caps)?,
-                log_level: (!lvl.is_empty()).then_some(lvl),
-            })
+            let (protocol_version, client_capabilities) = match known {
+                Some(fixed) => fixed.as_ref().clone(),
+                None => {
+                    let (pv, caps) = (string(pv)?, string(caps)?);
+                    if let Some(key) = &session_key {
+                        self.inner.known.put(key, &pv, &caps);
+                    }
+                    (pv, caps)
+                }
+            };
+            Some(SessionInfo { protocol_version, client_capabilities, log_level: (!lvl.is_empty()).then_some(lvl) })
         } else {
             None
         };
+        if let (SessionOp::Create { session: s, .. }, 0, Some(key)) = (a.session, code, &session_key) {
+            self.inner.known.put(key, &s.protocol_version, &s.client_capabilities);
+        }
         let window = match opt_u64(wused)? {
             Some(used) => Some(WindowReading { used, reset: (code == 6).then(|| millis(wreset)).transpose()? }),
             None => None,

@@ -25,13 +25,15 @@
 //! (`SPUBLISH`/`SSUBSCRIBE`); each lives in the slot of the keys it rings for, and the scripts publish it themselves.
 //!
 //! The store's parts: [`config`] (what to reach and how), [`link`] and [`subscriber`] (the connections),
-//! [`scripts`] (the Lua), [`codec`] (arguments and replies); the calls themselves in [`sessions`] (records, event
-//! logs, routing), [`limits`] (admissions), [`idempotency`] and [`tasks`]. This file holds [`RedisStore`] and how
+//! [`scripts`] (the Lua), [`codec`] (arguments and replies), [`known`] (what never changes within a session, kept
+//! on the replica); the calls themselves in [`sessions`] (records, event logs, routing), [`limits`] (admissions),
+//! [`idempotency`] and [`tasks`]. This file holds [`RedisStore`] and how
 //! a call reaches Redis.
 
 mod codec;
 mod config;
 mod idempotency;
+mod known;
 mod limits;
 mod link;
 mod scripts;
@@ -65,6 +67,8 @@ struct Inner {
     scripts: Scripts,
     tasks: TaskScripts,
     pubsub: PubSubKind,
+    /// What never changes within a session, kept here (issue 32).
+    known: known::Known,
 }
 
 /// Where replays, admin calls and `WAIT` go: the pool on a standalone Redis, a second link otherwise.
@@ -151,6 +155,7 @@ impl RedisStore {
             scripts: Scripts::new(kind),
             tasks: TaskScripts::new(kind),
             pubsub: kind,
+            known: known::Known::default(),
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })

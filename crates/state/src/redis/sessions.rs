@@ -28,6 +28,7 @@ impl SessionStore for RedisStore {
 
     async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
         let k = self.keys(key);
+        self.inner.known.forget(&k.session);
         let mut inv = self.inner.scripts.delete.key(&k.session);
         inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell).key(&k.index).arg(key.id.as_str());
         Ok(int(&self.run_pooled("delete", inv).await?)? == 1)
