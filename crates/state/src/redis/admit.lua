@@ -28,8 +28,8 @@ local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows = string.format('%d', now)
 local op = ARGV[8]
 -- The releases (ARGV[first..n]) are applied once, before the reply: after the new slot is added when one is taken
--- (so that a principal whose calls follow one another never empties the set, which would drop its TTL and cost a
--- PEXPIRE on every call), before the count when the set looks full, and at the end otherwise.
+-- (so that a principal whose next call carries its last call's release never empties the set, which would drop its
+-- TTL and cost a PEXPIRE on every call), before the count when the set looks full, and at the end otherwise.
 local n, first = #ARGV, 10
 if op == 'create' then first = 15 end
 local rel = first <= n
