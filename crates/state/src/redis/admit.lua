@@ -157,24 +157,24 @@ if ARGV[6] ~= '' then
   end
 end
 if slots ~= '' then
-  -- The new lease first, then the releases: the set never empties between two calls. It outlives its newest lease.
-  local ttl = ARGV[5] + 0
-  call('ZADD', KEYS[2], string.format('%d', now + ttl), ARGV[4])
+  -- The new lease first, then (below) the releases: the set never empties between two calls.
+  call('ZADD', KEYS[2], string.format('%d', now + ARGV[5]), ARGV[4])
   slots = slots + 1
-  while rel and first <= n do
-    local j = first + 999
-    if j > n then j = n end
-    slots = slots - call('ZREM', KEYS[2], unpack(ARGV, first, j))
-    first = j + 1
-  end
-  if call('PTTL', KEYS[2]) < ttl then call('PEXPIRE', KEYS[2], string.format('%d', 2 * ttl)) end
 end
 reply = {0, tok, wait, pv, caps, lvl, slots, wused, ''}
 until true
+-- The releases not applied yet, in one place for every decision.
+local released = 0
 while rel and first <= n do
   local j = first + 999
   if j > n then j = n end
-  call('ZREM', KEYS[2], unpack(ARGV, first, j))
+  released = released + call('ZREM', KEYS[2], unpack(ARGV, first, j))
   first = j + 1
+end
+if reply[1] == 0 and slots ~= '' then
+  -- A slot was taken: the set outlives its newest lease.
+  reply[7] = slots - released
+  local ttl = ARGV[5] + 0
+  if call('PTTL', KEYS[2]) < ttl then call('PEXPIRE', KEYS[2], string.format('%d', 2 * ttl)) end
 end
 return reply
