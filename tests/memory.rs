@@ -237,3 +237,67 @@ fn the_image_turns_transparent_huge_pages_off_for_the_process() {
         }
     }
 }
+
+/// `initialize` byte for byte as the official TypeScript SDK (1.32.2) sends it (the same as `mcpfleet-bench`'s).
+const SDK_INITIALIZE: &str = r#"{"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"mcpfleet-interop-sdk1","version":"1.0.0"}},"jsonrpc":"2.0","id":0}"#;
+
+/// Redis's `used_memory` growth per session, over `n` idle sessions opened by `subs` in turn (each with the SDK's
+/// `initialize` and `notifications/initialized`), 16 at a time.
+#[expect(clippy::cast_precision_loss, reason = "byte counts")]
+async fn idle_bytes(s: &mcpfleet_fleetkit::JwtFleet, subs: &[String], n: usize) -> f64 {
+    use futures::StreamExt as _;
+    let used = || -> f64 {
+        let info = s.redis.raw(&["INFO", "memory"]);
+        info.lines().find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok()).unwrap()
+    };
+    let url = s.url(0);
+    let before = used();
+    let clients: Vec<McpClient> = subs.iter().map(|sub| s.client(sub)).collect();
+    let opened: Vec<u16> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (c, url) = (clients[i % clients.len()].clone(), url.clone());
+            async move {
+                let resp = c.post_raw(&url, SDK_INITIALIZE, None).await;
+                let status = resp.status().as_u16();
+                let mut c = c;
+                c.session = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
+                let _ = resp.bytes().await;
+                let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+                assert_eq!(c.post(&url, &note).await.status(), 202);
+                status
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(opened.iter().all(|s| *s == 200), "every session opened");
+    (used() - before) / n as f64
+}
+
+/// Redis bytes per idle session (issue 32: at most 300). A session is one hash of what a request reads (its idle
+/// TTL, protocol version and the client's capabilities; not `clientInfo`, which nothing reads), and, when its
+/// owner's sessions are capped, one entry in the owner's index; with no cap there is no index at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_costs_redis_at_most_300_bytes() {
+    let open = ["--rate-burst", "1000000", "--rate-per-second", "1000000"];
+    // No cap, one principal.
+    let s = mcpfleet_fleetkit::JwtFleet::start(1, &[&open[..], &["--max-sessions-per-user", "0"]].concat()).await;
+    let per = idle_bytes(&s, &["alice".to_owned()], 10_000).await;
+    println!("no cap, one principal: {per:.0} bytes a session");
+    let keys = s.redis.keys();
+    assert!(!keys.iter().any(|k| k.ends_with(":ss")), "no session index without a cap: {:?}", &keys[..3]);
+    let session = keys.iter().find(|k| k.contains(":s:")).unwrap();
+    let mut fields: Vec<String> = s.redis.raw(&["HKEYS", session]).lines().map(str::to_owned).collect();
+    fields.sort();
+    assert_eq!(fields, ["caps", "pv", "ttl"], "only what a request reads");
+    assert!(per <= 300.0, "{per:.0} bytes a session");
+    drop(s);
+    // The default cap (64), 200 principals of 50 sessions each: every index is small (a listpack).
+    let s = mcpfleet_fleetkit::JwtFleet::start(1, &[&open[..], &["--max-sessions-per-user", "64"]].concat()).await;
+    let subs: Vec<String> = (0..200).map(|i| format!("user{i}")).collect();
+    let per = idle_bytes(&s, &subs, 10_000).await;
+    println!("the default cap, 200 principals of 50 sessions: {per:.0} bytes a session");
+    let index = s.redis.keys().into_iter().find(|k| k.ends_with(":ss")).unwrap();
+    assert_eq!(s.redis.raw(&["ZCARD", &index]).trim(), "50");
+    assert!(per <= 300.0, "{per:.0} bytes a session");
+}

@@ -348,6 +348,7 @@ impl Limiter {
             slot: slot.as_ref(),
             window: window.as_ref(),
             release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
+            count_sessions: self.cfg.max_sessions > 0,
             read_task: req.task,
         };
         match self.store.admit(&a).await {

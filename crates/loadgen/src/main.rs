@@ -12,6 +12,8 @@
 //!
 //! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
 
+mod growth;
+
 use clap::Parser;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -20,6 +22,10 @@ use std::time::{Duration, Instant};
 
 /// The tasks extension's identifier, declared in `_meta` by `--op tasks-get`.
 const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// Every session's `initialize`, byte for byte as the official TypeScript SDK (1.32.2) sends it from a client that
+/// declares sampling and elicitation (recorded from `new Client({name, version}, {capabilities: {sampling: {},
+/// elicitation: {}}})`; the name is the interop suite's), so that the memory a session costs is a real client's.
+const INITIALIZE: &str = r#"{"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"mcpfleet-interop-sdk1","version":"1.0.0"}},"jsonrpc":"2.0","id":0}"#;
 /// How long the tasks of `--op tasks-get` may take to be cancelled at the end, all together.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -58,9 +64,10 @@ struct Args {
     /// The tool's arguments, as JSON.
     #[arg(long, default_value = "{}")]
     args: String,
-    /// A bearer token to send.
-    #[arg(long)]
-    token: Option<String>,
+    /// A bearer token to send. Repeat it to spread the sessions over several principals: session n uses the
+    /// n-th token, round-robin (e.g. `--idle-sessions` under a per-user session cap).
+    #[arg(long = "token")]
+    tokens: Vec<String>,
     /// The `Host` header to send instead of the URL's, e.g. a Kubernetes Service's name reached through a
     /// port-forward or a proxy (the server answers only the hosts of `--allowed-hosts`).
     #[arg(long)]
@@ -103,6 +110,24 @@ struct Args {
     /// the server must allow that many sessions per user).
     #[arg(long, default_value_t = 0)]
     idle_sessions: usize,
+    /// Before the load: open this many idle sessions and keep them through it (issue 32's growth curves; prints
+    /// the population's figures first, see `--idle-secs`; needs `--redis-url`).
+    #[arg(long, default_value_t = 0)]
+    background_sessions: usize,
+    /// Before the load: open this many sessions each holding its GET stream open, through the load.
+    #[arg(long, default_value_t = 0)]
+    background_streams: usize,
+    /// With a background population: seconds at rest (no other traffic) once it is open, over which its CPU per
+    /// second is measured (Redis's and the `--pid`s'), per stream.
+    #[arg(long, default_value_t = 0)]
+    idle_secs: u64,
+}
+
+impl Args {
+    /// The token of session `n`: the tokens given, round-robin.
+    fn token(&self, n: usize) -> Option<String> {
+        (!self.tokens.is_empty()).then(|| self.tokens[n % self.tokens.len()].clone())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +144,8 @@ enum BenchError {
     Usage(&'static str),
     #[error("no task created: {0}")]
     NoTask(String),
+    #[error("GET stream refused: HTTP {0}")]
+    Stream(u16),
 }
 
 /// How one call ended.
@@ -194,9 +221,7 @@ impl Session {
             return Ok(s);
         }
         let url = s.urls[n % s.urls.len()].clone();
-        let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "mcpfleet-bench", "version": "1" } } });
-        let resp = s.post(&url, &init).send().await?;
+        let resp = s.post(&url, &serde_json::from_str::<Value>(INITIALIZE)?).send().await?;
         if !resp.status().is_success() {
             return Err(BenchError::Initialize(resp.status().as_u16()));
         }
@@ -388,9 +413,16 @@ async fn run(a: Args) -> Result<(), BenchError> {
     if a.idle_sessions > 0 {
         return idle_memory(&a, http, urls).await;
     }
+    growth::check(&a)?;
+    // Held open through the load, closed when it is dropped at the end.
+    let _population = if a.background_sessions + a.background_streams > 0 || a.idle_secs > 0 {
+        Some(growth::populate(&a, &http, &urls).await?)
+    } else {
+        None
+    };
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
-        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token.clone(), n, stateless).await?));
+        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token(n), n, stateless).await?));
     }
     let mut call =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
@@ -438,7 +470,7 @@ async fn idle_memory(a: &Args, http: reqwest::Client, urls: Arc<Vec<String>>) ->
     };
     let before = used(&mut conn).await?;
     let opened: Vec<Result<Session, BenchError>> = futures::stream::iter(0..a.idle_sessions)
-        .map(|n| Session::open(http.clone(), urls.clone(), a.token.clone(), n, false))
+        .map(|n| Session::open(http.clone(), urls.clone(), a.token(n), n, false))
         .buffer_unordered(16)
         .collect()
         .await;

@@ -80,13 +80,27 @@ pub struct Admission<'a> {
     /// A task of the user's to read in the same round trip (a `tasks/get` poll: one round trip in all). It is read
     /// whatever the decision; the caller uses it only if admitted.
     pub read_task: Option<&'a crate::TaskKey>,
+    /// Whether the user's sessions are counted for a cap. Only then does the store keep its index of them: a
+    /// create with `max_sessions > 0` counts them whatever this says, and a touch refreshes the session's entry in
+    /// the index only when this is set (a session opened while the cap was off enters the index on its first touch
+    /// that extends its TTL). `true` by [`Admission::new`]; the limiter sets it from its session cap.
+    pub count_sessions: bool,
 }
 
 impl<'a> Admission<'a> {
     /// An admission of `user` that checks nothing yet.
     #[must_use]
     pub fn new(user: &'a UserKey) -> Self {
-        Self { user, session: SessionOp::None, bucket: None, slot: None, window: None, release: None, read_task: None }
+        Self {
+            user,
+            session: SessionOp::None,
+            bucket: None,
+            slot: None,
+            window: None,
+            release: None,
+            read_task: None,
+            count_sessions: true,
+        }
     }
 }
 

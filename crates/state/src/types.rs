@@ -41,8 +41,6 @@ pub struct NewSession {
     pub protocol_version: String,
     /// The client's capabilities, as JSON.
     pub client_capabilities: String,
-    /// The client's `clientInfo`, as JSON.
-    pub client_info: String,
     pub idle_ttl: Duration,
 }
 

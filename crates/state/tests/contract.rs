@@ -272,6 +272,7 @@ contract!(
     replicas_share_state,
     limits_bucket,
     limits_session_cap,
+    limits_sessions_opened_without_a_cap_count_once_touched,
     limits_slots_and_windows,
     notices_reach_the_principal_on_every_replica,
     idempotency_runs_once_and_keeps_the_result,
@@ -314,7 +315,6 @@ fn new_session(idle_ttl: Duration) -> NewSession {
     NewSession {
         protocol_version: "2025-06-18".to_owned(),
         client_capabilities: r#"{"roots":{"listChanged":true}}"#.to_owned(),
-        client_info: r#"{"name":"contract","version":"1"}"#.to_owned(),
         idle_ttl,
     }
 }
@@ -1109,6 +1109,35 @@ async fn limits_session_cap(kind: Kind) {
     assert_eq!(admit(s, &a).await.refused, Some(Refusal::Sessions { open: 1 }));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(admit(s, &a).await.refused, None);
+    assert_all_keys_expire(&h);
+}
+
+/// With no session cap the store need not count sessions (Redis keeps no index of them then: issue 32, an idle
+/// session's bytes). A cap turned on later counts such a session once a touch extends its life.
+async fn limits_sessions_opened_without_a_cap_count_once_touched(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let dave = user("dave");
+    // An idle TTL of 1.6 s: a touch extends the session once 100 ms (a sixteenth) have passed.
+    let ns = new_session(Duration::from_millis(1600));
+    let ids: Vec<SessionId> = (0..2).map(|_| session_id()).collect();
+    let uncounted = Admission {
+        session: SessionOp::Create { id: &ids[0], session: &ns, max_sessions: 0 },
+        count_sessions: false,
+        ..admission(&dave)
+    };
+    assert_eq!(admit(s, &uncounted).await.refused, None);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let touch = Admission { session: SessionOp::Touch(&ids[0]), ..admission(&dave) };
+    let r = admit(s, &touch).await;
+    assert_eq!(r.refused, None);
+    assert!(r.session.is_some(), "the session is there");
+    let capped =
+        Admission { session: SessionOp::Create { id: &ids[1], session: &ns, max_sessions: 1 }, ..admission(&dave) };
+    assert_eq!(admit(s, &capped).await.refused, Some(Refusal::Sessions { open: 1 }), "the touched session counts");
+    // Ended, it frees its place.
+    assert!(s.delete_session(&SessionKey { user: dave.clone(), id: ids[0].clone() }).await.expect("delete"));
+    assert_eq!(admit(s, &capped).await.refused, None);
     assert_all_keys_expire(&h);
 }
 

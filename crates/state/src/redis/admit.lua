@@ -2,11 +2,12 @@
 -- (touch or create, with the per-user session cap), then a slot in a capped set and a fixed-window counter,
 -- which are taken only if both are free; and the releases of earlier calls' slots, whatever the decision. Every
 -- key is under the user's hash tag.
--- KEYS: bucket, slot set, window, then only for a touch or a create: session, events, leases, session index (a
---       request without a session, as every 2026-07-28 one, carries three keys, not seven)
+-- KEYS: bucket, slot set, window, then only for a touch or a create: session, events, leases, and the user's
+--       session index only when the user's sessions are counted for a cap (a request without a session, as every
+--       2026-07-28 one, carries three keys, not seven; with no session cap, nothing keeps the index)
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot token, 5 slot ttl ms,
 --       6 window limit ('' = no window), 7 window ms, 8 op ('' | 'touch' | 'tap' | 'create'), 9 session id;
---       on 'create' only: 10 max sessions, 11 idle ttl ms, 12 protocol version, 13 capabilities, 14 client info;
+--       on 'create' only: 10 max sessions (0 = no cap), 11 idle ttl ms, 12 protocol version, 13 capabilities;
 --       then slot tokens to release first (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
 -- only what may change.
@@ -31,7 +32,7 @@ local op = ARGV[8]
 -- (so that a principal whose next call carries its last call's release never empties the set, which would drop its
 -- TTL and cost a PEXPIRE on every call), before the count when the set looks full, and at the end otherwise.
 local n, first = #ARGV, 10
-if op == 'create' then first = 15 end
+if op == 'create' then first = 14 end
 local rel = first <= n
 local reply, tok, wait, slots, wused = nil, '', 0, '', ''
 local pv, caps, lvl = '', '', ''
@@ -93,8 +94,11 @@ if op == 'tap' or op == 'touch' then
     call('PEXPIRE', KEYS[4], lifes)
     call('PEXPIRE', KEYS[5], lifes)
     call('PEXPIRE', KEYS[6], lifes)
-    call('ZADD', KEYS[7], string.format('%d', now + life), ARGV[9])
-    if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
+    if KEYS[7] then
+      local e = now + life + 999
+      call('ZADD', KEYS[7], string.format('%d', (e - e % 1000) / 1000), ARGV[9])
+      if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
+    end
   end
   lvl, pv, caps = v[2] or '', v[3] or '', v[4] or ''
 elseif op == 'create' then
@@ -102,20 +106,29 @@ elseif op == 'create' then
     reply = {3, tok, wait, '', '', '', '', '', ''}
     break
   end
-  call('ZREMRANGEBYSCORE', KEYS[7], '-inf', nows)
-  local open = call('ZCARD', KEYS[7])
   local max = ARGV[10] + 0
-  if max > 0 and open >= max then
-    reply = {4, tok, wait, '', '', '', open, '', ''}
-    break
+  if KEYS[7] and max > 0 then
+    -- The index's scores are the sessions' ends in whole seconds, rounded up (a smaller entry than in ms: 4 bytes
+    -- of an idle session's), so an entry goes at most 1 s after its session: never before.
+    call('ZREMRANGEBYSCORE', KEYS[7], '-inf', t[1])
+    local open = call('ZCARD', KEYS[7])
+    if open >= max then
+      reply = {4, tok, wait, '', '', '', open, '', ''}
+      break
+    end
   end
   local ttl = ARGV[11] + 0
   local life = ttl + (ttl - ttl % 16) / 16
   local lifes = string.format('%d', life)
-  call('HSET', KEYS[4], 'ttl', ARGV[11], 'pv', ARGV[12], 'caps', ARGV[13], 'info', ARGV[14], 'created', t[1], 'n', '0')
+  -- Only what a request reads: the idle TTL, the protocol version and the capabilities (an idle session's bytes
+  -- are mostly this hash: issue 32). `n` starts at 0 by being absent (open.lua's HINCRBY).
+  call('HSET', KEYS[4], 'ttl', ARGV[11], 'pv', ARGV[12], 'caps', ARGV[13])
   call('PEXPIRE', KEYS[4], lifes)
-  call('ZADD', KEYS[7], string.format('%d', now + life), ARGV[9])
-  if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
+  if KEYS[7] then
+    local e = now + life + 999
+    call('ZADD', KEYS[7], string.format('%d', (e - e % 1000) / 1000), ARGV[9])
+    if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
+  end
 end
 
 if ARGV[3] ~= '' then

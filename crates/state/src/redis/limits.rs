@@ -35,7 +35,16 @@ impl LimitStore for RedisStore {
             SessionOp::None => None,
             SessionOp::Touch(_) | SessionOp::Create { .. } => {
                 let k = keys_at(&base, sid);
-                inv.key(&k.session).key(&k.events).key(&k.leases).key(&k.index);
+                inv.key(&k.session).key(&k.events).key(&k.leases);
+                // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle
+                // session's bytes).
+                let counted = match a.session {
+                    SessionOp::Create { max_sessions, .. } => max_sessions > 0 || a.count_sessions,
+                    _ => a.count_sessions,
+                };
+                if counted {
+                    inv.key(&k.index);
+                }
                 Some(k.session)
             }
         };
@@ -66,8 +75,7 @@ impl LimitStore for RedisStore {
                 .arg(max_sessions)
                 .arg(ms(s.idle_ttl))
                 .arg(&s.protocol_version)
-                .arg(&s.client_capabilities)
-                .arg(&s.client_info),
+                .arg(&s.client_capabilities),
         };
         for token in a.release.map_or(&[][..], |(_, t)| t) {
             inv.arg(token);

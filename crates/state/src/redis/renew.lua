@@ -1,6 +1,7 @@
 -- Renews a stream's lease. A live stream is activity: it extends the session's idle TTL (and its log's, leases'
--- and entry in the user's session index) too, so a session in use never expires under a running call or an open
--- GET stream. Its TTLs are pushed out as admit.lua's touch pushes them: to the idle TTL and a sixteenth.
+-- and entry in the user's session index, if it has one) too, so a session in use never expires under a running
+-- call or an open GET stream. Its TTLs are pushed out as admit.lua's touch pushes them: to the idle TTL and a
+-- sixteenth.
 -- KEYS: session, events, leases, session index ; ARGV: stream, lease_ms, token, session id
 local ttl = redis.call('HGET', KEYS[1], 'ttl')
 if not ttl then return 0 end
@@ -13,6 +14,8 @@ local life = tonumber(ttl) + math.floor(tonumber(ttl) / 16)
 redis.call('PEXPIRE', KEYS[1], life)
 redis.call('PEXPIRE', KEYS[2], life)
 redis.call('PEXPIRE', KEYS[3], life)
-redis.call('ZADD', KEYS[4], now + life, ARGV[4])
-if redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end
+-- The index entry only if the session has one (its owner's sessions are counted for a cap): XX adds nothing.
+-- Its score is the session's end in whole seconds, rounded up (admit.lua).
+local indexed = redis.call('ZADD', KEYS[4], 'XX', 'CH', math.ceil((now + life) / 1000), ARGV[4]) == 1
+if indexed and redis.call('PTTL', KEYS[4]) < life then redis.call('PEXPIRE', KEYS[4], life) end
 return 1

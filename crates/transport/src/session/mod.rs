@@ -12,7 +12,7 @@ use crate::extract::{AcceptsEventStream, Caller, McpHeaders, Message, SESSION_HE
 use crate::mcp;
 use crate::observe::{RpcInfo, with_info};
 use crate::request::{Asker, Post, Result, accepted, admit, charge_unadmitted, rpc_info, rpc_json, stateless_header};
-use crate::{AppState, PeerAddr, ProtocolVersion, code, random_token, sse, trace};
+use crate::{AppState, PeerAddr, ProtocolVersion, code, new_session_id, sse, trace};
 use async_trait::async_trait;
 use axum::Extension;
 use axum::body::Bytes;
@@ -27,7 +27,8 @@ use mcpfleet_state::{SessionOp, SlotSet};
 use mcpfleet_tools::JsonObject;
 use serde_json::{Value, json};
 
-/// Largest `capabilities` or `clientInfo` an initialize may store with its session.
+/// Largest `capabilities` or `clientInfo` an initialize may carry, as JSON. The capabilities are stored with the
+/// session; `clientInfo` is bounded the same way but not stored (nothing reads it back).
 const MAX_CLIENT_METADATA: usize = 16 * 1024;
 
 /// Admission for a request on the session it names: unknown, ended and foreign sessions all look alike (404). A
@@ -219,18 +220,17 @@ impl Post<'_> {
             .unwrap_or(ProtocolVersion::V2025_11_25)
             .as_str();
         let caps = params.get("capabilities").cloned().unwrap_or_else(|| json!({})).to_string();
-        let info = params.get("clientInfo").cloned().unwrap_or(Value::Null).to_string();
-        if caps.len() > MAX_CLIENT_METADATA || info.len() > MAX_CLIENT_METADATA {
+        let info_len = params.get("clientInfo").map_or(0, |v| v.to_string().len());
+        if caps.len() > MAX_CLIENT_METADATA || info_len > MAX_CLIENT_METADATA {
             let msg =
                 format!("params.capabilities and params.clientInfo must each be at most {MAX_CLIENT_METADATA} bytes");
             return Ok(rpc_json(id, Err((code::INVALID_PARAMS, msg))));
         }
-        let sid =
-            SessionId::parse(&random_token()).ok_or(TransportError::InvalidRequest("session id generation failed"))?;
+        let sid = SessionId::parse(&new_session_id())
+            .ok_or(TransportError::InvalidRequest("session id generation failed"))?;
         let new = NewSession {
             protocol_version: version.to_owned(),
             client_capabilities: caps,
-            client_info: info,
             idle_ttl: app.config.session_idle_ttl,
         };
         // The session cap (and the bucket) are checked in the same call that creates the session.
