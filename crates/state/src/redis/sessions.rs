@@ -1,9 +1,9 @@
 //! Session records, their event logs and the routing between replicas ([`SessionStore`], [`EventStore`],
 //! [`Router`]), each call one script (or command) on the session's keys.
 
-use super::RedisStore;
 use super::codec::{event_id, int, ms, status, string};
 use super::scripts::PubSubKind;
+use super::{RedisStore, subscriber};
 use crate::limits::{Admission, SessionOp};
 use crate::types::UserKey;
 use crate::types::{AppendOptions, Event, EventId, LeaseToken, OpenStream, SessionInfo, SessionKey, StreamState};
@@ -153,7 +153,7 @@ impl EventStore for RedisStore {
 impl Router for RedisStore {
     async fn subscribe(&self, key: &SessionKey) -> Result<Box<dyn Subscription>> {
         let k = self.keys(key);
-        Ok(Box::new(self.inner.subscriber.subscribe(k.doorbell).await?))
+        Ok(Box::new(self.inner.subscriber.subscribe(k.doorbell, subscriber::DOORBELL_BUFFER).await?))
     }
 
     async fn deliver_response(&self, key: &SessionKey, request_id: &str, message: &str) -> Result<Delivery> {
@@ -205,7 +205,7 @@ impl Router for RedisStore {
 
     async fn subscribe_user(&self, user: &UserKey) -> Result<Box<dyn Subscription>> {
         let channel = format!("{}:nb", self.user_base(user));
-        Ok(Box::new(self.inner.subscriber.subscribe(channel).await?))
+        Ok(Box::new(self.inner.subscriber.subscribe(channel, subscriber::NOTICE_BUFFER).await?))
     }
 
     async fn publish_user(&self, user: &UserKey, message: &str) -> Result<()> {

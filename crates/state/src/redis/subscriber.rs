@@ -21,8 +21,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-/// Rings a slow local subscriber may fall behind before it sees [`Ring::Lagged`].
-const LOCAL_BUFFER: usize = 256;
+/// Rings a slow local subscriber of a session's doorbell may fall behind before it sees [`Ring::Lagged`], which
+/// makes it re-read the store: nothing is lost, so the buffer is small. Each open stream holds one, allocated in
+/// full (issue 32: 256 rings were about 16 KiB of every open stream's memory on its replica).
+pub(super) const DOORBELL_BUFFER: usize = 16;
+/// The same for a principal's notice channel, whose rings carry the notifications themselves (a lagged
+/// listener loses them: delivery is at most once), so it takes a burst.
+pub(super) const NOTICE_BUFFER: usize = 256;
 /// How often the subscriber connection is checked (and reconnected).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
@@ -176,13 +181,13 @@ impl Subscriber {
         Ok(Self { channels, commands: tx, timeout: cfg.timeout })
     }
 
-    pub(super) async fn subscribe(&self, channel: String) -> Result<RedisSubscription> {
+    /// Subscribes to `channel`; a local subscriber may fall `buffer` rings behind (the first subscriber of the
+    /// channel on this replica sets it) before it sees [`Ring::Lagged`].
+    pub(super) async fn subscribe(&self, channel: String, buffer: usize) -> Result<RedisSubscription> {
         let (done_tx, done_rx) = oneshot::channel();
         let rx = {
             let mut map = lock(&self.channels);
-            let c = map
-                .entry(channel.clone())
-                .or_insert_with(|| Channel { tx: broadcast::channel(LOCAL_BUFFER).0, refs: 0 });
+            let c = map.entry(channel.clone()).or_insert_with(|| Channel { tx: broadcast::channel(buffer).0, refs: 0 });
             c.refs += 1;
             // Every subscriber sends its own SUBSCRIBE (idempotent in Redis) and waits for its confirmation, so
             // none returns before the channel is live, even if an earlier one failed. It is queued under the map

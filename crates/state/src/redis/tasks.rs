@@ -12,8 +12,8 @@
 //!
 //! A record and its work hash expire with the task's TTL. The queue keys are few and permanent.
 
-use super::RedisStore;
 use super::codec::{array, int, ms, string};
+use super::{RedisStore, subscriber};
 use crate::tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
     TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
@@ -401,7 +401,8 @@ impl TaskStore for RedisStore {
     async fn subscribe_queue(&self, shards: u16) -> Result<Box<dyn crate::Subscription>> {
         let mut bells = Vec::with_capacity(usize::from(shards));
         for shard in 0..shards.max(1) {
-            bells.push(self.inner.subscriber.subscribe(self.shard_keys(shard).bell).await?);
+            bells
+                .push(self.inner.subscriber.subscribe(self.shard_keys(shard).bell, subscriber::DOORBELL_BUFFER).await?);
         }
         Ok(Box::new(super::subscriber::Merged(bells)))
     }
