@@ -789,6 +789,17 @@ async fn leases_renew_and_append_extend(kind: Kind) {
     assert_eq!(s.stream_state(&key, k).await.expect("state"), StreamState::Running);
     assert_eq!(s.abandon_stream(&key, k, "x").await.expect("abandon renewed"), None);
 
+    // A live stream keeps its session alive past its idle TTL: renewals push the session's life out (each time
+    // less than the idle TTL is left), with no request of the session's own.
+    let short = session(s, Duration::from_millis(320)).await;
+    let (ks, _) = open_post(s, &short, "s", lease).await;
+    for i in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(s.renew_lease(&short, ks, &token("tok-s"), lease).await.expect("renew"), "renewal {i} refused");
+    }
+    assert_eq!(s.stream_state(&short, ks).await.expect("state"), StreamState::Running);
+    assert!(s.touch_session(&short).await.expect("touch").is_some(), "the session outlived its idle TTL");
+
     // So does an append that asks for it.
     let (k2, _) = open_post(s, &key, "2", lease).await;
     for _ in 0..6 {
