@@ -9,7 +9,7 @@
 #   pg_cpu_ms                   # that PostgreSQL's CPU time so far (every backend), in ms
 #   start_replica ARGS...       # one `serve` of SERVER_BIN (or BIN): appends to PIDS, URLS and ADMINS
 #   stop_replicas               # stops them all, empties PIDS, URLS and ADMINS
-#   rmcp_start / rmcp_stop      # rmcp's own server (RMCP): RMCP_PID, RMCP_URL
+#   rmcp_start [--stateless] / rmcp_stop   # rmcp's own server (RMCP): RMCP_PID, RMCP_URL
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -83,9 +83,10 @@ stop_replicas() {
 }
 
 # rmcp's own Streamable HTTP server (crates/rmcp-baseline: in-process sessions, no auth, no store), one process, so
-# every session stays on it as a sticky balancer would keep it.
+# every session stays on it as a sticky balancer would keep it. With --stateless, its legacy session mode is off and
+# a response that comes first is plain JSON (rmcp serves a 2026-07-28 request without a session either way).
 rmcp_start() {
-  "$RMCP" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
+  "$RMCP" "$@" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
   RMCP_PID=$!
   for _ in $(seq 100); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
   RMCP_URL="http://$(sed -n 's/^listening on //p' "$TMP/rmcp.out")/mcp"
