@@ -65,13 +65,16 @@ def realistic(path):
           "the load generator's loop):")
     print()
     print("| workload | rmcp server CPU ms/op | replica CPU ms/op | Redis CPU ms/op | replica / rmcp | "
-          "(replica + Redis) / rmcp | ops/s rmcp | ops/s replica | requests/op rmcp, replica | errors |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "(replica + Redis) / rmcp | ops/s rmcp | ops/s replica | requests/op rmcp, replica | "
+          "server CPU ms/request rmcp, replica | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     for w in workloads:
         rm = [by.get((p, f"{w}: rmcp")) for p in pairs]
         re = [by.get((p, f"{w}: 1 replica")) for p in pairs]
         field = lambda runs, f: median_of([r[f] for r in runs if r])
+        per_request = lambda runs: median_of([r["server_cpu_ms_per_call"] / r["requests_per_op"] for r in runs
+                                              if r and r["server_cpu_ms_per_call"] and r.get("requests_per_op")])
         ratios, totals = [], []
         for a, b in zip(re, rm):
             if a and b and a["server_cpu_ms_per_call"] and b["server_cpu_ms_per_call"]:
@@ -89,7 +92,7 @@ def realistic(path):
               f"{na or fmt(median_of(ratios), 2) + ' ×'} | {na or fmt(median_of(totals), 2) + ' ×'} | "
               f"{na or fmt(field(rm, 'calls_per_sec'), 0)} | {fmt(field(re, 'calls_per_sec'), 0)} | "
               f"{na or fmt(field(rm, 'requests_per_op'), 2)}, {fmt(field(re, 'requests_per_op'), 2)} | "
-              f"{errors} of {ops:.0f} |")
+              f"{na or fmt(per_request(rm), 3)}, {fmt(per_request(re), 3)} | {errors} of {ops:.0f} |")
     for n in notes:
         print(f"\n{n}", end="")
     print()
