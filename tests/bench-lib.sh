@@ -9,7 +9,7 @@
 #   pg_cpu_ms                   # that PostgreSQL's CPU time so far (every backend), in ms
 #   start_replica ARGS...       # one `serve` of SERVER_BIN (or BIN): appends to PIDS, URLS and ADMINS
 #   stop_replicas               # stops them all, empties PIDS, URLS and ADMINS
-#   rmcp_start / rmcp_stop      # rmcp's own server (RMCP): RMCP_PID, RMCP_URL
+#   rmcp_start [--stateless] / rmcp_stop   # rmcp's own server (RMCP): RMCP_PID, RMCP_URL
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -61,6 +61,8 @@ pg_cpu_ms() {
 # start_replica ARGS... : starts one replica, appends its pid to PIDS, its URL to URLS and its metrics to ADMINS.
 start_replica() {
   local n="${#PIDS[@]}"
+  # As in rmcp_start: no earlier replica's address may be read from a file this one has not truncated yet.
+  rm -f "$TMP/out.$n" "$TMP/err.$n"
   # The rate limit stays on (every request is admitted as in production) but out of reach, and the caps are off:
   # one principal drives the load. A setup's own flags override these (they are environment defaults). No drain
   # delay: a replica stops at once when its setup is done.
@@ -69,7 +71,11 @@ start_replica() {
     "${SERVER_BIN:-$BIN}" serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --log "${LOG:-info}" "$@" \
     >"$TMP/out.$n" 2>"$TMP/err.$n" &
   PIDS+=($!)
-  for _ in $(seq 100); do grep -q '^admin listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 200); do grep -q '^admin listening on ' "$TMP/out.$n" 2>/dev/null && break; sleep 0.05; done
+  if ! grep -q '^admin listening on ' "$TMP/out.$n"; then
+    echo "replica $n did not start in 10 s: $(tail -1 "$TMP/err.$n")" >&2
+    return 1
+  fi
   URLS+=("http://$(sed -n 's/^listening on //p' "$TMP/out.$n")/mcp")
   ADMINS+=("http://$(sed -n 's/^admin listening on //p' "$TMP/out.$n")/metrics")
 }
@@ -83,11 +89,19 @@ stop_replicas() {
 }
 
 # rmcp's own Streamable HTTP server (crates/rmcp-baseline: in-process sessions, no auth, no store), one process, so
-# every session stays on it as a sticky balancer would keep it.
+# every session stays on it as a sticky balancer would keep it. With --stateless, its legacy session mode is off and
+# a response that comes first is plain JSON (rmcp serves a 2026-07-28 request without a session either way).
 rmcp_start() {
-  "$RMCP" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
+  # The previous run's file goes first: the redirection below truncates it only once the child runs, and until then
+  # the wait would read the old address.
+  rm -f "$TMP/rmcp.out" "$TMP/rmcp.err"
+  "$RMCP" "$@" 127.0.0.1:0 >"$TMP/rmcp.out" 2>"$TMP/rmcp.err" &
   RMCP_PID=$!
-  for _ in $(seq 100); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 200); do grep -q '^listening on ' "$TMP/rmcp.out" 2>/dev/null && break; sleep 0.05; done
+  if ! grep -q '^listening on ' "$TMP/rmcp.out"; then
+    echo "rmcp-baseline did not start in 10 s: $(cat "$TMP/rmcp.err")" >&2
+    return 1
+  fi
   RMCP_URL="http://$(sed -n 's/^listening on //p' "$TMP/rmcp.out")/mcp"
 }
 

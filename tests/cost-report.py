@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The report of tests/cost.sh: each pair's figures, then the medians of the per-pair ratios against issue 32's
 targets. Input: the runs' figures, one JSON object per line (mcpfleet-bench --json, plus `pair` and `pg_cpu_ms`).
+With --realistic (SET=realistic), the rows are labelled "WORKLOAD: rmcp" and "WORKLOAD: 1 replica", and the report
+is one table of CPU per op for each workload, rmcp's beside the replica's.
 
     python3 tests/cost-report.py ROWS.jsonl
+    python3 tests/cost-report.py --realistic ROWS.jsonl
 """
 import json
 import statistics
@@ -29,6 +32,70 @@ CHANGES = [
 
 def fmt(v, digits=4):
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+# Why a workload has no rmcp counterpart (the realistic set).
+RMCP_NA = {
+    "resume": "rmcp 3.11's LocalSessionManager drops a request's stream, and its cached events, once the response "
+              "is sent: a GET with Last-Event-ID after the end gets an empty stream",
+}
+
+
+def median_of(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def realistic(path):
+    """The realistic set: every run, then one row per workload (medians over the pairs)."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    pairs = sorted({r["pair"] for r in rows})
+    by = {(r["pair"], r["label"]): r for r in rows}
+    workloads = list(dict.fromkeys(r["label"].split(": ")[0] for r in rows))
+    print("| pair | setup | ops/s | p50 ms | p99 ms | requests/op | server CPU ms/op | Redis CPU ms/op | "
+          "Redis cmds/op | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
+        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{fmt(r.get('requests_per_op'), 2)} | {fmt(r['server_cpu_ms_per_call'])} | "
+              f"{fmt(r['redis_cpu_ms_per_call'])} | {fmt(r['redis_cmds_per_call'], 2)} | {errors} |")
+    print()
+    print(f"Medians over {len(pairs)} pairs (the ratios taken within each pair; CPU per op, one op = one iteration of "
+          "the load generator's loop):")
+    print()
+    print("| workload | rmcp server CPU ms/op | replica CPU ms/op | Redis CPU ms/op | replica / rmcp | "
+          "(replica + Redis) / rmcp | ops/s rmcp | ops/s replica | requests/op rmcp, replica | "
+          "server CPU ms/request rmcp, replica | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    for w in workloads:
+        rm = [by.get((p, f"{w}: rmcp")) for p in pairs]
+        re = [by.get((p, f"{w}: 1 replica")) for p in pairs]
+        field = lambda runs, f: median_of([r[f] for r in runs if r])
+        per_request = lambda runs: median_of([r["server_cpu_ms_per_call"] / r["requests_per_op"] for r in runs
+                                              if r and r["server_cpu_ms_per_call"] and r.get("requests_per_op")])
+        ratios, totals = [], []
+        for a, b in zip(re, rm):
+            if a and b and a["server_cpu_ms_per_call"] and b["server_cpu_ms_per_call"]:
+                ratios.append(a["server_cpu_ms_per_call"] / b["server_cpu_ms_per_call"])
+                totals.append((a["server_cpu_ms_per_call"] + (a["redis_cpu_ms_per_call"] or 0))
+                              / b["server_cpu_ms_per_call"])
+        errors = sum(sum(r["errors"].values()) for r in rm + re if r)
+        ops = sum(r["calls"] for r in rm + re if r)
+        has_rmcp = any(rm)
+        na = "n/a" if not has_rmcp else None
+        if not has_rmcp and w in RMCP_NA:
+            notes.append(f"{w}: rmcp n/a: {RMCP_NA[w]}.")
+        print(f"| {w} | {na or fmt(field(rm, 'server_cpu_ms_per_call'), 3)} | "
+              f"{fmt(field(re, 'server_cpu_ms_per_call'), 3)} | {fmt(field(re, 'redis_cpu_ms_per_call'), 3)} | "
+              f"{na or fmt(median_of(ratios), 2) + ' ×'} | {na or fmt(median_of(totals), 2) + ' ×'} | "
+              f"{na or fmt(field(rm, 'calls_per_sec'), 0)} | {fmt(field(re, 'calls_per_sec'), 0)} | "
+              f"{na or fmt(field(rm, 'requests_per_op'), 2)}, {fmt(field(re, 'requests_per_op'), 2)} | "
+              f"{na or fmt(per_request(rm), 3)}, {fmt(per_request(re), 3)} | {errors} of {ops:.0f} |")
+    for n in notes:
+        print(f"\n{n}", end="")
+    print()
 
 
 def main(path):
@@ -86,6 +153,9 @@ def main(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) == 3 and sys.argv[1] == "--realistic":
+        realistic(sys.argv[2])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1])

@@ -6,6 +6,7 @@
 #   PAIRS=7 SECS=10 tests/cost.sh
 #   ROWS=/tmp/rows.jsonl tests/cost.sh  # also keeps every run's raw figures (mcpfleet-bench --json), one per line
 #   BASE_BIN=/tmp/mcpfleet-old tests/cost.sh   # each pair also runs "1 replica" and "3 replicas" with that binary
+#   SET=realistic tests/cost.sh         # the realistic work instead (issue 32, target 4; below)
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -22,18 +23,36 @@
 #   3. 3 replicas' CPU / 1 replica's, a call  target <= 1.2
 # CPU is user + system time from /proc (the replicas summed), and Redis's from INFO cpu, over the measured window.
 # Calls/s is printed, never targeted: on two shared cores the load generator, Redis and PostgreSQL share the CPU.
+#
+# SET=realistic: each workload below on rmcp's server and on one replica with the full stack (the "1 replica" setup,
+# the workload's tool under a quota too), in alternating pairs as above; no PostgreSQL. The report is a table of
+# CPU per op on each side (medians), Redis's, and the replica / rmcp ratio (the median of the per-pair ratios).
+# One op is one iteration of the load generator's loop (mcpfleet-bench --op ...), which checks every answer:
+#   progress   tools/call of bench_progress with a progressToken: 5 progress notifications over SSE, then the answer
+#   blob       tools/call of bench_blob: one text block of 65 536 bytes
+#   stateless  the 2026-07-28 call of test_simple_text: no session, the version and method in headers and _meta;
+#              rmcp's server runs with --stateless (no session mode, a JSON answer)
+#   resume     the progress call read to its end, then a GET with Last-Event-ID set to its first (priming) event's id,
+#              read to its end: the same messages replayed; one op is both requests. Replica only: rmcp 3.11's
+#              LocalSessionManager drops a request's stream and its cached events once the response is sent
+#   task       (2026-07-28) slow_job of 0 s, always a task: created, then polled with tasks/get with no pause until
+#              completed (that answer carries the result); one op is the creation and every poll. rmcp: its
+#              TaskManager, in process (--stateless)
+# BASE_BIN does not apply to this set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-5}"
 SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
+SET="${SET:-trivial}"
+[[ "$SET" == trivial || "$SET" == realistic ]] || { echo "SET is trivial or realistic, not $SET" >&2; exit 64; }
 
 . tests/bench-lib.sh
 bench_setup
 trap 'bench_stop_all; rm -rf "$TMP"' EXIT
 bench_redis_start
-bench_postgres_start "$BIN"
+[[ "$SET" == trivial ]] && bench_postgres_start "$BIN"
 KEY="$TMP/dev-key.pem"
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
@@ -41,6 +60,37 @@ FULL=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --max-inflight-p
   --quota test_simple_text=1000000000/1h)
 ROWS="${ROWS:-$TMP/rows.jsonl}"
 : >"$ROWS"
+
+# The realistic set: the workloads, and the load generator's flags for each.
+WORKLOADS=(progress blob stateless resume task)
+FULL_REALISTIC=("${FULL[@]}" --quota bench_progress=1000000000/1h --quota bench_blob=1000000000/1h
+  --quota slow_job=1000000000/1h)
+workload_args() {
+  case "$1" in
+    progress) echo --op progress ;;
+    blob) echo --op blob ;;
+    stateless) echo --generation 2026 ;;
+    resume) echo --op resume ;;
+    task) echo --op task --generation 2026 ;;
+  esac
+}
+
+# measure_work PAIR "WORKLOAD: SIDE": one run of a workload of the realistic set on rmcp or on one replica.
+measure_work() {
+  local pair="$1" setup="$2" workload="${2%%: *}" args=() row
+  read -r -a args <<<"$(workload_args "$workload")"
+  if [[ "$setup" == *": rmcp" ]]; then
+    if [[ "$workload" == stateless || "$workload" == task ]]; then rmcp_start --stateless; else rmcp_start; fi
+    args+=(--url "$RMCP_URL" --pid "$RMCP_PID")
+  else
+    start_replica "${FULL_REALISTIC[@]}"
+    args+=(--url "${URLS[0]}" --pid "${PIDS[0]}" --token "$TOKEN" --redis-url "$REDIS_URL")
+  fi
+  row="$("$BENCH" "${args[@]}" --sessions "$SESSIONS" --secs "$SECS" --label "$setup" --json)"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(pair=int(sys.argv[2]), pg_cpu_ms=0); print(json.dumps(r))' \
+    "$row" "$pair" >>"$ROWS"
+  if [[ "$setup" == *": rmcp" ]]; then rmcp_stop; else stop_replicas; fi
+}
 
 # measure PAIR SETUP: one run of SETUP, its figures appended to ROWS.
 measure() {
@@ -75,7 +125,18 @@ SETUPS=("rmcp" "1 replica" "1 + audit" "3 replicas" "3 replicas, 1 worker each")
 # pair to the next (a run after three replicas stopped can be slower than one after rmcp).
 [[ -n "${BASE_BIN:-}" ]] && SETUPS=("rmcp" "1 replica" "1 replica [base]" "1 + audit" "3 replicas" "3 replicas [base]"
   "3 replicas, 1 worker each")
-echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, test_simple_text, log level $LOG, $(nproc) cores" >&2
+MEASURE=measure
+if [[ "$SET" == realistic ]]; then
+  SETUPS=()
+  for w in "${WORKLOADS[@]}"; do
+    [[ "$w" != resume ]] && SETUPS+=("$w: rmcp")
+    SETUPS+=("$w: 1 replica")
+  done
+  MEASURE=measure_work
+fi
+what=test_simple_text
+[[ "$SET" == realistic ]] && what="the realistic set (${WORKLOADS[*]})"
+echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, $what, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
   if (( pair % 2 == 0 )); then
@@ -84,7 +145,7 @@ for pair in $(seq "$PAIRS"); do
   fi
   for setup in "${order[@]}"; do
     echo "pair $pair: $setup" >&2
-    measure "$pair" "$setup"
+    "$MEASURE" "$pair" "$setup"
   done
 done
-python3 tests/cost-report.py "$ROWS"
+if [[ "$SET" == realistic ]]; then python3 tests/cost-report.py --realistic "$ROWS"; else python3 tests/cost-report.py "$ROWS"; fi

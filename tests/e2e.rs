@@ -28,6 +28,8 @@ mod limits;
 mod memory;
 #[path = "operability.rs"]
 mod operability;
+#[path = "realistic.rs"]
+mod realistic;
 #[path = "rmcp_client.rs"]
 mod rmcp_client;
 #[path = "stateless.rs"]

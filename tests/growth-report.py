@@ -34,6 +34,8 @@ COLUMNS = [
     ("calls/s", lambda p: p["load"].get("calls_per_sec")),
     ("replica CPU ms/call", lambda p: p["load"].get("server_cpu_ms_per_call")),
     ("Redis CPU ms/call", lambda p: p["load"].get("redis_cpu_ms_per_call")),
+    ("replica CPU ms/call, net", lambda p: p.get("net", {}).get("replica_call")),
+    ("Redis CPU ms/call, net", lambda p: p.get("net", {}).get("redis_call")),
     ("p50 ms", lambda p: p["load"].get("p50_ms")),
     ("p99 ms", lambda p: p["load"].get("p99_ms")),
     ("Redis used_memory MB", lambda p: p.get("pop", {}).get("redis_used_memory", 0) / 1e6 if p.get("pop") else None),
@@ -49,13 +51,20 @@ COLUMNS = [
 
 
 def net(points):
-    """Per open stream at rest, with what an empty fleet costs at rest (the `sessions 0` point) taken off."""
+    """Per call, net of what the population costs at rest (its CPU a second, at the load's calls a second, taken
+    off the load's CPU a call: the cost a call adds); and per open stream at rest, with what an empty fleet costs
+    at rest (the `sessions 0` point) taken off."""
     base = next((p.get("pop") for p in points if p["kind"] == "sessions" and p["n"] == 0), None) or {}
     for p in points:
-        pop = p.get("pop")
+        pop, load = p.get("pop"), p["load"]
+        d = p.setdefault("net", {})
+        rate = load.get("calls_per_sec")
+        for key, per_call, at_rest in (("replica_call", "server_cpu_ms_per_call", "replica_cpu_ms_per_sec_at_rest"),
+                                       ("redis_call", "redis_cpu_ms_per_call", "redis_cpu_ms_per_sec_at_rest")):
+            if pop and rate and load.get(per_call) is not None and pop.get(at_rest) is not None:
+                d[key] = load[per_call] - pop[at_rest] / rate
         if p["kind"] != "streams" or not pop or not p["n"]:
             continue
-        d = {}
         for key, field, scale in (("redis", "redis_cpu_ms_per_sec_at_rest", 1e3),
                                   ("replica", "replica_cpu_ms_per_sec_at_rest", 1e3),
                                   ("cmds", "redis_cmds_per_sec_at_rest", 1)):
@@ -139,7 +148,12 @@ def panel(out, x0, y0, w, h, title, xs, series, ylabel, xlabel, linear=False, no
         y = py(v)
         out.append(f'<line x1="{ox}" y1="{y}" x2="{ox + pw}" y2="{y}" stroke="#eee"/>')
         out.append(f'<text x="{ox - 4}" y="{y + 4}" text-anchor="end" font-size="10">{v:g}</text>')
+    last = None
     for i, x in enumerate(xs):
+        # On a linear axis the small values crowd together: label only those with room.
+        if last is not None and px(i) - last < 24:
+            continue
+        last = px(i)
         out.append(f'<text x="{px(i)}" y="{oy + ph + 14}" text-anchor="middle" font-size="10">{label_n(x)}</text>')
     out.append(f'<text x="{ox + pw / 2}" y="{oy + ph + 30}" text-anchor="middle" font-size="11">{esc(xlabel)}</text>')
     out.append(
@@ -174,11 +188,13 @@ def svg(points, path):
     get = lambda ps, k: [p["load"].get(k) for p in ps]  # noqa: E731
     pop = lambda ps, k: [p.get("pop", {}).get(k) for p in ps]  # noqa: E731
     cpu = [("replica", "server_cpu_ms_per_call"), ("Redis", "redis_cpu_ms_per_call")]
+    netc = [("replica, net of rest", "replica_call"), ("Redis, net of rest", "redis_call")]
+    nets = lambda ps, k: [p.get("net", {}).get(k) for p in ps]  # noqa: E731
     lat = [("p50", "p50_ms"), ("p99", "p99_ms")]
     if ses:
         xs = [p["n"] for p in ses]
-        panel(out, 0, 0, W, H, "CPU per call, with idle sessions", xs, [(n, get(ses, k)) for n, k in cpu],
-              "ms a call", "idle sessions")
+        panel(out, 0, 0, W, H, "CPU per call, with idle sessions", xs,
+              [(n, get(ses, k)) for n, k in cpu] + [(n, nets(ses, k)) for n, k in netc], "ms a call", "idle sessions")
         panel(out, 0, H, W, H, "Latency, with idle sessions", xs, [(n, get(ses, k)) for n, k in lat],
               "ms", "idle sessions")
         b, _ = slope(ses)
@@ -187,8 +203,8 @@ def svg(points, path):
               "idle sessions (linear)", linear=True, note=f"slope {b:.0f} bytes a session" if b else None)
     if st:
         xs = [p["n"] for p in st]
-        panel(out, W, 0, W, H, "CPU per call, with open streams", xs, [(n, get(st, k)) for n, k in cpu],
-              "ms a call", "open SSE streams")
+        panel(out, W, 0, W, H, "CPU per call, with open streams", xs,
+              [(n, get(st, k)) for n, k in cpu] + [(n, nets(st, k)) for n, k in netc], "ms a call", "open SSE streams")
         panel(out, W, H, W, H, "Latency, with open streams", xs, [(n, get(st, k)) for n, k in lat], "ms",
               "open SSE streams")
         panel(out, W, 2 * H, W, H, "Open streams at rest, per stream", xs,

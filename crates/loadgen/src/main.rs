@@ -5,14 +5,16 @@
 //! every session sends `tools/call` after `tools/call` for `--secs`, each request to the next of the `--url`s in
 //! turn (as a round-robin balancer would). With `--op tasks-get` (2026 only) each session first queues one task (a
 //! `tools/call` of a tool the server always runs as a task, the tasks extension declared), then polls it with
-//! `tasks/get` instead, and cancels it at the end. It reads JSON and SSE answers, and reports throughput, latency
-//! quantiles, errors by kind and 429s. Given the servers' pids it reports server CPU per call (from
+//! `tasks/get` instead, and cancels it at the end. The realistic work of `--op progress`, `blob`, `resume` and
+//! `task` (the module `realistic`) checks what each answer is about, and one op may take several requests. It reads
+//! JSON and SSE answers, and reports throughput, latency quantiles, errors by kind and 429s. Given the servers' pids it reports server CPU per call (from
 //! `/proc/<pid>/stat`); given the Redis URL, Redis commands and Redis CPU per call (from `INFO commandstats` and
 //! `INFO cpu`: the server's own time, over the measured window only).
 //!
 //! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
 
 mod growth;
+mod realistic;
 
 use clap::Parser;
 use serde_json::{Value, json};
@@ -38,6 +40,31 @@ enum Op {
     /// tool the server always runs as a task (e.g. the conformance fixture `slow_job` with `{"seconds":600}`).
     /// The tasks are cancelled at the end. `--generation 2026` only.
     TasksGet,
+    /// `tools/call` of `bench_progress` with a `progressToken`, read over SSE: 5 progress notifications, then the
+    /// answer.
+    Progress,
+    /// `tools/call` of `bench_blob`: 65 536 bytes of text.
+    Blob,
+    /// The `progress` call read to its end, then a GET with `Last-Event-ID` set to its priming event's id, read to
+    /// its end: the same messages, replayed. One op is both requests. `--generation 2025` only.
+    Resume,
+    /// A task created (`slow_job` with `{"seconds":0}`, the tasks extension declared), then polled with
+    /// `tasks/get` until `completed`, whose answer carries the result. One op is the creation and the polls
+    /// (`requests_per_op` in the report). `--generation 2026` only.
+    Task,
+}
+
+impl Op {
+    /// The realistic work this op is, if it is.
+    fn work(self) -> Option<realistic::Work> {
+        match self {
+            Self::ToolsCall | Self::TasksGet => None,
+            Self::Progress => Some(realistic::Work::Progress),
+            Self::Blob => Some(realistic::Work::Blob),
+            Self::Resume => Some(realistic::Work::Resume),
+            Self::Task => Some(realistic::Work::Task),
+        }
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -58,12 +85,13 @@ struct Args {
     /// Unmeasured warm-up, in seconds.
     #[arg(long, default_value_t = 1)]
     warmup_secs: u64,
-    /// The tool to call.
-    #[arg(long, default_value = "test_simple_text")]
-    tool: String,
-    /// The tool's arguments, as JSON.
-    #[arg(long, default_value = "{}")]
-    args: String,
+    /// The tool to call (by default `test_simple_text`; `bench_progress` for `--op progress` and `resume`,
+    /// `bench_blob` for `blob`, `slow_job` for `task`).
+    #[arg(long)]
+    tool: Option<String>,
+    /// The tool's arguments, as JSON (by default `{}`; `{"seconds":0}` for `--op task`).
+    #[arg(long)]
+    args: Option<String>,
     /// A bearer token to send. Repeat it to spread the sessions over several principals: session n uses the
     /// n-th token, round-robin (e.g. `--idle-sessions` under a per-user session cap).
     #[arg(long = "token")]
@@ -93,7 +121,8 @@ struct Args {
     /// Print the report as one line of JSON instead of a Markdown row (for scripts: `tests/cost.sh`). Its fields:
     /// `label`, `calls`, `secs`, `calls_per_sec`, `ok`, `p50_ms`, `p95_ms`, `p99_ms`, `max_ms`,
     /// `server_cpu_ms_per_call`, `redis_round_trips_per_call`, `redis_cmds_per_call`, `redis_cpu_ms_per_call` (each
-    /// `null` when not measured), `too_many` (429s) and `errors` (by kind).
+    /// `null` when not measured), `requests_per_op` (HTTP requests per op: more than 1 for `--op resume` and
+    /// `task`), `too_many` (429s) and `errors` (by kind). Every "per call" figure is per op.
     #[arg(long)]
     json: bool,
     /// The protocol generation: `2025` (sessions, 2025-11-25) or `2026` (stateless, 2026-07-28).
@@ -156,8 +185,11 @@ enum Kind {
     RpcError(i64),
     Http(u16),
     Transport,
-    /// A `tasks/get` that found its task ended (the poll no longer measures a live task).
+    /// A `tasks/get` that found its task ended (the poll no longer measures a live task), or a task of
+    /// `--op task` that ended otherwise than `completed`.
     TaskEnded(String),
+    /// An answer that is not what the op expects (realistic work: a count or a size).
+    Wrong(String),
 }
 
 impl std::fmt::Display for Kind {
@@ -169,6 +201,7 @@ impl std::fmt::Display for Kind {
             Self::Http(s) => write!(f, "http {s}"),
             Self::Transport => write!(f, "transport"),
             Self::TaskEnded(status) => write!(f, "task {status}"),
+            Self::Wrong(what) => write!(f, "wrong: {what}"),
         }
     }
 }
@@ -393,13 +426,19 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 async fn run(a: Args) -> Result<(), BenchError> {
     // Built together with the server, reqwest gets `rustls-no-provider` by feature unification: name ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let args: Value = serde_json::from_str(&a.args)?;
+    let work = a.op.work();
+    let (tool, args) = work.map_or(("test_simple_text", "{}"), realistic::Work::default_tool);
+    let tool = a.tool.as_deref().unwrap_or(tool);
+    let args: Value = serde_json::from_str(a.args.as_deref().unwrap_or(args))?;
     let stateless = a.generation == "2026";
     let polls = a.op == Op::TasksGet;
-    if polls && !stateless {
-        return Err(BenchError::Usage("--op tasks-get needs --generation 2026"));
+    if matches!(a.op, Op::TasksGet | Op::Task) && !stateless {
+        return Err(BenchError::Usage("--op tasks-get and task need --generation 2026"));
     }
-    if polls && a.idempotency_keys {
+    if a.op == Op::Resume && stateless {
+        return Err(BenchError::Usage("--op resume needs --generation 2025 (a 2026-07-28 call is not resumable)"));
+    }
+    if a.op != Op::ToolsCall && a.idempotency_keys {
         return Err(BenchError::Usage("--idempotency-keys applies to --op tools-call only"));
     }
     let mut headers = reqwest::header::HeaderMap::new();
@@ -425,9 +464,9 @@ async fn run(a: Args) -> Result<(), BenchError> {
         sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token(n), n, stateless).await?));
     }
     let mut call =
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": a.tool, "arguments": args } });
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": tool, "arguments": args } });
     if stateless {
-        call["params"]["_meta"] = stateless_meta(polls);
+        call["params"]["_meta"] = stateless_meta(matches!(a.op, Op::TasksGet | Op::Task));
     }
     // What each session sends in its loop: the call, or `tasks/get` of the task it queued (before the warm-up).
     let (bodies, task_ids) = if polls {
@@ -442,6 +481,9 @@ async fn run(a: Args) -> Result<(), BenchError> {
         }
         let bodies = ids.iter().flatten().map(|id| Arc::new(task_request("tasks/get", id))).collect();
         (bodies, ids)
+    } else if let Some(work) = work {
+        // The realistic work: each session's own body (its own progress token).
+        ((0..sessions.len()).map(|n| Arc::new(work.body(&call, n))).collect(), Vec::new())
     } else {
         // One body, shared by every session.
         let call = Arc::new(call);
@@ -494,6 +536,7 @@ async fn measure(
     bodies: Vec<Arc<Value>>,
 ) -> Result<(), BenchError> {
     let keyed = a.idempotency_keys;
+    let work = a.op.work();
     let warmup_end = Instant::now() + Duration::from_secs(a.warmup_secs);
     let end = warmup_end + Duration::from_secs(a.secs);
     let mut tasks = Vec::new();
@@ -502,6 +545,7 @@ async fn measure(
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
+            let mut requests = 0_u64;
             let mut i = n;
             loop {
                 let now = Instant::now();
@@ -510,19 +554,23 @@ async fn measure(
                 }
                 let url = &s.urls[i % s.urls.len()];
                 i += 1;
-                let k = if keyed {
+                let (k, sent) = if let Some(work) = work {
+                    let o = realistic::iteration(work, &s, url, &body).await;
+                    (o.kind, o.requests)
+                } else if keyed {
                     let mut b = (*body).clone();
                     b["params"]["_meta"]["io.mcpfleet/idempotencyKey"] = json!(format!("bench-{n}-{i}"));
-                    s.call(url, &b).await
+                    (s.call(url, &b).await, 1)
                 } else {
-                    s.call(url, &body).await
+                    (s.call(url, &body).await, 1)
                 };
                 if now >= warmup_end {
                     lat.push(now.elapsed());
                     *kinds.entry(k).or_default() += 1;
+                    requests += sent;
                 }
             }
-            (lat, kinds)
+            (lat, kinds, requests)
         }));
     }
     // Counters are read at the end of the warm-up, when every session is in its loop.
@@ -533,9 +581,11 @@ async fn measure(
     let started = Instant::now();
     let mut lat = Vec::new();
     let mut kinds: BTreeMap<Kind, u64> = BTreeMap::new();
+    let mut requests = 0_u64;
     for t in futures::future::join_all(tasks).await {
-        let Ok((l, k)) = t else { continue };
+        let Ok((l, k, r)) = t else { continue };
         lat.extend(l);
+        requests += r;
         for (kind, n) in k {
             *kinds.entry(kind).or_default() += n;
         }
@@ -583,6 +633,7 @@ async fn measure(
             "redis_round_trips_per_call": trips,
             "redis_cmds_per_call": redis_cmds,
             "redis_cpu_ms_per_call": redis_cpu_ms,
+            "requests_per_op": if total > 0.0 { Some(requests as f64 / total) } else { None },
             "too_many": too_many,
             "errors": errors,
         });
