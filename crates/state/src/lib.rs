@@ -99,6 +99,26 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// A store failure or timeout.
     async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool>;
 
+    /// Renews a stream's lease as [`SessionStore::renew_lease`] does and, in the same round trip, says whether the
+    /// session's log may hold an entry after `cursor` (of any stream): `None` if the lease was not renewed,
+    /// `Some(false)` if the log surely holds nothing after `cursor`. The holder of the standalone stream polls
+    /// with it and reads the log only when it may have missed something (an open stream's cost at rest: issue
+    /// 32). A store may always answer `Some(true)`; the default does.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn renew_and_peek(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        token: &LeaseToken,
+        ttl: Duration,
+        cursor: &EventId,
+    ) -> Result<Option<bool>> {
+        let _ = cursor;
+        Ok(self.renew_lease(key, stream, token, ttl).await?.then_some(true))
+    }
+
     /// Reads up to `limit` entries of the session log after `cursor`, keeping only those of `stream`. Returns the
     /// events and the last id scanned, which is the cursor for the next read.
     ///

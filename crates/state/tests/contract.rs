@@ -830,10 +830,21 @@ async fn leases_standalone_takeover(kind: Kind) {
     wait_for(&mut sub, &Ring::Takeover("first".to_owned())).await;
     assert!(s.renew_lease(&key, k, &token("first"), LONG).await.expect("renew"));
     assert!(!s.renew_lease(&key, k, &token("stranger"), LONG).await.expect("renew with a wrong token"));
+    // The holder's poll: renewed, and nothing in the log after its priming event (a store may say "maybe").
+    let peek = s.renew_and_peek(&key, k, &token("first"), LONG, &primed).await.expect("peek");
+    assert!(peek.is_some(), "renewed");
+    if matches!(kind, Kind::Redis) {
+        assert_eq!(peek, Some(false), "nothing after the priming event");
+    }
+    assert_eq!(s.renew_and_peek(&key, k, &token("stranger"), LONG, &primed).await.expect("peek"), None);
 
     // POST streams still count from 1 around the standalone stream.
-    let (post_k, _) = open_post(s, &key, "1", LONG).await;
+    let (post_k, post_primed) = open_post(s, &key, "1", LONG).await;
     assert_eq!(post_k, 1);
+    // Any stream's entry after the cursor is something to read (the drain skips other streams' entries).
+    let peek = s.renew_and_peek(&key, k, &token("first"), LONG, &primed).await.expect("peek");
+    assert_eq!(peek, Some(true), "an entry after the cursor");
+    assert!(s.renew_and_peek(&key, k, &token("first"), LONG, &post_primed).await.expect("peek").is_some());
 
     let (k2, primed2) =
         s.open_stream(&key, &OpenStream::Standalone { token: token("second"), lease: LONG }).await.expect("reopen get");

@@ -89,6 +89,25 @@ impl EventStore for RedisStore {
         Ok(int(&self.run("renew", inv).await?)? == 1)
     }
 
+    async fn renew_and_peek(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        token: &LeaseToken,
+        ttl: Duration,
+        cursor: &EventId,
+    ) -> Result<Option<bool>> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.renew.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.index).arg(stream).arg(ms(ttl)).arg(&token.0).arg(key.id.as_str());
+        inv.arg(cursor.position());
+        Ok(match int(&self.run("renew", inv).await?)? {
+            0 => None,
+            1 => Some(false),
+            _ => Some(true),
+        })
+    }
+
     async fn read_after(
         &self,
         key: &SessionKey,

@@ -166,11 +166,16 @@ impl Tail {
     async fn check_owner(&mut self) -> Result<Step, StateError> {
         let store = self.app.store.clone();
         if let Some(token) = &self.holder {
-            return if store.renew_lease(&self.key, self.stream, token, self.app.config.lease_ttl).await? {
-                self.drain().await
-            } else {
-                self.tx.try_send(Frame::Retry(self.app.config.retry));
-                Ok(Step::Done)
+            // The log is read only if it may hold what a lost ring would have announced: most polls are one
+            // round trip (issue 32: an open stream's cost at rest).
+            let ttl = self.app.config.lease_ttl;
+            return match store.renew_and_peek(&self.key, self.stream, token, ttl, &self.cursor).await? {
+                Some(true) => self.drain().await,
+                Some(false) => Ok(Step::More),
+                None => {
+                    self.tx.try_send(Frame::Retry(self.app.config.retry));
+                    Ok(Step::Done)
+                }
             };
         }
         // A store error propagates to `run`, which records it (`store_failed`).
