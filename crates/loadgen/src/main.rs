@@ -280,17 +280,7 @@ impl Session {
 
     /// One request; the answer (a JSON-RPC response), or how it failed before one.
     async fn exchange(&self, url: &str, body: &Value) -> Result<Value, Kind> {
-        let Ok(resp) = self.post(url, body).send().await else { return Err(Kind::Transport) };
-        let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
-        let Ok(bytes) = resp.bytes().await else { return Err(Kind::Transport) };
-        if status != 200 {
-            return Err(Kind::Http(status));
-        }
+        let (sse, bytes) = receive(self.post(url, body)).await?;
         let message = if sse {
             // The answer is the last `data:` line that carries a result or an error.
             String::from_utf8_lossy(&bytes)
@@ -316,6 +306,23 @@ impl Session {
         let got: String = m.to_string().chars().take(200).collect();
         Err(BenchError::NoTask(format!("the answer was {got}")))
     }
+}
+
+/// Sends a request and reads its whole answer: whether it is SSE, and its bytes. A broken connection, or a status
+/// other than 200, is how the request ended.
+async fn receive(rb: reqwest::RequestBuilder) -> Result<(bool, bytes::Bytes), Kind> {
+    let Ok(resp) = rb.send().await else { return Err(Kind::Transport) };
+    let status = resp.status().as_u16();
+    let sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let Ok(bytes) = resp.bytes().await else { return Err(Kind::Transport) };
+    if status != 200 {
+        return Err(Kind::Http(status));
+    }
+    Ok((sse, bytes))
 }
 
 /// The `_meta` every 2026-07-28 request carries; with `tasks`, the tasks extension declared.

@@ -118,17 +118,7 @@ fn events(body: &[u8]) -> Vec<Event> {
 
 /// Sends the request and reads its SSE answer to the end.
 async fn stream(rb: reqwest::RequestBuilder) -> Result<Vec<Event>, Kind> {
-    let Ok(resp) = rb.send().await else { return Err(Kind::Transport) };
-    let status = resp.status().as_u16();
-    let sse = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"));
-    let Ok(bytes) = resp.bytes().await else { return Err(Kind::Transport) };
-    if status != 200 {
-        return Err(Kind::Http(status));
-    }
+    let (sse, bytes) = crate::receive(rb).await?;
     if !sse {
         return Err(Kind::Wrong("a JSON answer, not SSE".to_owned()));
     }

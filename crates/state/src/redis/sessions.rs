@@ -83,10 +83,7 @@ impl EventStore for RedisStore {
     }
 
     async fn renew_lease(&self, key: &SessionKey, stream: u64, token: &LeaseToken, ttl: Duration) -> Result<bool> {
-        let k = self.keys(key);
-        let mut inv = self.inner.scripts.renew.key(&k.session);
-        inv.key(&k.events).key(&k.leases).key(&k.index).arg(stream).arg(ms(ttl)).arg(&token.0).arg(key.id.as_str());
-        Ok(int(&self.run("renew", inv).await?)? == 1)
+        Ok(self.renew(key, stream, token, ttl, None).await? == 1)
     }
 
     async fn renew_and_peek(
@@ -97,11 +94,7 @@ impl EventStore for RedisStore {
         ttl: Duration,
         cursor: &EventId,
     ) -> Result<Option<bool>> {
-        let k = self.keys(key);
-        let mut inv = self.inner.scripts.renew.key(&k.session);
-        inv.key(&k.events).key(&k.leases).key(&k.index).arg(stream).arg(ms(ttl)).arg(&token.0).arg(key.id.as_str());
-        inv.arg(cursor.position());
-        Ok(match int(&self.run("renew", inv).await?)? {
+        Ok(match self.renew(key, stream, token, ttl, Some(cursor)).await? {
             0 => None,
             1 => Some(false),
             _ => Some(true),
@@ -270,5 +263,25 @@ fn collect_texts(v: &Value, out: &mut Vec<String>) {
         Value::Array(items) | Value::Set(items) => items.iter().for_each(|i| collect_texts(i, out)),
         Value::Map(pairs) => pairs.iter().for_each(|(_, i)| collect_texts(i, out)),
         _ => {}
+    }
+}
+
+impl RedisStore {
+    /// One `renew.lua`: 0 not renewed, 1 renewed, 2 renewed and the log holds an entry after `peek`.
+    async fn renew(
+        &self,
+        key: &SessionKey,
+        stream: u64,
+        token: &LeaseToken,
+        ttl: Duration,
+        peek: Option<&EventId>,
+    ) -> Result<i64> {
+        let k = self.keys(key);
+        let mut inv = self.inner.scripts.renew.key(&k.session);
+        inv.key(&k.events).key(&k.leases).key(&k.index).arg(stream).arg(ms(ttl)).arg(&token.0).arg(key.id.as_str());
+        if let Some(cursor) = peek {
+            inv.arg(cursor.position());
+        }
+        int(&self.run("renew", inv).await?)
     }
 }
