@@ -554,10 +554,11 @@ fn busiest_master(cluster: &RedisCluster) -> &mcpfleet_fleetkit::RedisNode {
         .expect("a master")
 }
 
-/// A key of one of the load's principals (their session sets, `…{u:<uid>}:ss`).
+/// A key of one of the load's principals (their sessions, `…{u:<uid>}:s:<sid>`: the session index `ss` exists
+/// only while the session cap is on).
 fn principal_key(cluster: &RedisCluster) -> String {
     for m in cluster.masters() {
-        if let Some(out) = m.cli(&["SCAN", "0", "MATCH", "mcp:{u:*}:ss", "COUNT", "1000"])
+        if let Some(out) = m.cli(&["SCAN", "0", "MATCH", "mcp:{u:*}:s:*", "COUNT", "1000"])
             && let Some(k) = out.lines().skip(1).find(|l| l.contains("{u:"))
         {
             return k.to_owned();
