@@ -251,21 +251,24 @@ impl AppState {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerAddr(pub(crate) std::net::SocketAddr);
 
-/// 192 random bits from the thread's CSPRNG, base64url (32 characters): lease tokens, trace ids.
-pub(crate) fn random_token() -> String {
+/// `N` random bytes from the thread's CSPRNG, base64url without padding.
+fn random_base64<const N: usize>() -> String {
     use base64::Engine as _;
-    let bytes: [u8; 24] = rand::random();
+    let bytes: [u8; N] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// A new session id: 128 random bits from the thread's CSPRNG, base64url (22 characters). Unguessable, and it is
-/// not the session's only guard (its owner's key is part of every key it names), so 128 bits are plenty; each
-/// idle session keeps its id twice in Redis (its key and its entry in the owner's index), so the shorter id is
-/// part of an idle session's bytes (issue 32).
+/// 192 random bits, base64url (32 characters): lease tokens, trace ids.
+pub(crate) fn random_token() -> String {
+    random_base64::<24>()
+}
+
+/// A new session id: 128 random bits, base64url (22 characters). Unguessable, and it is not the session's only
+/// guard (its owner's key is part of every key it names), so 128 bits are plenty; each idle session keeps its id
+/// in Redis in its key (and in the owner's index while the session cap is on), so the shorter id is part of an
+/// idle session's bytes (issue 32).
 pub(crate) fn new_session_id() -> String {
-    use base64::Engine as _;
-    let bytes: [u8; 16] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    random_base64::<16>()
 }
 
 /// Serves `/mcp` on `listener` until `shutdown` fires, then waits for the open connections to close (every SSE

@@ -36,6 +36,8 @@ if op == 'create' then first = 14 end
 local rel = first <= n
 local reply, tok, wait, slots, wused = nil, '', 0, '', ''
 local pv, caps, lvl = '', '', ''
+-- The session's new life (ms) when a touch or a create set it: its index entry follows (below), if it has one.
+local indexed
 -- One pass (repeat ... until true, not indented): a refusal sets the reply and leaves with break.
 repeat
 if ARGV[1] ~= '' then
@@ -94,11 +96,7 @@ if op == 'tap' or op == 'touch' then
     call('PEXPIRE', KEYS[4], lifes)
     call('PEXPIRE', KEYS[5], lifes)
     call('PEXPIRE', KEYS[6], lifes)
-    if KEYS[7] then
-      local e = now + life + 999
-      call('ZADD', KEYS[7], string.format('%d', (e - e % 1000) / 1000), ARGV[9])
-      if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
-    end
+    indexed = life
   end
   lvl, pv, caps = v[2] or '', v[3] or '', v[4] or ''
 elseif op == 'create' then
@@ -124,11 +122,13 @@ elseif op == 'create' then
   -- are mostly this hash: issue 32). `n` starts at 0 by being absent (open.lua's HINCRBY).
   call('HSET', KEYS[4], 'ttl', ARGV[11], 'pv', ARGV[12], 'caps', ARGV[13])
   call('PEXPIRE', KEYS[4], lifes)
-  if KEYS[7] then
-    local e = now + life + 999
-    call('ZADD', KEYS[7], string.format('%d', (e - e % 1000) / 1000), ARGV[9])
-    if call('PTTL', KEYS[7]) < life then call('PEXPIRE', KEYS[7], lifes) end
-  end
+  indexed = life
+end
+if indexed and KEYS[7] then
+  -- Its score is its end in whole seconds, rounded up (above); the index outlives its newest entry.
+  local e = now + indexed + 999
+  call('ZADD', KEYS[7], string.format('%d', (e - e % 1000) / 1000), ARGV[9])
+  if call('PTTL', KEYS[7]) < indexed then call('PEXPIRE', KEYS[7], string.format('%d', indexed)) end
 end
 
 if ARGV[3] ~= '' then
