@@ -265,6 +265,7 @@ contract!(
     leases_expire_and_abandon,
     leases_renew_and_append_extend,
     leases_standalone_takeover,
+    a_listener_that_falls_behind_is_told_and_loses_nothing,
     routing_responses,
     routing_cancellation,
     routing_doorbells_are_per_session,
@@ -816,6 +817,33 @@ async fn leases_renew_and_append_extend(kind: Kind) {
     assert!(!s.renew_lease(&key, 99, &token("tok-99"), lease).await.expect("renew unopened"));
     let bob = SessionKey { user: user("bob"), id: key.id.clone() };
     assert!(!s.renew_lease(&bob, k2, &token("tok-2"), lease).await.expect("renew as bob"));
+}
+
+/// A doorbell's listener that falls behind is told (`Ring::Lagged`) rather than held up, and the log keeps every
+/// event for it to re-read. On Redis the buffer is small (16 rings: each open stream holds one, issue 32), so 100
+/// rings nobody reads make it lag.
+async fn a_listener_that_falls_behind_is_told_and_loses_nothing(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let key = session(s, LONG).await;
+    let mut sub = s.subscribe(&key).await.expect("subscribe");
+    let (k, primed) = open_post(s, &key, "1", LONG).await;
+    for i in 0..100 {
+        s.append(&key, k, &format!("e{i}"), &AppendOptions::default()).await.expect("append");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut lagged, mut rings) = (false, 0);
+    while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(500), sub.recv()).await {
+        lagged |= r == Ring::Lagged;
+        rings += 1;
+    }
+    if matches!(kind, Kind::Redis) {
+        assert!(lagged, "100 unread rings make the listener lag ({rings} rings read)");
+    } else {
+        assert!(lagged || rings >= 101, "every ring, or a lag ({rings} rings read)");
+    }
+    let (events, _) = s.read_after(&key, k, &primed, false, 1000).await.expect("read");
+    assert_eq!(events.len(), 100, "the log keeps every event");
 }
 
 async fn leases_standalone_takeover(kind: Kind) {
