@@ -1,7 +1,7 @@
 use std::time::Duration;
 
-/// Why a store call failed.
-#[derive(Debug, thiserror::Error)]
+/// Why a store call failed. Cloned for each admission of a batch that failed.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StateError {
     #[error("session not found")]
     SessionNotFound,

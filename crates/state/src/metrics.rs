@@ -60,6 +60,7 @@ pub struct StoreMetrics {
     master_changes: IntCounter,
     unreplicated: IntCounter,
     policies: IntGaugeVec,
+    admissions: IntCounter,
 }
 
 impl StoreMetrics {
@@ -98,6 +99,12 @@ impl StoreMetrics {
             ),
             &["policy"],
         )?;
+        let admissions = IntCounter::new(
+            "mcp_redis_admissions_total",
+            "Admissions sent to Redis; per round trip of kind admit, how many ride together (one principal's \
+             admissions that arrive while another is on its way go in one batch).",
+        )?;
+        registry.register(Box::new(admissions.clone()))?;
         registry.register(Box::new(policies.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(errors.clone()))?;
@@ -107,7 +114,7 @@ impl StoreMetrics {
             duration.with_label_values(&[kind]);
             errors.with_label_values(&[kind]);
         }
-        Ok(Self { duration, errors, master_changes, unreplicated, policies })
+        Ok(Self { duration, errors, master_changes, unreplicated, policies, admissions })
     }
 
     /// The policies the last check found (`["unknown"]` when it could not tell).
@@ -126,6 +133,11 @@ impl StoreMetrics {
     /// A durable write was acknowledged by fewer replicas than asked.
     pub fn unreplicated(&self) {
         self.unreplicated.inc();
+    }
+
+    /// `n` admissions went to Redis in one round trip.
+    pub fn admissions(&self, n: usize) {
+        self.admissions.inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
     /// Records one command.

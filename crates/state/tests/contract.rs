@@ -275,6 +275,7 @@ contract!(
     limits_session_cap,
     limits_sessions_opened_without_a_cap_count_once_touched,
     limits_slots_and_windows,
+    limits_admissions_at_once_decide_as_one_by_one,
     notices_reach_the_principal_on_every_replica,
     idempotency_runs_once_and_keeps_the_result,
     tasks_create_get_and_cap,
@@ -1189,6 +1190,193 @@ async fn limits_sessions_opened_without_a_cap_count_once_touched(kind: Kind) {
     assert!(s.delete_session(&SessionKey { user: dave.clone(), id: ids[0].clone() }).await.expect("delete"));
     assert_eq!(admit(s, &capped).await.refused, None);
     assert_all_keys_expire(&h);
+}
+
+/// How many `EVALSHA`s the check's own redis-server has run (`None` on a shared topology or the memory store).
+fn evalshas(h: &Harness) -> Option<u64> {
+    let server = h.redis()?;
+    let stats = server.raw(&["INFO", "commandstats"]);
+    let line = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("cmdstat_evalsha:calls=0,");
+    line.split("calls=").nth(1)?.split(',').next()?.parse().ok()
+}
+
+/// Many admissions of one principal at once (issue 32: on Redis, those that arrive while one is on its way ride
+/// together in one `admit.lua` call): each gets the decision it would get alone, one after the other. The bucket
+/// admits exactly its tokens, the slot cap exactly its slots (a refused slot charges no window), the window exactly
+/// its limit (a refused window takes no slot), a missing session is refused among live ones, and releases that
+/// ride in a batch free their slots for the batch. On the check's own Redis, the 40 went in fewer round trips.
+async fn limits_admissions_at_once_decide_as_one_by_one(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let alice = user("alice");
+    let mut sessions = Vec::new();
+    for _ in 0..4 {
+        sessions.push(session(s, LONG).await);
+    }
+
+    // The bucket: 10 tokens (and no refill to speak of) for 40 calls over four sessions.
+    let before = evalshas(&h);
+    let bucket = BucketSpec { name: "tb".to_owned(), capacity: 10.0, per_second: 0.001 };
+    let rs = all_at_once(
+        s,
+        &(0..40)
+            .map(|i| Admission {
+                bucket: Some(&bucket),
+                session: SessionOp::Touch(&sessions[i % 4].id),
+                ..admission(&alice)
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(admitted(&rs), 10, "the bucket's ten tokens");
+    assert!(rs.iter().all(|r| r.refused.is_none() || r.refused == Some(Refusal::Bucket)), "{rs:?}");
+    let mut left: Vec<f64> = rs
+        .iter()
+        .filter(|r| r.refused.is_none())
+        .map(|r| {
+            assert!(r.session.is_some(), "an admitted touch reads its session");
+            // Tokens left after each: 9, 8, ... 0, each once.
+            r.bucket.expect("a reading").tokens.round()
+        })
+        .collect();
+    left.sort_by(f64::total_cmp);
+    assert_eq!(left, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], "each admission took its own token");
+    if let (Some(b), Some(a)) = (before, evalshas(&h)) {
+        assert!(a - b < 20, "40 admissions at once ride together: {} round trips", a - b);
+    }
+
+    // The slot cap: 5 slots for 40 calls, and the quota is charged only for the 5.
+    let win = WindowSpec { name: "tool.y".to_owned(), limit: 100, window: LONG };
+    let specs: Vec<SlotSpec> =
+        (0..40).map(|i| SlotSpec { set: SlotSet::Calls, cap: 5, token: format!("s{i}"), ttl: LONG }).collect();
+    let rs = all_at_once(
+        s,
+        &(0..40)
+            .map(|i| Admission { slot: Some(&specs[i]), window: Some(&win), ..admission(&alice) })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(admitted(&rs), 5, "the cap's five slots");
+    let held: Vec<[String; 1]> =
+        rs.iter().zip(&specs).filter(|(r, _)| r.refused.is_none()).map(|(_, spec)| [spec.token.clone()]).collect();
+    assert!(rs.iter().all(|r| r.refused.is_none() || r.refused == Some(Refusal::Slots { used: 5 })), "{rs:?}");
+    let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!(r.window.map(|w| w.used), Some(6), "refused slots charged no window");
+
+    // The window: 7 uses for 40 calls, and a refused use takes no slot.
+    let win = WindowSpec { name: "tool.z".to_owned(), limit: 7, window: LONG };
+    let specs: Vec<SlotSpec> =
+        (0..40).map(|i| SlotSpec { set: SlotSet::Streams, cap: 100, token: format!("w{i}"), ttl: LONG }).collect();
+    let rs = all_at_once(
+        s,
+        &(0..40)
+            .map(|i| Admission { slot: Some(&specs[i]), window: Some(&win), ..admission(&alice) })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(admitted(&rs), 7, "the window's seven uses");
+    assert!(rs.iter().filter(|r| r.refused.is_some()).all(|r| r.refused == Some(Refusal::Window)), "{rs:?}");
+    let one = SlotSpec { set: SlotSet::Streams, cap: 100, token: "w-last".to_owned(), ttl: LONG };
+    let r = admit(s, &Admission { slot: Some(&one), ..admission(&alice) }).await;
+    assert_eq!(r.slots_used, Some(8), "refused uses took no slot");
+
+    // Missing sessions among live ones.
+    let gone = session_id();
+    let rs = all_at_once(
+        s,
+        &(0..20)
+            .map(|i| Admission {
+                session: SessionOp::Touch(if i % 2 == 0 { &sessions[i % 4].id } else { &gone }),
+                ..admission(&alice)
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    for (i, r) in rs.iter().enumerate() {
+        let want = if i % 2 == 0 { None } else { Some(Refusal::SessionNotFound) };
+        assert_eq!(r.refused, want, "admission {i}");
+        assert_eq!(r.session.is_some(), i % 2 == 0, "admission {i}");
+    }
+
+    // Releases riding in a batch: the five calls of the slot cap end, each with the next call, which takes a slot.
+    let next: Vec<SlotSpec> =
+        (0..40).map(|i| SlotSpec { set: SlotSet::Calls, cap: 5, token: format!("n{i}"), ttl: LONG }).collect();
+    let rs = all_at_once(
+        s,
+        &(0..40)
+            .map(|i| Admission {
+                slot: Some(&next[i]),
+                release: held.get(i).map(|e| (SlotSet::Calls, &e[..])),
+                ..admission(&alice)
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(admitted(&rs), 5, "every slot released is free again, and no more");
+    assert_all_keys_expire(&h);
+}
+
+/// Redis only (the memory store decides at once, so nothing ever waits): an admission whose caller gave up while it
+/// waited for its lane's batch is left out of the batch, so it takes nothing.
+#[tokio::test]
+async fn limits_admissions_given_up_while_waiting_take_nothing() {
+    let h = Harness::new(Kind::Redis).await;
+    let s = h.store();
+    let alice = user("alice");
+    let specs: Vec<SlotSpec> =
+        (0..10).map(|i| SlotSpec { set: SlotSet::Calls, cap: 100, token: format!("g{i}"), ttl: LONG }).collect();
+    let admissions: Vec<Admission<'_>> =
+        specs.iter().map(|sp| Admission { slot: Some(sp), ..admission(&alice) }).collect();
+    let mut calls: Vec<_> = admissions.iter().map(|a| s.admit(a)).collect();
+    // Each polled once: the first is on its way to Redis, the nine others wait in the lane.
+    for call in &mut calls {
+        assert!(futures::poll!(call.as_mut()).is_pending(), "no admission is decided before Redis answers");
+    }
+    // The callers of the last five give up.
+    calls.truncate(5);
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.expect("admit").refused, None);
+    }
+    let last = SlotSpec { set: SlotSet::Calls, cap: 100, token: "g-last".to_owned(), ttl: LONG };
+    let r = admit(s, &Admission { slot: Some(&last), ..admission(&alice) }).await;
+    assert_eq!(r.slots_used, Some(6), "five slots taken before it, none for the calls given up");
+}
+
+/// Redis only: when Redis stops answering, every admission of a batch fails with the store's timeout, the one on
+/// its way and those waiting behind it alike, and none waits for ever; once Redis is back, the lane works again.
+#[tokio::test]
+async fn limits_admissions_waiting_in_a_lane_fail_when_redis_does_not_answer() {
+    let server = RedisServer::start();
+    let cfg = RedisConfig {
+        timeout: Duration::from_millis(400),
+        prefix: format!("contract{}:", next()),
+        ..RedisConfig::new(server.url())
+    };
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    let store: &dyn Store = &store;
+    let alice = user("alice");
+    let bucket = BucketSpec { name: "tb".to_owned(), capacity: 100.0, per_second: 1.0 };
+    let admissions: Vec<Admission<'_>> =
+        (0..10).map(|_| Admission { bucket: Some(&bucket), ..admission(&alice) }).collect();
+    server.signal("-STOP");
+    let started = std::time::Instant::now();
+    let rs = futures::future::join_all(admissions.iter().map(|a| store.admit(a))).await;
+    let took = started.elapsed();
+    server.signal("-CONT");
+    for r in &rs {
+        assert!(r.as_ref().is_err_and(StateError::is_timeout), "{r:?}");
+    }
+    assert!(took < Duration::from_secs(3), "the batch behind the first waited one deadline more at most: {took:?}");
+    let rs = futures::future::join_all(admissions.iter().map(|a| store.admit(a))).await;
+    assert!(rs.iter().all(|r| r.as_ref().is_ok_and(|r| r.refused.is_none())), "{rs:?}");
+}
+
+async fn all_at_once(s: &dyn Store, admissions: &[Admission<'_>]) -> Vec<Admitted> {
+    futures::future::join_all(admissions.iter().map(|a| admit(s, a))).await
+}
+
+fn admitted(rs: &[Admitted]) -> usize {
+    rs.iter().filter(|r| r.refused.is_none()).count()
 }
 
 async fn limits_slots_and_windows(kind: Kind) {

@@ -1,23 +1,20 @@
 //! The limit counters ([`LimitStore`]): an admission (bucket, session, slot and window, and a task record read
 //! beside it) in one `admit.lua` round trip, and the slot and window calls around it.
 
-use super::codec::{cat, int, millis, ms, opt_u64, status, string};
+use super::batch::{Entry, Shared, split};
+use super::codec::{cat, int, millis, ms, opt_u64, string};
 use super::{RedisStore, keys_at, tasks};
 use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
 use crate::types::{SessionInfo, UserKey};
 use crate::{LimitStore, Result, StateError};
 use async_trait::async_trait;
+use redis::Value;
 use std::time::Duration;
 
 #[async_trait]
 impl LimitStore for RedisStore {
     async fn admit(&self, a: &Admission<'_>) -> Result<Admitted> {
         let base = self.user_base(a.user);
-        let sid = match a.session {
-            SessionOp::None => "-",
-            SessionOp::Touch(id) | SessionOp::Create { id, .. } => id.as_str(),
-        };
-        let bucket_key = cat(&[&base, ":", a.bucket.map_or("tb", |b| b.name.as_str())]);
         let set = match (a.slot, a.release) {
             (Some(s), Some((r, _))) if s.set != r => {
                 return Err(StateError::Protocol("releases must be of the admitted slot's set"));
@@ -26,71 +23,75 @@ impl LimitStore for RedisStore {
             (None, Some((r, _))) => r,
             (None, None) => SlotSet::Calls,
         };
+        let bucket_key = cat(&[&base, ":", a.bucket.map_or("tb", |b| b.name.as_str())]);
         let slot_key = cat(&[&base, ":", set.suffix()]);
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
-        let mut inv = self.inner.scripts.admit.key(&bucket_key);
-        inv.key(&slot_key).key(&window_key);
-        // The session's keys only when there is a session: each key costs Redis about 1k instructions.
-        let session_key = match a.session {
-            SessionOp::None => None,
-            SessionOp::Touch(_) | SessionOp::Create { .. } => {
-                let k = keys_at(&base, sid);
-                inv.key(&k.session).key(&k.events).key(&k.leases);
-                // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle
-                // session's bytes).
-                let counted = match a.session {
-                    SessionOp::Create { max_sessions, .. } => max_sessions > 0 || a.count_sessions,
-                    _ => a.count_sessions,
-                };
-                if counted {
-                    inv.key(&k.index);
-                }
-                Some(k.session)
+        let mut keys = vec![bucket_key, slot_key, window_key];
+        // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle session's
+        // bytes). Each key costs Redis about 1k instructions.
+        let counted = match a.session {
+            SessionOp::None => false,
+            SessionOp::Create { max_sessions, .. } => max_sessions > 0 || a.count_sessions,
+            SessionOp::Touch(_) => a.count_sessions,
+        };
+        if counted {
+            keys.push(cat(&[&base, ":ss"]));
+        }
+        // The argument order of admit.lua: what the batch's admissions share, then each one's own.
+        let (capacity, per_second) = match a.bucket {
+            Some(b) => (b.capacity.to_string(), b.per_second.to_string()),
+            None => (String::new(), String::new()),
+        };
+        let (slot_cap, slot_ttl, token) = match a.slot {
+            Some(s) => (s.cap.to_string(), ms(s.ttl).to_string(), s.token.clone()),
+            None => (String::new(), String::new(), String::new()),
+        };
+        let (window_limit, window_ms) = match a.window {
+            Some(w) => (w.limit.to_string(), ms(w.window).to_string()),
+            None => (String::new(), String::new()),
+        };
+        let shared = Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms]);
+        let (sid, session_keys) = match a.session {
+            SessionOp::None => (String::new(), None),
+            SessionOp::Touch(id) | SessionOp::Create { id, .. } => {
+                let k = keys_at(&base, id.as_str());
+                (id.as_str().to_owned(), Some([k.session, k.events, k.leases]))
             }
         };
         // A session this replica has seen: its fixed fields are here, and the touch reads only what may change.
-        let known = match (a.session, &session_key) {
-            (SessionOp::Touch(_), Some(key)) => self.inner.known.get(key),
+        let known = match (a.session, &session_keys) {
+            (SessionOp::Touch(_), Some([key, ..])) => self.inner.known.get(key),
             _ => None,
         };
-        // The argument order of admit.lua: what every request may carry first, create's five only on a create.
-        match a.bucket {
-            Some(b) => inv.arg(b.capacity).arg(b.per_second),
-            None => inv.arg("").arg(""),
+        let (op, create) = match a.session {
+            SessionOp::None => ("", None),
+            SessionOp::Touch(_) => (if known.is_some() { "tap" } else { "touch" }, None),
+            SessionOp::Create { session: s, max_sessions, .. } => (
+                "create",
+                Some((max_sessions, ms(s.idle_ttl), s.protocol_version.clone(), s.client_capabilities.clone())),
+            ),
         };
-        match a.slot {
-            Some(s) => inv.arg(s.cap).arg(&s.token).arg(ms(s.ttl)),
-            None => inv.arg("").arg("").arg(0),
-        };
-        match a.window {
-            Some(w) => inv.arg(w.limit).arg(ms(w.window)),
-            None => inv.arg("").arg(0),
-        };
-        match a.session {
-            SessionOp::None => inv.arg("").arg(sid),
-            SessionOp::Touch(_) => inv.arg(if known.is_some() { "tap" } else { "touch" }).arg(sid),
-            SessionOp::Create { session: s, max_sessions, .. } => inv
-                .arg("create")
-                .arg(sid)
-                .arg(max_sessions)
-                .arg(ms(s.idle_ttl))
-                .arg(&s.protocol_version)
-                .arg(&s.client_capabilities),
-        };
-        for token in a.release.map_or(&[][..], |(_, t)| t) {
-            inv.arg(token);
-        }
+        let session_key = session_keys.as_ref().map(|[k, ..]| k.clone());
+        let releases = a.release.map_or_else(Vec::new, |(_, t)| t.to_vec());
+        let entry = Entry { op, sid, token, keys: session_keys, create, releases };
+        // A task poll pipelines the record's read with its admission, and a create goes alone (it is rare, and
+        // its index key is its own): every other admission rides in its lane with the principal's others.
         let (reply, task) = match a.read_task {
-            None => (self.run("admit", inv).await?, None),
             Some(key) => {
+                let inv = self.admissions(&shared, &[&entry]);
+                if let Some(m) = &self.inner.cfg.metrics {
+                    m.admissions(1);
+                }
                 let (reply, record) = self.run_with_read(&inv, &self.task_record_key(key)).await?;
-                (reply, Some(tasks::view_of(record)?))
+                (one(split(reply, 1)?)?, Some(tasks::view_of(record)?))
             }
+            None if op == "create" => (one(self.send_admissions(&shared, &[&entry]).await?)?, None),
+            None => (self.admit_in_lane(shared, entry).await?, None),
         };
-        let (code, rest) = status(reply)?;
-        let [tokens, wait, pv, caps, lvl, slots, wused, wreset] = rest.as_slice() else {
+        let [code, tokens, wait, pv, caps, lvl, slots, wused, wreset] = reply.as_slice() else {
             return Err(StateError::Protocol("bad admit reply"));
         };
+        let code = int(code)?;
         let refused = match code {
             0 => None,
             1 => Some(Refusal::Bucket),
@@ -170,5 +171,13 @@ impl LimitStore for RedisStore {
         inv.arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) });
         let n = int(&self.run("members", inv).await?)?;
         u64::try_from(n).map_err(|_| StateError::Protocol("bad member count"))
+    }
+}
+
+/// The one admission's values of a reply.
+fn one(mut replies: Vec<Vec<Value>>) -> Result<Vec<Value>> {
+    match (replies.pop(), replies.is_empty()) {
+        (Some(reply), true) => Ok(reply),
+        _ => Err(StateError::Protocol("bad admit reply")),
     }
 }

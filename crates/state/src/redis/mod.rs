@@ -30,6 +30,7 @@
 //! [`idempotency`] and [`tasks`]. This file holds [`RedisStore`] and how
 //! a call reaches Redis.
 
+mod batch;
 mod codec;
 mod config;
 mod idempotency;
@@ -69,6 +70,8 @@ struct Inner {
     pubsub: PubSubKind,
     /// What never changes within a session, kept here (issue 32).
     known: known::Known,
+    /// Admissions waiting to ride together (issue 32).
+    lanes: batch::Lanes,
 }
 
 /// Where replays, admin calls and `WAIT` go: the pool on a standalone Redis, a second link otherwise.
@@ -156,6 +159,7 @@ impl RedisStore {
             tasks: TaskScripts::new(kind),
             pubsub: kind,
             known: known::Known::default(),
+            lanes: batch::Lanes::default(),
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })
