@@ -4,17 +4,20 @@
 # stack's steady-state EVALSHA (16 clients: a touch of a live session, the bucket, an in-flight slot over 8 tokens
 # with one released, a quota window), then again with one part switched off by its argument; a part's cost is the
 # difference. "fixed" is the script with every part off (the EVALSHA, its arguments, TIME, the reply); "no session"
-# is a whole admission of a request without a session (the 2026-07-28 generation's), with its three keys.
+# is a whole admission of a request without a session (the 2026-07-28 generation's), with its three keys; "batch
+# of B" is each admission's share of one call carrying B of one principal's (issue 32: B touches of B sessions,
+# each with its slot and a release; B=4 by default).
 #
 #   tests/admit-cost.sh                                   # this tree's admit.lua
 #   tests/admit-cost.sh /tmp/admit-a.lua /tmp/admit-b.lua # variants side by side (this tree's argument layout)
-#   OP=touch tests/admit-cost.sh OLD.lua NEW.lua           # a script older than 'tap' (issue 32) beside a newer one
-# The touch is a 'tap' by default: a replica's steady state, which keeps the session's fixed fields itself.
+#   B=8 tests/admit-cost.sh
+# The touch is a 'tap': a replica's steady state, which keeps the session's fixed fields itself. Scripts older than
+# the batch (issue 32, second session) take another layout: run that commit's own tests/admit-cost.sh on them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -gt 0 ]] || set -- crates/state/src/redis/admit.lua
 N="${N:-10000}"
-OP="${OP:-tap}"
+B="${B:-4}"
 TMP="$(mktemp -d)"
 . tests/hot-path.sh # free_port
 port="$(free_port)"
@@ -24,13 +27,15 @@ VG=$!
 trap 'kill $VG 2>/dev/null || true; wait $VG 2>/dev/null || true; rm -rf "$TMP"' EXIT
 R=(redis-cli -p "$port")
 for _ in $(seq 100); do "${R[@]}" ping >/dev/null 2>&1 && break; sleep 0.2; done
-B='<p>{u:bench}'
+P='<p>{u:bench}'
 # An empty Redis but for a live session with most of its idle TTL left: a touch reads it and writes nothing. Each
 # script starts from it, so variants that lay their keys out differently do not meet each other's.
 fresh() {
   "${R[@]}" flushall >/dev/null
-  "${R[@]}" hset "$B:s:sid1" ttl 3600000 pv 2025-11-25 caps '{"roots":{}}' info '{}' created 0 n 0 >/dev/null
-  "${R[@]}" pexpire "$B:s:sid1" 3800000 >/dev/null
+  for i in $(seq "$B"); do
+    "${R[@]}" hset "$P:s:sid$i" ttl 3600000 pv 2025-11-25 caps '{"roots":{}}' >/dev/null
+    "${R[@]}" pexpire "$P:s:sid$i" 3800000 >/dev/null
+  done
 }
 
 # Instructions per call of `redis-benchmark ARGS...` (after an unmeasured warm-up).
@@ -48,23 +53,34 @@ cost() {
   echo $((ir / N))
 }
 
-echo "| script | admission | bucket | touch | slot | window | release | fixed | no session |"
-echo "|---|---|---|---|---|---|---|---|---|"
-keys=(7 "$B:tb" "$B:cc" "$B:q:t" "$B:s:sid1" "$B:ev:sid1" "$B:ls:sid1" "$B:ss")
+echo "| script | admission | bucket | touch | slot | window | release | fixed | no session | batch of $B, each |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+shared=(1000000 1000000 100000 300000 1000000000 3600000)
 for f in "$@"; do
   fresh
   sha="$("${R[@]}" script load "$(cat "$f")")"
-  # ARGV: capacity, per_second, slot cap, slot token, slot ttl, window limit, window ms, op, session id, releases.
+  # KEYS: bucket, slot set, window, the session index, the session's three. ARGV: capacity, per_second, slot cap,
+  # slot ttl, window limit, window ms, 1 admission: op, session id, slot token; then the release.
+  keys=(7 "$P:tb" "$P:cc" "$P:q:t" "$P:ss" "$P:s:sid1" "$P:ev:sid1" "$P:ls:sid1")
   run() { cost evalsha "$sha" "${keys[@]}" "$@"; }
-  all=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
-  bucket=$(run '' '' 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
-  touch=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' sid1 t__rand_int__)
-  slot=$(run 1000000 1000000 '' t__rand_int__ 300000 1000000000 3600000 "$OP" sid1 t__rand_int__)
-  window=$(run 1000000 1000000 100000 t__rand_int__ 300000 '' 3600000 "$OP" sid1 t__rand_int__)
-  release=$(run 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 "$OP" sid1)
-  fixed=$(run '' '' '' t__rand_int__ 300000 '' 3600000 '' sid1)
+  all=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
+  bucket=$(run '' '' 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
+  touch=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 '' sid1 t__rand_int__ t__rand_int__)
+  slot=$(run 1000000 1000000 '' 300000 1000000000 3600000 1 tap sid1 '' t__rand_int__)
+  window=$(run 1000000 1000000 100000 300000 '' 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
+  release=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__)
+  fixed=$(run '' '' '' 300000 '' 3600000 1 '' sid1 '')
   # A request without a session (every 2026-07-28 one): the bucket, slot, window and release, and three keys only.
-  none=$(cost evalsha "$sha" 3 "${keys[@]:1:3}" 1000000 1000000 100000 t__rand_int__ 300000 1000000000 3600000 '' - \
-    t__rand_int__)
-  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed | $none |"
+  none=$(cost evalsha "$sha" 3 "${keys[@]:1:3}" "${shared[@]}" 1 '' '' t__rand_int__ t__rand_int__)
+  # B touches of B sessions in one call, each with its slot; B releases ride along.
+  bkeys=("$P:tb" "$P:cc" "$P:q:t" "$P:ss")
+  bargs=()
+  brel=()
+  for i in $(seq "$B"); do
+    bkeys+=("$P:s:sid$i" "$P:ev:sid$i" "$P:ls:sid$i")
+    bargs+=(tap "sid$i" "t__rand_int__$i")
+    brel+=("t__rand_int__$i")
+  done
+  batch=$(cost evalsha "$sha" "${#bkeys[@]}" "${bkeys[@]}" "${shared[@]}" "$B" "${bargs[@]}" "${brel[@]}")
+  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed | $none | $((batch / B)) |"
 done

@@ -14,9 +14,10 @@
 --       version, capabilities; then the slot tokens to release (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
 -- only what may change.
--- Reply: for each admission, nine values: {code, tokens (millionths), wait_ms, pv, caps, lvl, slots, window_used,
--- window_reset_ms (on code 6 only)}; code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken,
--- 4 session cap (slots = open sessions), 5 slot cap, 6 window used up.
+-- Reply: for each admission, a table of nine values (a lone admission's table alone, not inside another): {code,
+-- tokens (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)}; code 0
+-- admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot
+-- cap, 6 window used up.
 --
 -- This is the hot path: every tools/call runs it, and one Redis runs it for the whole fleet, one at a time, so it
 -- is written for Redis's instruction count (issues 19 and 32, docs/BENCHMARKS.md). It writes only what changes: a
@@ -43,9 +44,12 @@ for _ = 1, m do
   if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
 end
 local rel = first <= n
-local out = {}
--- The bucket (read once): cap and rate in millionths, tokens after the admissions so far, taken: how many.
-local cap, rate, tokens, bx, taken, full = nil, nil, nil, nil, 0, 0
+-- The replies, one table each; a lone admission's is returned as it is (a table less for Redis to make and send).
+local out, one = nil, nil
+if m > 1 then out = {} end
+-- The bucket (read once): cap and rate in millionths, tokens after the admissions so far.
+-- btok: the tokens left after the last admission that took one, formatted (what the bucket keeps).
+local cap, rate, tokens, bx, full, btok = nil, nil, nil, nil, 0, nil
 if ARGV[1] ~= '' then
   -- u: tokens in millionths (an integer), ts: last update (ms), x: when the key expires (ms).
   cap, rate = ARGV[1] * 1000000, ARGV[2] * 1000
@@ -63,17 +67,17 @@ if ARGV[1] ~= '' then
   bx = b[3]
 end
 -- The slot set's count (read when first needed: the leases in it, those about to be released and any expired),
--- the new leases (added in one ZADD at the end), and which replies carry a slot count to correct for the releases.
--- swept: the releases applied and the expired leases dropped, which a batch does once, at the cap.
-local scap, zc, leases, counted, swept = nil, nil, {}, {}, false
+-- the new leases (nl of them, added in one ZADD at the end: the first token, then the others), and swept: the
+-- releases applied and the expired leases dropped, which a batch does once, at the cap. (No table is made for
+-- what a lone admission does not need: each costs Redis allocations.)
+local scap, zc, nl, lease1, more, swept = nil, nil, 0, nil, nil, false
 if ARGV[3] ~= '' then scap = ARGV[3] + 0 end
 -- Each admission's session's new life (ms) when a touch or a create set it: the index outlives the longest.
 local longest = 0
 local a = 8
 for j = 1, m do
   local op, sid, token = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local o = 9 * (j - 1)
-  local tok, wait, slots, wused = '', 0, '', ''
+  local tok, wait, slots, wused, wend = '', 0, '', '', ''
   local pv, caps, lvl = '', '', ''
   -- This admission's session keys, if it names a session.
   local ks = sk
@@ -90,10 +94,10 @@ for j = 1, m do
       break
     end
     tokens = tokens - 1000000
-    taken = taken + 1
     full = (cap - tokens) / rate
     if full % 1 > 0 then full = full - full % 1 + 1 end
     tok, wait = string.format('%d', tokens), full
+    btok = tok
   end
 
   -- A session lives for its idle TTL after its last request, and at most a sixteenth longer: its TTLs (and its
@@ -156,7 +160,7 @@ for j = 1, m do
     -- in: that count is at least the live one, so below the cap it admits rightly. Only when it reaches the cap
     -- are the releases applied and the expired leases dropped, and the live ones counted.
     if not zc then zc = call('ZCARD', KEYS[2]) end
-    slots = zc + #leases
+    slots = zc + nl
     if scap > 0 and slots >= scap and not swept then
       while rel and first <= n do
         local z = first + 999
@@ -167,7 +171,7 @@ for j = 1, m do
       rel, swept = false, true
       call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nows)
       zc = call('ZCARD', KEYS[2])
-      slots = zc + #leases
+      slots = zc + nl
     end
     if scap > 0 and slots >= scap then
       code = 5
@@ -191,46 +195,48 @@ for j = 1, m do
           wreset = ARGV[6] + 0
         end
       end
-      code = 6
-      out[o + 8], out[o + 9] = wused - 1, wreset
+      code, wused, wend = 6, wused - 1, wreset
       break
     end
   end
   if scap then
     -- Taken: added with the others at the end, before the releases, so the set never empties between two calls.
-    leases[#leases + 1] = token
+    nl = nl + 1
+    if nl == 1 then
+      lease1 = token
+    else
+      if not more then more = {} end
+      more[nl - 1] = token
+    end
     slots = slots + 1
-    counted[#counted + 1] = o + 7
   end
   until true
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = code, tok, wait, pv, caps, lvl, slots
-  if code ~= 6 then out[o + 8], out[o + 9] = wused, '' end
+  one = {code, tok, wait, pv, caps, lvl, slots, wused, wend}
+  if out then out[j] = one end
   if op == 'create' then a = a + 7 else a = a + 3 end
 end
 
-if taken > 0 then
+if btok then
   -- The bucket after the batch. The key must outlive the refill (an expired bucket reads full): it expires 1 to 2 s
   -- after the bucket is full, an eighth of the refill time later at most.
-  local tok = string.format('%d', tokens)
   if bx and bx - now >= full + 1000 then
-    call('HSET', KEYS[1], 'u', tok, 'ts', nows)
+    call('HSET', KEYS[1], 'u', btok, 'ts', nows)
   else
     local life = full + 2000 + (full - full % 8) / 8
-    call('HSET', KEYS[1], 'u', tok, 'ts', nows, 'x', string.format('%d', now + life))
+    call('HSET', KEYS[1], 'u', btok, 'ts', nows, 'x', string.format('%d', now + life))
     call('PEXPIRE', KEYS[1], string.format('%d', life))
   end
 end
 if longest > 0 and call('PTTL', idx) < longest then call('PEXPIRE', idx, string.format('%d', longest)) end
-if #leases > 0 then
+if nl > 0 then
   -- The new leases first, then (below) the releases: the set never empties between two calls.
-  local ttl = ARGV[4] + 0
-  local score = string.format('%d', now + ttl)
-  if #leases == 1 then
-    call('ZADD', KEYS[2], score, leases[1])
+  local score = string.format('%d', now + ARGV[4])
+  if nl == 1 then
+    call('ZADD', KEYS[2], score, lease1)
   else
-    local zargs = {}
-    for i = 1, #leases do
-      zargs[2 * i - 1], zargs[2 * i] = score, leases[i]
+    local zargs = {score, lease1}
+    for i = 1, nl - 1 do
+      zargs[2 * i + 1], zargs[2 * i + 2] = score, more[i]
     end
     call('ZADD', KEYS[2], unpack(zargs))
   end
@@ -243,12 +249,16 @@ while rel and first <= n do
   released = released + call('ZREM', KEYS[2], unpack(ARGV, first, z))
   first = z + 1
 end
-if #leases > 0 then
-  -- A slot was taken: each admission's count is corrected by the releases, and the set outlives its newest lease.
-  for i = 1, #counted do
-    out[counted[i]] = out[counted[i]] - released
+if nl > 0 then
+  -- A slot was taken: the admitted's counts are corrected by the releases, and the set outlives its newest lease.
+  if released > 0 then
+    for j = 1, m do
+      local r = one
+      if out then r = out[j] end
+      if r[1] == 0 then r[7] = r[7] - released end
+    end
   end
   local ttl = ARGV[4] + 0
   if call('PTTL', KEYS[2]) < ttl then call('PEXPIRE', KEYS[2], string.format('%d', 2 * ttl)) end
 end
-return out
+return out or one

@@ -213,12 +213,19 @@ impl RedisStore {
     }
 }
 
-/// `admit.lua`'s reply, as each of `n` admissions' values.
+/// `admit.lua`'s reply, as each of `n` admissions' values: a lone admission's values come as they are, a batch's
+/// as a table for each.
 pub(super) fn split(reply: Value, n: usize) -> Result<Vec<Vec<Value>>> {
     let all = array(reply)?;
-    if all.len() != n * REPLY_LEN {
+    let each = if n == 1 {
+        vec![all]
+    } else if all.len() == n {
+        all.into_iter().map(array).collect::<Result<Vec<_>>>()?
+    } else {
+        return Err(StateError::Protocol("bad admit reply"));
+    };
+    if each.iter().any(|v| v.len() != REPLY_LEN) {
         return Err(StateError::Protocol("bad admit reply"));
     }
-    let mut it = all.into_iter();
-    Ok((0..n).map(|_| it.by_ref().take(REPLY_LEN).collect()).collect())
+    Ok(each)
 }
