@@ -1,22 +1,25 @@
-//! Admissions that ride together (issue 32): while one principal's admission is on its way to Redis, the
-//! admissions of that principal that arrive on this replica wait in a *lane*, and go as one `admit.lua` call as
-//! soon as it is back. Nothing waits for company: a lone admission goes at once, so batching adds no latency when
-//! there is nothing to batch, and under load each admission still takes one round trip (the one its batch takes).
+//! Admissions that ride together (issue 32): one principal's admissions that are ready on this replica at the same
+//! moment go to Redis as one `admit.lua` call. The first to arrive opens the principal's *lane* and yields once,
+//! so that the tasks already ready to run (requests read in the same turn of the event loop, and those on the other
+//! worker threads meanwhile) can join it; then it closes the lane and sends what joined, itself first. Nothing
+//! waits for a round trip: an admission that arrives once the lane is closed opens the next one, even while the
+//! last batch is still on its way. A lone admission costs one yield more than before.
 //!
 //! A lane is keyed by everything the batch's admissions share in `admit.lua`: the principal's keys (one hash tag,
 //! so one slot on Redis Cluster), the bucket, slot set and window, and their parameters. Redis decides each
 //! admission as it would alone, one after the other; the batch saves what they share (the script call, the clock,
 //! the bucket's read and write, the slot count, one `ZADD` of the new leases, one `ZREM` of the releases).
 //!
-//! The first admission of an idle lane sends itself from its own task; whatever queued meanwhile is sent by a task
-//! spawned for the lane, which keeps sending until the lane is empty. An admission whose caller gave up while it
-//! waited is dropped before its batch goes, so it takes nothing.
+//! A batch is sent by the task of its first admission and finished by a task of its own if that admission's caller
+//! gives up on the way, so the others never fail with it; an admission whose caller gave up before its batch went
+//! is left out, so it takes nothing. Measured in docs/BENCHMARKS.md ("Admissions that ride together").
 
 use super::RedisStore;
 use super::codec::array;
 use crate::{Result, StateError};
 use redis::Value;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 
@@ -71,11 +74,11 @@ struct Waiter {
 }
 
 struct Lane {
-    shared: Arc<Shared>,
     waiting: Vec<Waiter>,
 }
 
-/// The lanes in use on this replica: a lane exists while one of its batches is on its way.
+/// The lanes gathering on this replica: a lane exists from its first admission's arrival until that admission has
+/// let the tasks that were ready run (one yield), no longer.
 #[derive(Default)]
 pub(super) struct Lanes {
     map: Mutex<HashMap<String, Lane>>,
@@ -86,92 +89,123 @@ impl Lanes {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Up to [`MAX_BATCH`] of the lane's waiting admissions, or `None` (and the lane is gone) when none waits.
-    fn next(&self, lane: &str) -> Option<(Arc<Shared>, Vec<Waiter>)> {
-        let mut map = self.lock();
-        let l = map.get_mut(lane)?;
-        if l.waiting.is_empty() {
-            map.remove(lane);
-            return None;
-        }
-        let n = l.waiting.len().min(MAX_BATCH);
-        Some((l.shared.clone(), l.waiting.drain(..n).collect()))
+    /// Closes the lane: what joined it.
+    fn close(&self, lane: &str) -> Vec<Waiter> {
+        self.lock().remove(lane).map(|l| l.waiting).unwrap_or_default()
     }
 }
 
-/// Hands a lane's waiting admissions to a task of their own when the admission that sent itself is done, or is
-/// dropped on the way (its caller gave up): they never wait for an admission that is gone.
-struct Handover {
+/// Closes a lane when its first admission is dropped while it gathers (its caller gave up): the others go without
+/// it, never left waiting.
+struct Gathering {
     store: RedisStore,
-    lane: String,
+    shared: Arc<Shared>,
+    open: bool,
 }
 
-impl Drop for Handover {
+impl Drop for Gathering {
     fn drop(&mut self) {
-        let Some((shared, batch)) = self.store.inner.lanes.next(&self.lane) else { return };
-        let lane = std::mem::take(&mut self.lane);
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(drive(self.store.clone(), lane, shared, batch));
-            }
-            // No runtime to send them from (it is shutting down): they fail (dropped senders), and so does the
-            // lane's next arrival's wait, never forever.
-            Err(_) => {
-                self.store.inner.lanes.lock().remove(&lane);
-            }
+        if !self.open {
+            return;
+        }
+        let waiting = self.store.inner.lanes.close(&self.shared.lane);
+        send_all(&self.store, &self.shared, waiting);
+    }
+}
+
+/// Sends `waiting` from tasks of their own, [`MAX_BATCH`] at a time, each answered on its channel.
+fn send_all(store: &RedisStore, shared: &Arc<Shared>, mut waiting: Vec<Waiter>) {
+    // Without a runtime (it is shutting down) the senders drop, and each waiting caller gets an error.
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    while !waiting.is_empty() {
+        let rest = waiting.split_off(waiting.len().min(MAX_BATCH));
+        let batch = std::mem::replace(&mut waiting, rest);
+        rt.spawn(send_batch(store.clone(), shared.clone(), batch));
+    }
+}
+
+/// A future run in place that, dropped before it is done, is finished by a task of its own.
+struct Detached(Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for Detached {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let Some(f) = self.0.as_mut() else { return std::task::Poll::Ready(()) };
+        let done = f.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let (Some(f), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(f);
         }
     }
 }
 
-/// Sends the lane's batches until none waits.
-async fn drive(store: RedisStore, lane: String, mut shared: Arc<Shared>, mut batch: Vec<Waiter>) {
-    loop {
-        batch.retain(|w| !w.tx.is_closed());
-        if !batch.is_empty() {
-            let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
-            match store.send_admissions(&shared, &entries).await {
-                Ok(replies) => {
-                    for (w, reply) in batch.drain(..).zip(replies) {
-                        let _ = w.tx.send(Ok(reply));
-                    }
-                }
-                Err(e) => {
-                    for w in batch.drain(..) {
-                        let _ = w.tx.send(Err(e.clone()));
-                    }
-                }
+/// One batch: the waiters whose callers are still there, each answered on its channel.
+async fn send_batch(store: RedisStore, shared: Arc<Shared>, mut batch: Vec<Waiter>) {
+    batch.retain(|w| !w.tx.is_closed());
+    if batch.is_empty() {
+        return;
+    }
+    let entries: Vec<&Entry> = batch.iter().map(|w| &w.entry).collect();
+    match store.send_admissions(&shared, &entries).await {
+        Ok(replies) => {
+            for (w, reply) in batch.into_iter().zip(replies) {
+                let _ = w.tx.send(Ok(reply));
             }
         }
-        match store.inner.lanes.next(&lane) {
-            Some((s, b)) => (shared, batch) = (s, b),
-            None => return,
+        Err(e) => {
+            for w in batch {
+                let _ = w.tx.send(Err(e.clone()));
+            }
         }
     }
 }
 
 impl RedisStore {
-    /// `entry`'s admission, in a batch with the others of its lane that are waiting: its nine reply values.
+    /// `entry`'s admission, in one call with the others of its lane that are ready at the same moment: its nine
+    /// reply values.
     pub(super) async fn admit_in_lane(&self, shared: Shared, entry: Entry) -> Result<Vec<Value>> {
         let shared = Arc::new(shared);
-        let rx = {
+        let joined = {
             let mut map = self.inner.lanes.lock();
             if let Some(l) = map.get_mut(&shared.lane) {
                 let (tx, rx) = oneshot::channel();
                 l.waiting.push(Waiter { entry, tx });
                 Err(rx)
             } else {
-                map.insert(shared.lane.clone(), Lane { shared: shared.clone(), waiting: Vec::new() });
+                map.insert(shared.lane.clone(), Lane { waiting: Vec::new() });
                 Ok(entry)
             }
         };
-        match rx {
-            Ok(entry) => {
-                let _handover = Handover { store: self.clone(), lane: shared.lane.clone() };
-                let mut replies = self.send_admissions(&shared, &[&entry]).await?;
-                replies.pop().ok_or(StateError::Protocol("bad admit reply"))
-            }
-            Err(rx) => rx.await.map_err(|_| StateError::Protocol("an admission batch was dropped"))?,
+        let entry = match joined {
+            Err(rx) => return rx.await.map_err(|_| StateError::Protocol("an admission batch was dropped"))?,
+            Ok(entry) => entry,
+        };
+        // The tasks that are ready now (requests read in the same turn of the event loop) run first, and join.
+        let mut gathering = Gathering { store: self.clone(), shared: shared.clone(), open: true };
+        tokio::task::yield_now().await;
+        gathering.open = false;
+        let mut waiting = self.inner.lanes.close(&shared.lane);
+        if waiting.is_empty() {
+            let mut replies = self.send_admissions(&shared, &[&entry]).await?;
+            return replies.pop().ok_or(StateError::Protocol("bad admit reply"));
         }
+        // The batch is sent from here, and finished by a task of its own if this caller gives up on the way: the
+        // others must not fail with it. Its own answer is on its channel by the time the batch is done.
+        let (tx, rx) = oneshot::channel();
+        waiting.insert(0, Waiter { entry, tx });
+        let rest = waiting.split_off(waiting.len().min(MAX_BATCH));
+        send_all(self, &shared, rest);
+        Detached(Some(Box::pin(send_batch(self.clone(), shared, waiting)))).await;
+        rx.await.map_err(|_| StateError::Protocol("an admission batch was dropped"))?
     }
 
     /// The `admit.lua` call of `entries` (one or a batch): each admission's reply values, in order.
