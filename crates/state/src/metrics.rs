@@ -102,7 +102,7 @@ impl StoreMetrics {
         let admissions = IntCounter::new(
             "mcp_redis_admissions_total",
             "Admissions sent to Redis; per round trip of kind admit, how many ride together (one principal's \
-             admissions that arrive while another is on its way go in one batch).",
+             admissions that are ready at the same moment go in one call).",
         )?;
         registry.register(Box::new(admissions.clone()))?;
         registry.register(Box::new(policies.clone()))?;
