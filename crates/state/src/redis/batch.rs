@@ -16,84 +16,12 @@
 
 use super::RedisStore;
 use super::codec::array;
+use super::lanes::{Entry, Lane, MAX_BATCH, REPLY_LEN, Shared, Waiter};
 use crate::{Result, StateError};
 use redis::Value;
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use tokio::sync::oneshot;
-
-/// At most this many admissions in one `admit.lua` call (about 30k Redis instructions each: a batch blocks Redis
-/// for well under a millisecond).
-pub(super) const MAX_BATCH: usize = 32;
-
-/// The values `admit.lua` returns for each admission.
-pub(super) const REPLY_LEN: usize = 9;
-
-/// What a batch's admissions share: the keys and arguments `admit.lua` takes once.
-pub(super) struct Shared {
-    /// Every shared key and argument, end to end: the lane's name.
-    pub(super) lane: String,
-    /// The bucket, the slot set, the window and, when the user's sessions are counted, the session index.
-    pub(super) keys: Vec<String>,
-    /// Capacity, per second, slot cap, slot ttl (ms), window limit, window (ms); `''` for what is off.
-    pub(super) args: [String; 6],
-}
-
-impl Shared {
-    pub(super) fn new(keys: Vec<String>, args: [String; 6]) -> Self {
-        let mut lane = String::with_capacity(
-            keys.iter().map(|k| k.len() + 1).sum::<usize>() + args.iter().map(|a| a.len() + 1).sum::<usize>(),
-        );
-        for part in keys.iter().chain(args.iter()) {
-            lane.push_str(part);
-            // Neither a key nor an argument holds a NUL: the parts cannot run into each other.
-            lane.push('\0');
-        }
-        Self { lane, keys, args }
-    }
-}
-
-/// One admission's own part: its operation, its session's keys and its arguments, and the releases it carries.
-pub(super) struct Entry {
-    /// `''`, `touch`, `tap` or `create`.
-    pub(super) op: &'static str,
-    pub(super) sid: String,
-    /// The slot's token (`''` when there is no slot).
-    pub(super) token: String,
-    /// The session's keys (session, events, leases) for a touch or a create.
-    pub(super) keys: Option<[String; 3]>,
-    /// A create's max sessions, idle ttl (ms), protocol version and capabilities.
-    pub(super) create: Option<(u64, u64, String, String)>,
-    pub(super) releases: Vec<String>,
-}
-
-struct Waiter {
-    entry: Entry,
-    tx: oneshot::Sender<Result<Vec<Value>>>,
-}
-
-struct Lane {
-    waiting: Vec<Waiter>,
-}
-
-/// The lanes gathering on this replica: a lane exists from its first admission's arrival until that admission has
-/// let the tasks that were ready run (one yield), no longer.
-#[derive(Default)]
-pub(super) struct Lanes {
-    map: Mutex<HashMap<String, Lane>>,
-}
-
-impl Lanes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Closes the lane: what joined it.
-    fn close(&self, lane: &str) -> Vec<Waiter> {
-        self.lock().remove(lane).map(|l| l.waiting).unwrap_or_default()
-    }
-}
 
 /// Closes a lane when its first admission is dropped while it gathers (its caller gave up): the others go without
 /// it, never left waiting.

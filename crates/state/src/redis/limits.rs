@@ -1,8 +1,9 @@
 //! The limit counters ([`LimitStore`]): an admission (bucket, session, slot and window, and a task record read
 //! beside it) in one `admit.lua` round trip, and the slot and window calls around it.
 
-use super::batch::{Entry, Shared, split};
+use super::batch::split;
 use super::codec::{cat, int, millis, ms, opt_u64, string};
+use super::lanes::{Entry, Shared};
 use super::{RedisStore, keys_at, tasks};
 use crate::limits::{Admission, Admitted, BucketReading, Refusal, SessionOp, SlotSet, WindowReading};
 use crate::types::{SessionInfo, UserKey};

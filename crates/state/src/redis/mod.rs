@@ -26,15 +26,16 @@
 //!
 //! The store's parts: [`config`] (what to reach and how), [`link`] and [`subscriber`] (the connections),
 //! [`scripts`] (the Lua), [`codec`] (arguments and replies), [`known`] (what never changes within a session, kept
-//! on the replica); the calls themselves in [`sessions`] (records, event logs, routing), [`limits`] (admissions),
-//! [`idempotency`] and [`tasks`]. This file holds [`RedisStore`] and how
-//! a call reaches Redis.
+//! on the replica), [`lanes`] and [`batch`] (admissions that ride together); the calls themselves in [`sessions`]
+//! (records, event logs, routing), [`limits`] (admissions), [`idempotency`] and [`tasks`]. This file holds
+//! [`RedisStore`] and how a call reaches Redis.
 
 mod batch;
 mod codec;
 mod config;
 mod idempotency;
 mod known;
+mod lanes;
 mod limits;
 mod link;
 mod scripts;
@@ -71,7 +72,7 @@ struct Inner {
     /// What never changes within a session, kept here (issue 32).
     known: known::Known,
     /// Admissions waiting to ride together (issue 32).
-    lanes: batch::Lanes,
+    lanes: lanes::Lanes,
 }
 
 /// Where replays, admin calls and `WAIT` go: the pool on a standalone Redis, a second link otherwise.
@@ -159,7 +160,7 @@ impl RedisStore {
             tasks: TaskScripts::new(kind),
             pubsub: kind,
             known: known::Known::default(),
-            lanes: batch::Lanes::default(),
+            lanes: lanes::Lanes::default(),
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })
