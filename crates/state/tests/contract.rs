@@ -1279,6 +1279,10 @@ async fn limits_admissions_at_once_decide_as_one_by_one(kind: Kind) {
     let one = SlotSpec { set: SlotSet::Streams, cap: 100, token: "w-last".to_owned(), ttl: LONG };
     let r = admit(s, &Admission { slot: Some(&one), ..admission(&alice) }).await;
     assert_eq!(r.slots_used, Some(8), "refused uses took no slot");
+    let r = admit(s, &Admission { window: Some(&win), ..admission(&alice) }).await;
+    assert_eq!(r.refused, Some(Refusal::Window), "the seven uses were all written");
+    let w = r.window.expect("a reading");
+    assert!(w.used == 7 && w.reset.is_some_and(|r| r <= LONG), "{w:?}");
 
     // Missing sessions among live ones.
     let gone = session_id();

@@ -14,10 +14,11 @@
 --       version, capabilities; then the slot tokens to release (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
 -- only what may change.
--- Reply: for each admission, a table of nine values (a lone admission's table alone, not inside another): {code,
--- tokens (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)}; code 0
--- admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open sessions), 5 slot
--- cap, 6 window used up.
+-- Reply: for each admission, a table (a lone admission's alone, not inside another) of nine values: {code, tokens
+-- (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)}, or of six when pv,
+-- caps and window_reset_ms are all empty (a tap, a request without a session): {code, tokens, wait_ms, lvl, slots,
+-- window_used}; code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open
+-- sessions), 5 slot cap, 6 window used up.
 --
 -- This is the hot path: every tools/call runs it, and one Redis runs it for the whole fleet, one at a time, so it
 -- is written for Redis's instruction count (issues 19 and 32, docs/BENCHMARKS.md). It writes only what changes: a
@@ -72,6 +73,9 @@ end
 -- what a lone admission does not need: each costs Redis allocations.)
 local scap, zc, nl, lease1, more, swept = nil, nil, 0, nil, nil, false
 if ARGV[3] ~= '' then scap = ARGV[3] + 0 end
+-- The window: wcount, its count with the batch's admissions so far (read by the first that reaches it); wpend, the
+-- uses not written yet; wres, its end (ms) once a refusal read it.
+local wcount, wpend, wres = nil, 0, nil
 -- Each admission's session's new life (ms) when a touch or a create set it: the index outlives the longest.
 local longest = 0
 local a = 8
@@ -179,23 +183,39 @@ for j = 1, m do
     end
   end
   if ARGV[5] ~= '' then
-    -- Counted first, given back if it went over: one command on the way that admits. (The window's end is read
-    -- only on a refusal, for Retry-After; one without a TTL, which nothing here makes, would get one there.)
-    wused = call('INCR', KEYS[3])
-    if wused == 1 then call('PEXPIRE', KEYS[3], ARGV[6]) end
-    if wused > ARGV[5] + 0 then
-      local wreset = 0
-      if wused == 1 then
-        call('DEL', KEYS[3])
-      else
-        call('DECR', KEYS[3])
-        wreset = call('PTTL', KEYS[3])
-        if wreset < 0 then
-          call('PEXPIRE', KEYS[3], ARGV[6])
-          wreset = ARGV[6] + 0
+    -- The first admission to reach the window counts itself first and gives the use back if it went over: one
+    -- command on the way that admits. The others count on its count, and their uses are written at the end (one
+    -- INCRBY). The window's end is read only on a refusal, once, for Retry-After (one without a TTL, which nothing
+    -- here makes, would get one there).
+    local limit = ARGV[5] + 0
+    if not wcount then
+      wused = call('INCR', KEYS[3])
+      if wused == 1 then call('PEXPIRE', KEYS[3], ARGV[6]) end
+      wcount = wused
+      if wused > limit then
+        wcount = wused - 1
+        if wused == 1 then
+          call('DEL', KEYS[3])
+          wres = 0
+        else
+          call('DECR', KEYS[3])
         end
       end
-      code, wused, wend = 6, wused - 1, wreset
+    elseif wcount < limit then
+      wcount, wpend = wcount + 1, wpend + 1
+      wused = wcount
+    else
+      wused = wcount + 1
+    end
+    if wused > limit then
+      if not wres then
+        wres = call('PTTL', KEYS[3])
+        if wres < 0 then
+          call('PEXPIRE', KEYS[3], ARGV[6])
+          wres = ARGV[6] + 0
+        end
+      end
+      code, wused, wend = 6, wused - 1, wres
       break
     end
   end
@@ -211,11 +231,17 @@ for j = 1, m do
     slots = slots + 1
   end
   until true
-  one = {code, tok, wait, pv, caps, lvl, slots, wused, wend}
+  -- Six values when the last three would be empty (a tap, a request without a session: most), else nine.
+  if pv == '' and caps == '' and wend == '' then
+    one = {code, tok, wait, lvl, slots, wused}
+  else
+    one = {code, tok, wait, pv, caps, lvl, slots, wused, wend}
+  end
   if out then out[j] = one end
   if op == 'create' then a = a + 7 else a = a + 3 end
 end
 
+if wpend > 0 then call('INCRBY', KEYS[3], string.format('%d', wpend)) end
 if btok then
   -- The bucket after the batch. The key must outlive the refill (an expired bucket reads full): it expires 1 to 2 s
   -- after the bucket is full, an eighth of the refill time later at most.
@@ -255,7 +281,12 @@ if nl > 0 then
     for j = 1, m do
       local r = one
       if out then r = out[j] end
-      if r[1] == 0 then r[7] = r[7] - released end
+      if r[1] == 0 then
+        -- The slot count is the fifth of six values, the seventh of nine.
+        local k = 7
+        if #r == 6 then k = 5 end
+        r[k] = r[k] - released
+      end
     end
   end
   local ttl = ARGV[4] + 0

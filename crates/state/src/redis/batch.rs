@@ -16,7 +16,7 @@
 
 use super::RedisStore;
 use super::codec::array;
-use super::lanes::{Entry, Lane, MAX_BATCH, REPLY_LEN, Shared, Waiter};
+use super::lanes::{Entry, Lane, MAX_BATCH, REPLY_LEN, SHORT_REPLY_LEN, Shared, Waiter};
 use crate::{Result, StateError};
 use redis::Value;
 use std::future::Future;
@@ -98,8 +98,8 @@ async fn send_batch(store: RedisStore, shared: Arc<Shared>, mut batch: Vec<Waite
 }
 
 impl RedisStore {
-    /// `entry`'s admission, in one call with the others of its lane that are ready at the same moment: its nine
-    /// reply values.
+    /// `entry`'s admission, in one call with the others of its lane that are ready at the same moment: its reply
+    /// values.
     pub(super) async fn admit_in_lane(&self, shared: Shared, entry: Entry) -> Result<Vec<Value>> {
         let shared = Arc::new(shared);
         let joined = {
@@ -186,7 +186,7 @@ pub(super) fn split(reply: Value, n: usize) -> Result<Vec<Vec<Value>>> {
     } else {
         return Err(StateError::Protocol("bad admit reply"));
     };
-    if each.iter().any(|v| v.len() != REPLY_LEN) {
+    if each.iter().any(|v| v.len() != REPLY_LEN && v.len() != SHORT_REPLY_LEN) {
         return Err(StateError::Protocol("bad admit reply"));
     }
     Ok(each)

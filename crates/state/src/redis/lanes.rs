@@ -12,8 +12,10 @@ use tokio::sync::oneshot;
 /// for well under a millisecond).
 pub(super) const MAX_BATCH: usize = 32;
 
-/// The values `admit.lua` returns for each admission.
+/// The values `admit.lua` returns for each admission: nine, or six when the protocol version, the capabilities and
+/// the window's end are all empty (`SHORT_REPLY_LEN`).
 pub(super) const REPLY_LEN: usize = 9;
+pub(super) const SHORT_REPLY_LEN: usize = 6;
 
 /// What a batch's admissions share: the keys and arguments `admit.lua` takes once.
 pub(super) struct Shared {

@@ -89,8 +89,14 @@ impl LimitStore for RedisStore {
             None if op == "create" => (one(self.send_admissions(&shared, &[&entry]).await?)?, None),
             None => (self.admit_in_lane(shared, entry).await?, None),
         };
-        let [code, tokens, wait, pv, caps, lvl, slots, wused, wreset] = reply.as_slice() else {
-            return Err(StateError::Protocol("bad admit reply"));
+        // Nine values, or six without the three that are empty then (admit.lua).
+        let empty = Value::BulkString(Vec::new());
+        let (code, tokens, wait, pv, caps, lvl, slots, wused, wreset) = match reply.as_slice() {
+            [code, tokens, wait, lvl, slots, wused] => (code, tokens, wait, &empty, &empty, lvl, slots, wused, &empty),
+            [code, tokens, wait, pv, caps, lvl, slots, wused, wreset] => {
+                (code, tokens, wait, pv, caps, lvl, slots, wused, wreset)
+            }
+            _ => return Err(StateError::Protocol("bad admit reply")),
         };
         let code = int(code)?;
         let refused = match code {
