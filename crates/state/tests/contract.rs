@@ -1247,15 +1247,8 @@ async fn limits_admissions_at_once_decide_as_one_by_one(kind: Kind) {
 
     // The slot cap: 5 slots for 40 calls, and the quota is charged only for the 5.
     let win = WindowSpec { name: "tool.y".to_owned(), limit: 100, window: LONG };
-    let specs: Vec<SlotSpec> =
-        (0..40).map(|i| SlotSpec { set: SlotSet::Calls, cap: 5, token: format!("s{i}"), ttl: LONG }).collect();
-    let rs = all_at_once(
-        s,
-        &(0..40)
-            .map(|i| Admission { slot: Some(&specs[i]), window: Some(&win), ..admission(&alice) })
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    let specs = slot_specs(SlotSet::Calls, 5, "s", 40);
+    let rs = all_at_once(s, &with_slot_and_window(&alice, &specs, &win)).await;
     assert_eq!(admitted(&rs), 5, "the cap's five slots");
     let held: Vec<[String; 1]> =
         rs.iter().zip(&specs).filter(|(r, _)| r.refused.is_none()).map(|(_, spec)| [spec.token.clone()]).collect();
@@ -1265,15 +1258,8 @@ async fn limits_admissions_at_once_decide_as_one_by_one(kind: Kind) {
 
     // The window: 7 uses for 40 calls, and a refused use takes no slot.
     let win = WindowSpec { name: "tool.z".to_owned(), limit: 7, window: LONG };
-    let specs: Vec<SlotSpec> =
-        (0..40).map(|i| SlotSpec { set: SlotSet::Streams, cap: 100, token: format!("w{i}"), ttl: LONG }).collect();
-    let rs = all_at_once(
-        s,
-        &(0..40)
-            .map(|i| Admission { slot: Some(&specs[i]), window: Some(&win), ..admission(&alice) })
-            .collect::<Vec<_>>(),
-    )
-    .await;
+    let specs = slot_specs(SlotSet::Streams, 100, "w", 40);
+    let rs = all_at_once(s, &with_slot_and_window(&alice, &specs, &win)).await;
     assert_eq!(admitted(&rs), 7, "the window's seven uses");
     assert!(rs.iter().filter(|r| r.refused.is_some()).all(|r| r.refused == Some(Refusal::Window)), "{rs:?}");
     let one = SlotSpec { set: SlotSet::Streams, cap: 100, token: "w-last".to_owned(), ttl: LONG };
@@ -1303,8 +1289,7 @@ async fn limits_admissions_at_once_decide_as_one_by_one(kind: Kind) {
     }
 
     // Releases riding in a batch: the five calls of the slot cap end, each with the next call, which takes a slot.
-    let next: Vec<SlotSpec> =
-        (0..40).map(|i| SlotSpec { set: SlotSet::Calls, cap: 5, token: format!("n{i}"), ttl: LONG }).collect();
+    let next = slot_specs(SlotSet::Calls, 5, "n", 40);
     let rs = all_at_once(
         s,
         &(0..40)
@@ -1328,8 +1313,7 @@ async fn limits_admissions_given_up_while_waiting_take_nothing() {
     let h = Harness::new(Kind::Redis).await;
     let s = h.store();
     let alice = user("alice");
-    let specs: Vec<SlotSpec> =
-        (0..10).map(|i| SlotSpec { set: SlotSet::Calls, cap: 100, token: format!("g{i}"), ttl: LONG }).collect();
+    let specs = slot_specs(SlotSet::Calls, 100, "g", 10);
     let admissions: Vec<Admission<'_>> =
         specs.iter().map(|sp| Admission { slot: Some(sp), ..admission(&alice) }).collect();
     let mut calls: Vec<_> = admissions.iter().map(|a| s.admit(a)).collect();
@@ -1376,6 +1360,16 @@ async fn limits_admissions_waiting_in_a_lane_fail_when_redis_does_not_answer() {
     assert!(took < Duration::from_secs(3), "the batch behind the first waited one deadline more at most: {took:?}");
     let rs = futures::future::join_all(admissions.iter().map(|a| store.admit(a))).await;
     assert!(rs.iter().all(|r| r.as_ref().is_ok_and(|r| r.refused.is_none())), "{rs:?}");
+}
+
+/// `n` slots of `set` under `cap`, with the tokens `<prefix>0`, `<prefix>1`...
+fn slot_specs(set: SlotSet, cap: u64, prefix: &str, n: usize) -> Vec<SlotSpec> {
+    (0..n).map(|i| SlotSpec { set, cap, token: format!("{prefix}{i}"), ttl: LONG }).collect()
+}
+
+/// An admission of `user` for each slot, each with the window.
+fn with_slot_and_window<'a>(user: &'a UserKey, specs: &'a [SlotSpec], win: &'a WindowSpec) -> Vec<Admission<'a>> {
+    specs.iter().map(|spec| Admission { slot: Some(spec), window: Some(win), ..admission(user) }).collect()
 }
 
 async fn all_at_once(s: &dyn Store, admissions: &[Admission<'_>]) -> Vec<Admitted> {

@@ -16,7 +16,7 @@
 
 use super::RedisStore;
 use super::codec::array;
-use super::lanes::{Entry, Lane, MAX_BATCH, REPLY_LEN, SHORT_REPLY_LEN, Shared, Waiter};
+use super::lanes::{Entry, MAX_BATCH, REPLY_LEN, SHORT_REPLY_LEN, Shared, Waiter};
 use crate::{Result, StateError};
 use redis::Value;
 use std::future::Future;
@@ -29,6 +29,14 @@ struct Gathering {
     store: RedisStore,
     shared: Arc<Shared>,
     open: bool,
+}
+
+impl Gathering {
+    /// Closes the lane once the others had their turn: what joined it.
+    fn close(mut self) -> Vec<Waiter> {
+        self.open = false;
+        self.store.inner.lanes.close(&self.shared.lane)
+    }
 }
 
 impl Drop for Gathering {
@@ -104,12 +112,12 @@ impl RedisStore {
         let shared = Arc::new(shared);
         let joined = {
             let mut map = self.inner.lanes.lock();
-            if let Some(l) = map.get_mut(&shared.lane) {
+            if let Some(waiting) = map.get_mut(&shared.lane) {
                 let (tx, rx) = oneshot::channel();
-                l.waiting.push(Waiter { entry, tx });
+                waiting.push(Waiter { entry, tx });
                 Err(rx)
             } else {
-                map.insert(shared.lane.clone(), Lane { waiting: Vec::new() });
+                map.insert(shared.lane.clone(), Vec::new());
                 Ok(entry)
             }
         };
@@ -118,13 +126,11 @@ impl RedisStore {
             Ok(entry) => entry,
         };
         // The tasks that are ready now (requests read in the same turn of the event loop) run first, and join.
-        let mut gathering = Gathering { store: self.clone(), shared: shared.clone(), open: true };
+        let gathering = Gathering { store: self.clone(), shared: shared.clone(), open: true };
         tokio::task::yield_now().await;
-        gathering.open = false;
-        let mut waiting = self.inner.lanes.close(&shared.lane);
+        let mut waiting = gathering.close();
         if waiting.is_empty() {
-            let mut replies = self.send_admissions(&shared, &[&entry]).await?;
-            return replies.pop().ok_or(StateError::Protocol("bad admit reply"));
+            return self.send_one(&shared, &entry).await;
         }
         // The batch is sent from here, and finished by a task of its own if this caller gives up on the way: the
         // others must not fail with it. Its own answer is on its channel by the time the batch is done.
@@ -137,16 +143,20 @@ impl RedisStore {
     }
 
     /// The `admit.lua` call of `entries` (one or a batch): each admission's reply values, in order.
-    pub(super) async fn send_admissions(&self, shared: &Shared, entries: &[&Entry]) -> Result<Vec<Vec<Value>>> {
-        let inv = self.admissions(shared, entries);
+    async fn send_admissions(&self, shared: &Shared, entries: &[&Entry]) -> Result<Vec<Vec<Value>>> {
+        split(self.run("admit", self.admissions(shared, entries)).await?, entries.len())
+    }
+
+    /// The `admit.lua` call of `entry` alone: its reply values.
+    pub(super) async fn send_one(&self, shared: &Shared, entry: &Entry) -> Result<Vec<Value>> {
+        one(self.send_admissions(shared, &[entry]).await?)
+    }
+
+    /// The `admit.lua` invocation of `entries`, counted in `mcp_redis_admissions_total`.
+    pub(super) fn admissions<'a>(&'a self, shared: &Shared, entries: &[&Entry]) -> redis::ScriptInvocation<'a> {
         if let Some(m) = &self.inner.cfg.metrics {
             m.admissions(entries.len());
         }
-        split(self.run("admit", inv).await?, entries.len())
-    }
-
-    /// The `admit.lua` invocation of `entries`.
-    pub(super) fn admissions<'a>(&'a self, shared: &Shared, entries: &[&Entry]) -> redis::ScriptInvocation<'a> {
         let mut inv = self.inner.scripts.admit.prepare_invoke();
         for k in &shared.keys {
             inv.key(k);
@@ -190,4 +200,12 @@ pub(super) fn split(reply: Value, n: usize) -> Result<Vec<Vec<Value>>> {
         return Err(StateError::Protocol("bad admit reply"));
     }
     Ok(each)
+}
+
+/// The one admission's values of a reply.
+pub(super) fn one(mut replies: Vec<Vec<Value>>) -> Result<Vec<Value>> {
+    match (replies.pop(), replies.is_empty()) {
+        (Some(reply), true) => Ok(reply),
+        _ => Err(StateError::Protocol("bad admit reply")),
+    }
 }

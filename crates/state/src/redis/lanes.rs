@@ -60,24 +60,21 @@ pub(super) struct Waiter {
     pub(super) tx: oneshot::Sender<Result<Vec<Value>>>,
 }
 
-pub(super) struct Lane {
-    pub(super) waiting: Vec<Waiter>,
-}
-
 /// The lanes gathering on this replica: a lane exists from its first admission's arrival until that admission has
 /// let the tasks that were ready run (one yield), no longer.
 #[derive(Default)]
 pub(super) struct Lanes {
-    map: Mutex<HashMap<String, Lane>>,
+    /// Each open lane's admissions that joined it, by lane name ([`Shared::lane`]).
+    map: Mutex<HashMap<String, Vec<Waiter>>>,
 }
 
 impl Lanes {
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Lane>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Waiter>>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Closes the lane: what joined it.
     pub(super) fn close(&self, lane: &str) -> Vec<Waiter> {
-        self.lock().remove(lane).map(|l| l.waiting).unwrap_or_default()
+        self.lock().remove(lane).unwrap_or_default()
     }
 }

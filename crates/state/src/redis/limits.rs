@@ -1,7 +1,7 @@
 //! The limit counters ([`LimitStore`]): an admission (bucket, session, slot and window, and a task record read
 //! beside it) in one `admit.lua` round trip, and the slot and window calls around it.
 
-use super::batch::split;
+use super::batch::{one, split};
 use super::codec::{cat, int, millis, ms, opt_u64, string};
 use super::lanes::{Entry, Shared};
 use super::{RedisStore, keys_at, tasks};
@@ -80,13 +80,10 @@ impl LimitStore for RedisStore {
         let (reply, task) = match a.read_task {
             Some(key) => {
                 let inv = self.admissions(&shared, &[&entry]);
-                if let Some(m) = &self.inner.cfg.metrics {
-                    m.admissions(1);
-                }
                 let (reply, record) = self.run_with_read(&inv, &self.task_record_key(key)).await?;
                 (one(split(reply, 1)?)?, Some(tasks::view_of(record)?))
             }
-            None if op == "create" => (one(self.send_admissions(&shared, &[&entry]).await?)?, None),
+            None if op == "create" => (self.send_one(&shared, &entry).await?, None),
             None => (self.admit_in_lane(shared, entry).await?, None),
         };
         // Nine values, or six without the three that are empty then (admit.lua).
@@ -178,13 +175,5 @@ impl LimitStore for RedisStore {
         inv.arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) });
         let n = int(&self.run("members", inv).await?)?;
         u64::try_from(n).map_err(|_| StateError::Protocol("bad member count"))
-    }
-}
-
-/// The one admission's values of a reply.
-fn one(mut replies: Vec<Vec<Value>>) -> Result<Vec<Value>> {
-    match (replies.pop(), replies.is_empty()) {
-        (Some(reply), true) => Ok(reply),
-        _ => Err(StateError::Protocol("bad admit reply")),
     }
 }
