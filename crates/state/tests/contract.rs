@@ -1333,6 +1333,48 @@ async fn limits_admissions_given_up_while_waiting_take_nothing() {
     assert_eq!(r.slots_used, Some(6), "five slots taken before it, none for the calls given up");
 }
 
+/// `mcp_redis_admissions_total` counts every admission sent, and `mcp_redis_command_duration_seconds_count` of kind
+/// `admit` the round trips: 40 admissions of one principal at once take fewer round trips than admissions, and a
+/// lone one takes one of each.
+#[tokio::test]
+async fn limits_admissions_are_counted_against_their_round_trips() {
+    let server = RedisServer::start();
+    let registry = prometheus::Registry::new();
+    let metrics = mcpfleet_state::StoreMetrics::register(&registry).expect("metrics");
+    let cfg = RedisConfig {
+        metrics: Some(metrics),
+        prefix: format!("contract{}:", next()),
+        ..RedisConfig::new(server.url())
+    };
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    let s: &dyn Store = &store;
+    let counts = || {
+        let families = registry.gather();
+        let admissions = families
+            .iter()
+            .find(|f| f.name() == "mcp_redis_admissions_total")
+            .map_or(0.0, |f| f.get_metric()[0].get_counter().get_value());
+        let trips = families
+            .iter()
+            .find(|f| f.name() == "mcp_redis_command_duration_seconds")
+            .and_then(|f| {
+                f.get_metric().iter().find(|m| m.get_label().iter().any(|l| l.name() == "kind" && l.value() == "admit"))
+            })
+            .map_or(0, |m| m.get_histogram().get_sample_count());
+        (admissions, trips)
+    };
+    let alice = user("alice");
+    let bucket = BucketSpec { name: "tb".to_owned(), capacity: 100.0, per_second: 1.0 };
+    let admissions: Vec<Admission<'_>> =
+        (0..40).map(|_| Admission { bucket: Some(&bucket), ..admission(&alice) }).collect();
+    all_at_once(s, &admissions).await;
+    let (sent, trips) = counts();
+    assert_eq!(sent, 40.0, "every admission counted");
+    assert!(trips > 0 && trips < 40, "they rode together: {trips} round trips");
+    admit(s, &admissions[0]).await;
+    assert_eq!(counts(), (41.0, trips + 1), "a lone admission: one of each");
+}
+
 /// Redis only: when Redis stops answering, every admission of a batch fails with the store's timeout, the one on
 /// its way and those waiting behind it alike, and none waits for ever; once Redis is back, the lane works again.
 #[tokio::test]
