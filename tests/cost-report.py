@@ -2,10 +2,12 @@
 """The report of tests/cost.sh: each pair's figures, then the medians of the per-pair ratios against issue 32's
 targets. Input: the runs' figures, one JSON object per line (mcpfleet-bench --json, plus `pair` and `pg_cpu_ms`).
 With --realistic (SET=realistic), the rows are labelled "WORKLOAD: rmcp" and "WORKLOAD: 1 replica", and the report
-is one table of CPU per op for each workload, rmcp's beside the replica's.
+is one table of CPU per op for each workload, rmcp's beside the replica's. With --ladder (SET=ladder), each setup's
+replica CPU per call against rmcp's, and what each step up the ladder adds.
 
     python3 tests/cost-report.py ROWS.jsonl
     python3 tests/cost-report.py --realistic ROWS.jsonl
+    python3 tests/cost-report.py --ladder ROWS.jsonl
 """
 import json
 import statistics
@@ -98,6 +100,37 @@ def realistic(path):
     print()
 
 
+def ladder(path):
+    """SET=ladder: every run, then each setup (in the order of the rows) against rmcp, and each step's cost."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    pairs = sorted({r["pair"] for r in rows})
+    by = {(r["pair"], r["label"]): r for r in rows}
+    setups = [s for s in dict.fromkeys(r["label"] for r in rows if r["pair"] == pairs[0])]
+    print("| pair | setup | calls/s | p50 ms | p99 ms | server CPU ms/call | Redis CPU ms/call | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
+        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{fmt(r['server_cpu_ms_per_call'])} | {fmt(r['redis_cpu_ms_per_call'])} | {errors} |")
+    print()
+    print(f"Medians over {len(pairs)} pairs (ratios and differences taken within each pair):")
+    print()
+    print("| setup | server CPU ms/call | / rmcp, per pair | / rmcp | step: ms/call added | step / rmcp |")
+    print("|---|---|---|---|---|---|")
+    cpu = lambda p, s: by[(p, s)]["server_cpu_ms_per_call"] if (p, s) in by else None
+    for i, s in enumerate(setups):
+        ratios = [cpu(p, s) / cpu(p, "rmcp") for p in pairs if cpu(p, s) and cpu(p, "rmcp")]
+        step, step_ratio = "-", "-"
+        if i > 1:
+            prev = setups[i - 1]
+            diffs = [cpu(p, s) - cpu(p, prev) for p in pairs if cpu(p, s) and cpu(p, prev)]
+            steps = [(cpu(p, s) - cpu(p, prev)) / cpu(p, "rmcp") for p in pairs
+                     if cpu(p, s) and cpu(p, prev) and cpu(p, "rmcp")]
+            step, step_ratio = f"{fmt(median_of(diffs))}", f"{fmt(median_of(steps), 2)} ×"
+        print(f"| {s} | {fmt(median_of([cpu(p, s) for p in pairs]))} | {' '.join(f'{v:.2f}' for v in ratios)} | "
+              f"{fmt(median_of(ratios), 2)} × | {step} | {step_ratio} |")
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     pairs = sorted({r["pair"] for r in rows})
@@ -155,6 +188,8 @@ def main(path):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--realistic":
         realistic(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--ladder":
+        ladder(sys.argv[2])
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

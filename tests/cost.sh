@@ -7,6 +7,7 @@
 #   ROWS=/tmp/rows.jsonl tests/cost.sh  # also keeps every run's raw figures (mcpfleet-bench --json), one per line
 #   BASE_BIN=/tmp/mcpfleet-old tests/cost.sh   # each pair also runs "1 replica" and "3 replicas" with that binary
 #   SET=realistic tests/cost.sh         # the realistic work instead (issue 32, target 4; below)
+#   SET=ladder tests/cost.sh            # where the replica's CPU per call goes, part by part (below)
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -39,6 +40,15 @@
 #              completed (that answer carries the result); one op is the creation and every poll. rmcp: its
 #              TaskManager, in process (--stateless)
 # BASE_BIN does not apply to this set.
+#
+# SET=ladder: the trivial tool on rmcp's server and on one replica, with the full stack's parts added one by one, so
+# that each step's CPU per call is the cost of what it adds (the report: each setup's median replica / rmcp ratio,
+# and each step's median difference in ms a call, both taken within each pair; no PostgreSQL):
+#   rmcp                          as above
+#   in-memory, no auth            the embedded store, no identity; the bucket (out of reach) as every replica has it
+#   in-memory, JWT and limits     + JWT, the in-flight cap and the quota: the full stack's work, without Redis
+#   1 replica                     + Redis: the full stack (one admit.lua round trip a call, shared by a batch)
+# BASE_BIN does not apply to this set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-5}"
@@ -46,7 +56,8 @@ SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 SET="${SET:-trivial}"
-[[ "$SET" == trivial || "$SET" == realistic ]] || { echo "SET is trivial or realistic, not $SET" >&2; exit 64; }
+[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder ]] ||
+  { echo "SET is trivial, realistic or ladder, not $SET" >&2; exit 64; }
 
 . tests/bench-lib.sh
 bench_setup
@@ -56,8 +67,8 @@ bench_redis_start
 KEY="$TMP/dev-key.pem"
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
-FULL=(--redis-url "$REDIS_URL" --auth dev --dev-key-file "$KEY" --max-inflight-per-user 100000
-  --quota test_simple_text=1000000000/1h)
+LIMITS=(--auth dev --dev-key-file "$KEY" --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
+FULL=(--redis-url "$REDIS_URL" "${LIMITS[@]}")
 ROWS="${ROWS:-$TMP/rows.jsonl}"
 : >"$ROWS"
 
@@ -101,6 +112,8 @@ measure() {
       rmcp_start
       args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
     "1 replica"*) start_replica "${FULL[@]}" ;;
+    "in-memory, no auth") start_replica ;;
+    "in-memory, JWT and limits") start_replica "${LIMITS[@]}" ;;
     "1 + audit") start_replica "${FULL[@]}" --database-url "$DB_URL" ;;
     "3 replicas, 1 worker each") for _ in 1 2 3; do start_replica "${FULL[@]}" --worker-threads 1; done ;;
     "3 replicas"*) for _ in 1 2 3; do start_replica "${FULL[@]}"; done ;;
@@ -108,7 +121,8 @@ measure() {
   if [[ "$setup" != rmcp ]]; then
     for u in "${URLS[@]}"; do args+=(--url "$u"); done
     for p in "${PIDS[@]}"; do args+=(--pid "$p"); done
-    args+=(--token "$TOKEN" --redis-url "$REDIS_URL")
+    [[ "$setup" != "in-memory, no auth" ]] && args+=(--token "$TOKEN")
+    [[ "$setup" != in-memory* ]] && args+=(--redis-url "$REDIS_URL")
   fi
   SERVER_BIN=""
   pg_before="$(pg_cpu_ms)"
@@ -134,8 +148,10 @@ if [[ "$SET" == realistic ]]; then
   done
   MEASURE=measure_work
 fi
+[[ "$SET" == ladder ]] && SETUPS=("rmcp" "in-memory, no auth" "in-memory, JWT and limits" "1 replica")
 what=test_simple_text
 [[ "$SET" == realistic ]] && what="the realistic set (${WORKLOADS[*]})"
+[[ "$SET" == ladder ]] && what="test_simple_text, the full stack part by part"
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, $what, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
@@ -148,4 +164,8 @@ for pair in $(seq "$PAIRS"); do
     "$MEASURE" "$pair" "$setup"
   done
 done
-if [[ "$SET" == realistic ]]; then python3 tests/cost-report.py --realistic "$ROWS"; else python3 tests/cost-report.py "$ROWS"; fi
+case "$SET" in
+  realistic) python3 tests/cost-report.py --realistic "$ROWS" ;;
+  ladder) python3 tests/cost-report.py --ladder "$ROWS" ;;
+  *) python3 tests/cost-report.py "$ROWS" ;;
+esac
