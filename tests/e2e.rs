@@ -38,3 +38,5 @@ mod stateless;
 mod tasks;
 #[path = "tools.rs"]
 mod tools;
+#[path = "upgrade.rs"]
+mod upgrade;

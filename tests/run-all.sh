@@ -52,6 +52,11 @@ tests/deploy/install.sh
 # The tree's shape: no import circle among a crate's files, no source file over 800 lines outside tests.
 python3 tests/tree-check.py
 
+# The mixed-version suite (e2e upgrade::) runs the newest release's binary beside this tree's: built from its commit
+# once per machine, into a cache outside the checkout (docs/TESTING.md, "Mixed versions"). Built here, before the
+# tests, so that its cost shows as its own step.
+tests/release-bin.sh >/dev/null
+
 # tests/deploy.rs drives load with the load generator's binary, which `cargo test` builds only as a test target.
 cargo build -p mcpfleet-loadgen
 cargo test --workspace --all-targets -- --nocapture

@@ -155,6 +155,22 @@ pub fn server_bin() -> PathBuf {
     bin
 }
 
+/// The newest release's `mcpfleet` binary (releases.toml), for [`FleetBuilder::release`]: built by
+/// `tests/release-bin.sh` from the release's commit the first time on a machine, then taken from its cache.
+///
+/// # Panics
+/// If the script fails (the commit is not in the clone, or the build fails): its stderr says why.
+#[must_use]
+pub fn previous_release() -> PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(root.join("tests/release-bin.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run tests/release-bin.sh");
+    assert!(out.status.success(), "tests/release-bin.sh failed ({}): see its message above", out.status);
+    PathBuf::from(String::from_utf8(out.stdout).expect("a path").trim())
+}
+
 /// The `mcpfleet serve` flags with which replicas reach a Redis topology of the testkit, for
 /// [`FleetBuilder::redis_topology`]: TLS (`--redis-tls`, `--redis-ca-file`) and the ACL user (`--redis-username`,
 /// `--redis-password`) included when the topology has them.
@@ -223,6 +239,8 @@ pub struct FleetBuilder {
     server_limits: bool,
     /// A server binary of a tool writer's instead of `mcpfleet` (no `--fixtures` then).
     binary: Option<PathBuf>,
+    /// An earlier release's `mcpfleet` binary instead of this tree's (same flags, fixtures included).
+    release: Option<PathBuf>,
 }
 
 /// A running fleet.
@@ -259,6 +277,7 @@ impl Fleet {
             server_limits: false,
             catalog: None,
             binary: None,
+            release: None,
         }
     }
 
@@ -414,6 +433,15 @@ impl FleetBuilder {
         self
     }
 
+    /// Process replicas run `binary`, an earlier release's `mcpfleet` (e.g. [`previous_release`]), instead of this
+    /// tree's, with the same flags, fixtures included: for fleets of mixed versions. The flags the builder adds are
+    /// ones every release since 0.1.0 takes; a test's own must be, too.
+    #[must_use]
+    pub fn release(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.release = Some(binary.into());
+        self
+    }
+
     /// `mcpfleet serve ...` for a replica listening on `host` (`127.0.0.1` but in a lab).
     fn serve_args(&self, host: &str) -> Vec<String> {
         let listen = format!("{host}:0");
@@ -482,6 +510,11 @@ impl FleetBuilder {
         Fleet { replicas }
     }
 
+    /// The program a process replica runs: the release's, the tool writer's, or this tree's `mcpfleet`.
+    fn program(&self) -> PathBuf {
+        self.release.clone().or_else(|| self.binary.clone()).unwrap_or_else(server_bin)
+    }
+
     /// Starts process replica `i`, inside its namespace when the fleet is in a lab.
     fn start_process(&self, i: usize) -> Replica {
         let place = self.lab.as_ref().map(|places| &places[i]);
@@ -497,10 +530,10 @@ impl FleetBuilder {
             // `ip netns exec` execs the server: the child is the server.
             Some((netns, _)) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", netns]).arg(self.binary.clone().unwrap_or_else(server_bin));
+                c.args(["netns", "exec", netns]).arg(self.program());
                 c
             }
-            None => Command::new(self.binary.clone().unwrap_or_else(server_bin)),
+            None => Command::new(self.program()),
         };
         let mut child = command
             .args(&args[1..])

@@ -1,0 +1,140 @@
+//! Mixed versions (issue 33): replicas of the newest release (releases.toml; its binary built from its commit by
+//! `tests/release-bin.sh`, cached per machine) and of this tree share one Redis, as they do for the minutes of a
+//! rolling upgrade, and each session moves between the two versions: what one version wrote, the other reads,
+//! from real bytes the other binary wrote. docs/UPGRADING.md states the rule these tests hold.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, SseStream, data_messages, progress_values};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+/// One replica of the newest release and one of this tree on `redis`: `(old, new)`.
+async fn old_and_new(redis: &RedisServer) -> (Fleet, Fleet) {
+    let release = tokio::task::spawn_blocking(mcpfleet_fleetkit::previous_release).await.unwrap();
+    let old = Fleet::builder().release(release).redis(redis.url()).start().await;
+    let new = Fleet::builder().redis(redis.url()).start().await;
+    (old, new)
+}
+
+/// Reads events until `n` of them carry a message; returns every event read.
+async fn read_messages(s: &mut SseStream, n: usize) -> Vec<SseEvent> {
+    let mut seen = Vec::new();
+    while seen.iter().filter(|e: &&SseEvent| !e.data.is_empty()).count() < n {
+        seen.push(s.next(T).await.unwrap().unwrap());
+    }
+    seen
+}
+
+/// The messages a `tools/call` of `tool` (no arguments) answers with, whether as JSON or as an SSE stream.
+async fn call_messages(client: &McpClient, url: &str, id: i64, tool: &str) -> Vec<Value> {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": {} } });
+    let resp = client.post(url, &body).await;
+    assert_eq!(resp.status(), 200);
+    let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if sse { data_messages(&SseStream::new(resp).collect(T).await.unwrap()) } else { vec![resp.json().await.unwrap()] }
+}
+
+/// A countdown of 12 runs on `from`; the client reads 3 progress events, drops the stream, and resumes on `to` with
+/// the last id it saw: every later event comes exactly once, in order, with the call's answer last.
+async fn resume_across(client: &McpClient, id: i64, from: &str, to: &str) {
+    let mut s = client.call_streaming(from, id, "test_countdown", json!({ "count": 12, "interval_ms": 60 })).await;
+    let seen = read_messages(&mut s, 3).await;
+    let cursor = seen.last().unwrap().id.clone().unwrap();
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = client.get(to, Some(&cursor)).await;
+    assert_eq!(resp.status(), 200, "resume of {cursor} on the other version");
+    let rest = SseStream::new(resp).collect(T).await.unwrap();
+    let after = data_messages(&rest);
+    assert_eq!(progress_values(&data_messages(&seen)), vec![1, 2, 3]);
+    assert_eq!(progress_values(&after), (4..=12).collect::<Vec<_>>(), "every later event once, in order");
+    assert_eq!(after.last().unwrap()["id"], id);
+    assert_eq!(after.last().unwrap()["result"]["content"][0]["text"], "counted to 12");
+    let ids: Vec<_> = rest.iter().filter_map(|e| e.id.clone()).collect();
+    let mut dedup = ids.clone();
+    dedup.dedup();
+    assert_eq!(ids, dedup, "no event twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_on_either_version_is_served_by_the_other() {
+    let redis = RedisServer::start();
+    let (old, new) = old_and_new(&redis).await;
+    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    for (first, second) in [(&o, &n), (&n, &o)] {
+        let mut client = McpClient::new();
+        client.initialize(first).await;
+        let list = client.request(second, 1, "tools/list", json!({})).await;
+        assert!(list["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "test_simple_text"), "{list}");
+        let r = client
+            .request(second, 2, "tools/call", json!({ "name": "test_simple_text", "arguments": {} }))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "This is a simple text response for testing.", "{r}");
+        // The log level one version sets, the other keeps: above the tool's `info`, its log messages stay back.
+        for (level, sent) in [("error", 0), ("debug", 3)] {
+            let set = client.request(first, 3, "logging/setLevel", json!({ "level": level })).await;
+            assert!(set.get("result").is_some(), "{set}");
+            let msgs = call_messages(&client, second, 4, "test_tool_with_logging").await;
+            let logs = msgs.iter().filter(|m| m["method"] == "notifications/message").count();
+            assert_eq!(logs, sent, "at {level}: {msgs:?}");
+            assert_eq!(msgs.last().unwrap()["id"], 4, "the answer last: {msgs:?}");
+        }
+        // Deleted on one version: gone on both.
+        assert_eq!(client.delete(second).await.status(), 200);
+        for u in [first, second] {
+            assert_eq!(client.post(u, &json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/list" })).await.status(), 404);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_written_by_one_version_resumes_on_the_other_with_nothing_lost_or_repeated() {
+    let redis = RedisServer::start();
+    let (old, new) = old_and_new(&redis).await;
+    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let mut client = McpClient::new();
+    client.initialize(&o).await;
+    resume_across(&client, 7, &o, &n).await;
+    resume_across(&client, 8, &n, &o).await;
+
+    // The standalone stream: opened on one version, a notification from a call on the other reaches it.
+    for (listen, call) in [(&o, &n), (&n, &o)] {
+        let mut stream = SseStream::new(client.get(listen, None).await);
+        assert_eq!(stream.next(T).await.unwrap().unwrap().data, "", "priming event");
+        let r = client
+            .request(call, 9, "tools/call", json!({ "name": "test_update_watched_resource", "arguments": {} }))
+            .await;
+        assert_eq!(r["result"]["content"][0]["text"], "test://watched-resource updated");
+        let note = stream.next(T).await.unwrap().unwrap().json().unwrap();
+        assert_eq!(note["method"], "notifications/resources/updated");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_request_from_one_version_is_answered_and_cancelled_through_the_other() {
+    let redis = RedisServer::start();
+    let (old, new) = old_and_new(&redis).await;
+    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let mut client = McpClient::new();
+    client.initialize(&n).await;
+    for (runs, answers) in [(&o, &n), (&n, &o)] {
+        let mut s = client.call_streaming(runs, 11, "test_sampling", json!({ "prompt": "across versions" })).await;
+        let request = s.until_method("sampling/createMessage", T).await.unwrap();
+        let reply = json!({ "jsonrpc": "2.0", "id": request["id"], "result": {
+            "role": "assistant", "content": { "type": "text", "text": "answered" }, "model": "m", "stopReason": "endTurn" } });
+        assert_eq!(client.post(answers, &reply).await.status(), 202);
+        let rest = data_messages(&s.collect(T).await.unwrap());
+        assert_eq!(rest.last().unwrap()["result"]["content"][0]["text"], "LLM response: answered");
+
+        let mut s = client.call_streaming(runs, 12, "test_countdown", json!({ "count": 500, "interval_ms": 20 })).await;
+        s.next(T).await.unwrap().unwrap();
+        let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 12 } });
+        assert_eq!(client.post(answers, &cancel).await.status(), 202);
+        let rest = data_messages(&s.collect(T).await.unwrap());
+        assert!(rest.iter().all(|m| m.get("id").is_none()), "no response after cancellation: {rest:?}");
+        assert!(progress_values(&rest).iter().all(|p| *p < 500), "the call stopped before its end");
+    }
+}
