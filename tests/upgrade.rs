@@ -7,6 +7,8 @@
 
 use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, SseStream, data_messages, progress_values};
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
@@ -17,6 +19,70 @@ async fn old_and_new(redis: &RedisServer) -> (Fleet, Fleet) {
     let old = Fleet::builder().release(release).redis(redis.url()).start().await;
     let new = Fleet::builder().redis(redis.url()).start().await;
     (old, new)
+}
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Copies the files under `from` into `to`, writing only those whose content differs (so that cargo, which goes by
+/// modification times, rebuilds only what changed since the last copy).
+fn sync_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().unwrap().is_dir() {
+            if entry.file_name() != "target" {
+                sync_tree(&src, &dst);
+            }
+        } else if std::fs::read(&dst).ok() != Some(std::fs::read(&src).unwrap()) {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// Writes `text` to `path` unless it holds it already.
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// This tree with a layout change planted that breaks the rule: the event log's data field is written and read as
+/// `data` instead of `d` (as a release would that renamed it in one step, without an expand release before it).
+/// The tree is copied into `target/planted-layout/` and built there, in a target directory of its own kept between
+/// runs (so its dependencies build once); its `mcpfleet` binary.
+fn build_planted() -> PathBuf {
+    let (root, dir) = (root(), root().join("target/planted-layout"));
+    let src = dir.join("src");
+    for part in ["crates", "migrations"] {
+        sync_tree(&root.join(part), &src.join(part));
+    }
+    for file in ["Cargo.toml", "Cargo.lock", "rust-toolchain.toml"] {
+        write_if_changed(&src.join(file), &std::fs::read_to_string(root.join(file)).unwrap());
+    }
+    let plant = [
+        ("append.lua", "'d', ARGV[2]", "'data', ARGV[2]", 2),
+        ("abandon.lua", "'d', ARGV[2]", "'data', ARGV[2]", 1),
+        ("open.lua", "'d', ''", "'data', ''", 1),
+        ("replay.lua", "f[i] == 'd'", "f[i] == 'data'", 1),
+    ];
+    for (file, from, to, times) in plant {
+        let script = std::fs::read_to_string(root.join("crates/state/src/redis").join(file)).unwrap();
+        assert_eq!(script.matches(from).count(), times, "the plant no longer fits {file}: update build_planted");
+        write_if_changed(&src.join("crates/state/src/redis").join(file), &script.replace(from, to));
+    }
+    let out = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+        .args(["build", "--offline", "--quiet", "--locked", "-p", "mcpfleet", "--bin", "mcpfleet"])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env_remove("RUSTFLAGS")
+        .current_dir(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo build of the planted tree failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    dir.join("target/debug/mcpfleet")
 }
 
 /// Reads events until `n` of them carry a message; returns every event read.
@@ -30,7 +96,8 @@ async fn read_messages(s: &mut SseStream, n: usize) -> Vec<SseEvent> {
 
 /// The messages a `tools/call` of `tool` (no arguments) answers with, whether as JSON or as an SSE stream.
 async fn call_messages(client: &McpClient, url: &str, id: i64, tool: &str) -> Vec<Value> {
-    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": {} } });
+    let body =
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": {} } });
     let resp = client.post(url, &body).await;
     assert_eq!(resp.status(), 200);
     let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
@@ -69,9 +136,7 @@ async fn a_session_opened_on_either_version_is_served_by_the_other() {
         client.initialize(first).await;
         let list = client.request(second, 1, "tools/list", json!({})).await;
         assert!(list["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "test_simple_text"), "{list}");
-        let r = client
-            .request(second, 2, "tools/call", json!({ "name": "test_simple_text", "arguments": {} }))
-            .await;
+        let r = client.request(second, 2, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
         assert_eq!(r["result"]["content"][0]["text"], "This is a simple text response for testing.", "{r}");
         // The log level one version sets, the other keeps: above the tool's `info`, its log messages stay back.
         for (level, sent) in [("error", 0), ("debug", 3)] {
@@ -85,7 +150,10 @@ async fn a_session_opened_on_either_version_is_served_by_the_other() {
         // Deleted on one version: gone on both.
         assert_eq!(client.delete(second).await.status(), 200);
         for u in [first, second] {
-            assert_eq!(client.post(u, &json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/list" })).await.status(), 404);
+            assert_eq!(
+                client.post(u, &json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/list" })).await.status(),
+                404
+            );
         }
     }
 }
@@ -137,4 +205,23 @@ async fn a_server_request_from_one_version_is_answered_and_cancelled_through_the
         assert!(rest.iter().all(|m| m.get("id").is_none()), "no response after cancellation: {rest:?}");
         assert!(progress_values(&rest).iter().all(|p| *p < 500), "the call stopped before its end");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_change_that_breaks_the_rule_is_caught() {
+    let planted = tokio::task::spawn_blocking(build_planted).await.unwrap();
+    let release = tokio::task::spawn_blocking(mcpfleet_fleetkit::previous_release).await.unwrap();
+    let redis = RedisServer::start();
+    let old = Fleet::builder().release(release).redis(redis.url()).start().await;
+    let new = Fleet::builder().release(planted).replicas(2).redis(redis.url()).start().await;
+    let (o, n) = (old.urls()[0].clone(), new.urls());
+    let mut client = McpClient::new();
+    client.initialize(&n[0]).await;
+    // The planted build agrees with itself: its own replicas resume each other's streams.
+    resume_across(&client, 7, &n[0], &n[1]).await;
+    // A stream it wrote, resumed on the release: the events come without their data. The same check as above
+    // must fail (its panic message below is expected).
+    let (c, from, to) = (client.clone(), n[0].clone(), o.clone());
+    let caught = tokio::spawn(async move { resume_across(&c, 8, &from, &to).await }).await;
+    assert!(caught.is_err_and(|e| e.is_panic()), "the mixed-version check missed a layout change that breaks the rule");
 }
