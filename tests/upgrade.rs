@@ -5,7 +5,9 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, SseStream, data_messages, progress_values};
+use mcpfleet_fleetkit::{
+    Fleet, McpClient, RedisServer, SseEvent, SseStream, StatelessClient, data_messages, progress_values,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,10 +17,21 @@ const T: Duration = Duration::from_secs(10);
 
 /// One replica of the newest release and one of this tree on `redis`: `(old, new)`.
 async fn old_and_new(redis: &RedisServer) -> (Fleet, Fleet) {
+    old_and_new_with(redis, &[]).await
+}
+
+/// The same, both with `flags`.
+async fn old_and_new_with(redis: &RedisServer, flags: &[&str]) -> (Fleet, Fleet) {
     let release = tokio::task::spawn_blocking(mcpfleet_fleetkit::previous_release).await.unwrap();
-    let old = Fleet::builder().release(release).redis(redis.url()).start().await;
-    let new = Fleet::builder().redis(redis.url()).start().await;
-    (old, new)
+    let (mut old, mut new) = (Fleet::builder().release(release), Fleet::builder());
+    for f in flags {
+        (old, new) = (old.arg(*f), new.arg(*f));
+    }
+    (old.redis(redis.url()).start().await, new.redis(redis.url()).start().await)
+}
+
+fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
 /// The repository's root.
@@ -224,4 +237,111 @@ async fn a_layout_change_that_breaks_the_rule_is_caught() {
     let (c, from, to) = (client.clone(), n[0].clone(), o.clone());
     let caught = tokio::spawn(async move { resume_across(&c, 8, &from, &to).await }).await;
     assert!(caught.is_err_and(|e| e.is_panic()), "the mixed-version check missed a layout change that breaks the rule");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_signed_by_one_version_is_taken_by_the_other() {
+    let redis = RedisServer::start();
+    let (old, new) = old_and_new(&redis).await;
+    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let c = StatelessClient::new();
+    for (a, b) in [(&o, &n), (&n, &o)] {
+        // Three rounds of one call: the state each version signs, the other verifies and extends.
+        let tool = "test_input_required_result_multi_round";
+        let r1 = c.call(a, 1, tool, json!({}), json!({})).await;
+        assert_eq!(r1["result"]["resultType"], "input_required", "{r1}");
+        let answer = json!({ "action": "accept", "content": { "name": "Alice" } });
+        let retry = json!({ "inputResponses": { "step1": answer }, "requestState": r1["result"]["requestState"] });
+        let r2 = c.call(b, 2, tool, json!({}), retry).await;
+        assert!(r2["result"]["inputRequests"].get("step2").is_some(), "{r2}");
+        let answer = json!({ "action": "accept", "content": { "color": "blue" } });
+        let retry = json!({ "inputResponses": { "step2": answer }, "requestState": r2["result"]["requestState"] });
+        let r3 = c.call(a, 3, tool, json!({}), retry).await;
+        assert_eq!(text_of(&r3), "Alice likes blue.", "{r3}");
+        // A state that was tampered with is refused by either.
+        let state = r1["result"]["requestState"].as_str().unwrap();
+        let forged = format!("{}A{}", &state[..state.len() / 2], &state[state.len() / 2 + 1..]);
+        let forged = if forged == state {
+            format!("{}B{}", &state[..state.len() / 2], &state[state.len() / 2 + 1..])
+        } else {
+            forged
+        };
+        let retry = json!({ "inputResponses": { "step1": answer }, "requestState": forged });
+        let refused = c.call(b, 4, tool, json!({}), retry).await;
+        assert!(refused.get("error").is_some(), "a forged state is refused: {refused}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_made_on_one_version_is_replayed_by_the_other_and_runs_once() {
+    let redis = RedisServer::start();
+    let (old, new) = old_and_new(&redis).await;
+    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let c = StatelessClient::new();
+    let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
+    let ran = "mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}";
+    let runs = || async {
+        let mut sum = 0.0;
+        for r in old.replicas.iter().chain(&new.replicas) {
+            sum += mcpfleet_fleetkit::scrape(&r.admin()).await.get(ran).copied().unwrap_or(0.0);
+        }
+        sum
+    };
+    for (i, (a, b)) in [(&o, &n), (&n, &o)].into_iter().enumerate() {
+        let key = format!("order-{i}");
+        let args = json!({ "delay_ms": 700 });
+        // At once on both versions, then again later on the other: one run, one result.
+        let (x, y) = tokio::join!(
+            c.call(a, 1, "test_mint", args.clone(), keyed(&key)),
+            c.call(b, 2, "test_mint", args.clone(), keyed(&key)),
+        );
+        let minted = text_of(&x);
+        assert!(minted.starts_with("minted "), "{x}");
+        assert_eq!(text_of(&y), minted, "both versions give the one result: {y}");
+        let z = c.call(b, 3, "test_mint", args.clone(), keyed(&key)).await;
+        assert_eq!(text_of(&z), minted);
+        assert_eq!(runs().await, i as f64 + 1.0, "the handler ran once for key {key}");
+        // The same key with other arguments is refused by the other version.
+        let other = c.call(b, 4, "test_mint", json!({ "delay_ms": 1 }), keyed(&key)).await;
+        assert_eq!(other["error"]["code"], -32602, "{other}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_created_on_one_version_is_finished_by_the_other() {
+    let tasks = json!({ "elicitation": {}, "extensions": { "io.modelcontextprotocol/tasks": {} } });
+    let c = StatelessClient::new().with_capabilities(tasks);
+    for old_creates in [true, false] {
+        let redis = RedisServer::start();
+        // One worker each and a long lease: the creator's tasks end elsewhere only through the shared queue and
+        // the hand-back at its shutdown.
+        let flags = ["--task-workers", "1", "--task-lease", "60s", "--shutdown-grace", "20s"];
+        let (mut old, mut new) = old_and_new_with(&redis, &flags).await;
+        let (creator, finisher) = if old_creates { (&mut old, &new) } else { (&mut new, &old) };
+        let (at, by) = (creator.urls()[0].clone(), finisher.urls()[0].clone());
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let r = c.call(&at, i, "slow_job", json!({ "seconds": 2 }), json!({})).await;
+            assert_eq!(r["result"]["resultType"], "task", "{r}");
+            ids.push(r["result"]["taskId"].as_str().unwrap().to_owned());
+        }
+        // The other version knows them at once, and finishes them once the creator is gone.
+        creator.replicas[0].terminate();
+        for id in &ids {
+            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            loop {
+                let (status, r) = c.request(&by, 9, "tasks/get", json!({ "taskId": id })).await;
+                assert_eq!(status, 200, "{r}");
+                let t = &r["result"];
+                if t["status"] == "completed" {
+                    assert_eq!(text_of(&json!({ "result": t["result"] })), "slow_job: done after 2 s");
+                    break;
+                }
+                assert!(!matches!(t["status"].as_str(), Some("failed" | "cancelled")), "{t}");
+                assert!(std::time::Instant::now() < deadline, "task {id} never completed: {t}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        assert_eq!(creator.replicas[0].wait_exit(20), Some(0), "the creator drained and exited");
+    }
 }
