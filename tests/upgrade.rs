@@ -3,15 +3,18 @@
 //! rolling upgrade, and each session moves between the two versions: what one version wrote, the other reads,
 //! from real bytes the other binary wrote. docs/UPGRADING.md states the rule these tests hold.
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers fail loudly")]
 
 use mcpfleet_fleetkit::{
-    Fleet, McpClient, RedisServer, SseEvent, SseStream, StatelessClient, data_messages, progress_values,
+    Fleet, McpClient, RedisServer, RoundRobinProxy, SseEvent, SseStream, StatelessClient, data_messages,
+    progress_values,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -343,5 +346,142 @@ async fn a_task_created_on_one_version_is_finished_by_the_other() {
             }
         }
         assert_eq!(creator.replicas[0].wait_exit(20), Some(0), "the creator drained and exited");
+    }
+}
+
+/// A countdown of `count` through `url` (the proxy), followed to its answer: whenever its stream ends early (the
+/// replica serving it drains), resumed with the last event id, through the proxy again. Every event read, and how
+/// many resumes it took.
+async fn countdown_to_the_end(c: &McpClient, url: &str, id: i64, count: u64) -> (Vec<SseEvent>, usize) {
+    let mut s = c.call_streaming(url, id, "test_countdown", json!({ "count": count, "interval_ms": 40 })).await;
+    let (mut events, mut resumes) = (Vec::new(), 0);
+    loop {
+        // A stream that ends or breaks: either way, what it delivered is kept.
+        while let Ok(Some(e)) = s.next(T).await {
+            events.push(e);
+        }
+        if data_messages(&events).last().is_some_and(|m| m["id"] == id) {
+            return (events, resumes);
+        }
+        let last = events.iter().rev().find_map(|e| e.id.clone()).expect("an event id to resume from");
+        resumes += 1;
+        assert!(resumes <= 10, "call {id}: still no answer after {resumes} resumes");
+        let resp = c.get(url, Some(&last)).await;
+        assert_eq!(resp.status(), 200, "call {id}: resume from {last}");
+        s = SseStream::new(resp);
+    }
+}
+
+/// One replica of `release` (or of this tree, given `None`) on `redis` with `flags`.
+async fn replica(release: Option<&Path>, redis: &RedisServer, flags: &[&str]) -> Fleet {
+    let mut b = Fleet::builder().redis(redis.url());
+    if let Some(r) = release {
+        b = b.release(r);
+    }
+    for f in flags {
+        b = b.arg(*f);
+    }
+    b.start().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
+    let release = tokio::task::spawn_blocking(mcpfleet_fleetkit::previous_release).await.unwrap();
+    let redis = RedisServer::start();
+    let flags = ["--quota", "test_simple_text=1000000/1h", "--task-workers", "2", "--shutdown-grace", "20s"];
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(replica(Some(&release), &redis, &flags).await);
+    }
+    let proxy = Arc::new(RoundRobinProxy::start(fleet.iter().map(|f| f.bases()[0].clone()).collect()).await);
+    let url = proxy.url();
+    let done = Arc::new(AtomicBool::new(false));
+
+    // The load, through the proxy for the whole rollout: sessions calling a tool, sessions following countdowns
+    // to their answers across drains, and tasks.
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for _ in 0..3 {
+        let (url, done, calls) = (url.clone(), done.clone(), calls.clone());
+        load.push(tokio::spawn(async move {
+            let mut c = McpClient::new();
+            c.initialize(&url).await;
+            let mut id = 1;
+            while !done.load(Ordering::Relaxed) {
+                let r = c.request(&url, id, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+                assert!(text_of(&r).starts_with("This is a simple text"), "call {id}: {r}");
+                calls.fetch_add(1, Ordering::Relaxed);
+                id += 1;
+            }
+            0
+        }));
+    }
+    for _ in 0..2 {
+        let (url, done) = (url.clone(), done.clone());
+        load.push(tokio::spawn(async move {
+            let mut c = McpClient::new();
+            c.initialize(&url).await;
+            let (mut id, mut resumes) = (1, 0);
+            while !done.load(Ordering::Relaxed) {
+                let (events, r) = countdown_to_the_end(&c, &url, id, 15).await;
+                let msgs = data_messages(&events);
+                assert_eq!(progress_values(&msgs), (1..=15).collect::<Vec<_>>(), "call {id}: every event once");
+                assert_eq!(msgs.last().unwrap()["result"]["content"][0]["text"], "counted to 15");
+                let ids: Vec<_> = events.iter().filter_map(|e| e.id.clone()).collect();
+                assert_eq!(ids.len(), ids.iter().collect::<std::collections::BTreeSet<_>>().len(), "no event twice");
+                resumes += r;
+                id += 1;
+            }
+            resumes
+        }));
+    }
+    let tasks = json!({ "elicitation": {}, "extensions": { "io.modelcontextprotocol/tasks": {} } });
+    let tasker = StatelessClient::new().with_capabilities(tasks);
+    let mut task_ids = Vec::new();
+
+    // Roll each replica to this tree, one at a time (a new one ready, traffic moved, the old one drained), then
+    // back to the release the same way.
+    let started = Instant::now();
+    for to in [None, Some(release.as_path())] {
+        for (i, slot) in fleet.iter_mut().enumerate() {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let r = tasker.call(&url, 1, "slow_job", json!({ "seconds": 1 }), json!({})).await;
+            assert_eq!(r["result"]["resultType"], "task", "{r}");
+            task_ids.push(r["result"]["taskId"].as_str().unwrap().to_owned());
+            let next = replica(to, &redis, &flags).await;
+            proxy.replace(i, next.bases()[0].clone());
+            let mut old = std::mem::replace(slot, next);
+            old.replicas[0].terminate();
+            let code = tokio::task::spawn_blocking(move || old.replicas[0].wait_exit(30)).await.unwrap();
+            assert_eq!(code, Some(0), "replica {i} drained and exited");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    done.store(true, Ordering::Relaxed);
+    let mut resumes = 0;
+    for l in load {
+        resumes += l.await.expect("a load task failed: see its panic above");
+    }
+    let calls = calls.load(Ordering::Relaxed);
+    eprintln!("rollout and rollback in {:?}: {calls} calls, {resumes} resumes", started.elapsed());
+    assert!(calls > 0);
+
+    // The quota's window is one for the fleet: every call counted once, whichever version admitted it.
+    let windows = redis.raw(&["--scan", "--pattern", "*:q:test_simple_text"]);
+    let counted: u64 = windows.lines().map(|k| redis.raw(&["GET", k]).trim().parse::<u64>().unwrap()).sum();
+    assert_eq!(counted, calls, "one shared quota window ({windows:?})");
+    // Every task created during the rollout completed, on whichever replica.
+    for id in &task_ids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (status, r) = tasker.request(&url, 9, "tasks/get", json!({ "taskId": id })).await;
+            assert_eq!(status, 200, "{r}");
+            if r["result"]["status"] == "completed" {
+                break;
+            }
+            assert!(!matches!(r["result"]["status"].as_str(), Some("failed" | "cancelled")), "{r}");
+            assert!(Instant::now() < deadline, "task {id} never completed: {r}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }

@@ -2,8 +2,8 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use futures::TryStreamExt as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use tokio_util::sync::CancellationToken;
 
 /// A plain round-robin HTTP proxy: each request, SSE GETs included, goes to the next target in turn. No
@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 pub struct RoundRobinProxy {
     addr: std::net::SocketAddr,
     stop: CancellationToken,
+    targets: Arc<RwLock<Vec<String>>>,
 }
 
 #[derive(Clone)]
 struct ProxyState {
-    targets: Arc<Vec<String>>,
+    targets: Arc<RwLock<Vec<String>>>,
     next: Arc<AtomicUsize>,
     client: reqwest::Client,
 }
@@ -25,10 +26,13 @@ const HOP_BY_HOP: [&str; 7] =
     ["connection", "keep-alive", "transfer-encoding", "te", "upgrade", "content-length", "proxy-connection"];
 
 async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
-    let i = st.next.fetch_add(1, Ordering::Relaxed) % st.targets.len();
+    let target = {
+        let targets = st.targets.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        targets[st.next.fetch_add(1, Ordering::Relaxed) % targets.len()].clone()
+    };
     let (parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{}{}", st.targets[i], path);
+    let url = format!("{target}{path}");
     let Ok(body) = axum::body::to_bytes(body, 64 * 1024 * 1024).await else {
         return Response::builder().status(502).body(Body::empty()).unwrap_or_default();
     };
@@ -77,14 +81,24 @@ impl RoundRobinProxy {
         let addr = listener.local_addr().expect("proxy addr");
         // Redirects go back to the client as they are (an OAuth authorization endpoint answers with one).
         let client = client.no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
-        let st = ProxyState { targets: Arc::new(targets), next: Arc::default(), client };
+        let targets = Arc::new(RwLock::new(targets));
+        let st = ProxyState { targets: targets.clone(), next: Arc::default(), client };
         let app = axum::Router::new().fallback(forward).with_state(st);
         let stop = CancellationToken::new();
         let s = stop.clone();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).with_graceful_shutdown(s.cancelled_owned()).await;
         });
-        Self { addr, stop }
+        Self { addr, stop, targets }
+    }
+
+    /// Sends the requests that went to target `i` to `target` from now on (a rolling update swapping one replica
+    /// for another); requests already forwarded go on where they went.
+    ///
+    /// # Panics
+    /// If there is no target `i`.
+    pub fn replace(&self, i: usize, target: String) {
+        self.targets.write().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = target;
     }
 
     /// The proxy's MCP endpoint.
