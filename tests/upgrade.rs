@@ -485,3 +485,52 @@ async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
         }
     }
 }
+
+/// `mcpfleet serve` of this tree on the Redis at `redis_url`, run to its exit (killed after 20 s): its exit code and
+/// stderr.
+fn serve_to_exit_at(redis_url: &str) -> (Option<i32>, String) {
+    let mut child = Command::new(mcpfleet_fleetkit::server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--redis-url", redis_url])
+        .args(["--request-state-key", mcpfleet_fleetkit::TEST_STATE_KEY])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_to_join_a_fleet_whose_layout_it_cannot_share() {
+    let redis = RedisServer::start();
+    // The release (which records no declaration) and this tree share a fleet; this tree's replica records its own.
+    let (_old, _new) = old_and_new(&redis).await;
+    let declared = redis.raw(&["HVALS", "mcp:{fleet}:layout"]);
+    assert_eq!(declared.trim(), mcpfleet_state::layout::Layout::current().encode(), "one declaration: this tree's");
+    assert_eq!(redis.raw(&["ZCARD", "mcp:{fleet}:members"]).trim(), "2", "two live members");
+
+    // A replica of a later release that writes the event log at version 3 joins (its record, as it would write it).
+    let later = mcpfleet_state::layout::Layout::of(&[("events", mcpfleet_state::layout::Version::only(3))]);
+    let far =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 60_000).to_string();
+    assert_eq!(redis.raw(&["ZADD", "mcp:{fleet}:members", &far, "later-1"]).trim(), "1");
+    assert_eq!(redis.raw(&["HSET", "mcp:{fleet}:layout", "later-1", &later.encode()]).trim(), "1");
+    let url = redis.url();
+    let (code, err) = tokio::task::spawn_blocking(move || serve_to_exit_at(&url)).await.unwrap();
+    assert_eq!(code, Some(78), "refused before it serves: {err}");
+    let line = err.lines().find(|l| l.starts_with("mcpfleet: ")).unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(line.contains("events at version 3") && line.contains("cannot share a fleet"), "{line}");
+
+    // Gone (its record expired, or it left), the fleet is one this tree shares again.
+    assert_eq!(redis.raw(&["ZREM", "mcp:{fleet}:members", "later-1"]).trim(), "1");
+    let fleet = Fleet::builder().redis(redis.url()).start().await;
+    assert_eq!(fleet.replicas.len(), 1);
+}

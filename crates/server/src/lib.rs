@@ -64,6 +64,9 @@ pub enum ServerError {
     /// The database schema is behind this binary (or was edited): exit 78.
     #[error("{0}")]
     Schema(String),
+    /// A live replica of the fleet uses a Redis layout this build cannot share (docs/UPGRADING.md): exit 78.
+    #[error("{0}")]
+    Layout(String),
 }
 
 impl ServerError {
@@ -73,7 +76,7 @@ impl ServerError {
         match self {
             Self::Config(_) => EXIT_CONFIG,
             Self::Store(_) | Self::Database(_) => EXIT_UNAVAILABLE,
-            Self::Schema(_) => EXIT_SCHEMA,
+            Self::Schema(_) | Self::Layout(_) => EXIT_SCHEMA,
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::ServerError;
 use crate::config::Config;
 use mcpfleet_auth::AuthMetrics;
 use mcpfleet_limits::LimitMetrics;
+use mcpfleet_state::layout::{self, Layout};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, Store, StoreMetrics};
 use mcpfleet_transport::{TaskMetrics, TransportMetrics};
 use prometheus::Registry;
@@ -75,10 +76,15 @@ pub(crate) async fn connect_store(
         let reached = async {
             let store = RedisStore::connect(rc.clone()).await?;
             store.ping().await?;
-            Ok::<_, mcpfleet_state::StateError>(store)
+            // Before it serves: the live replicas' layouts, which this build must be able to share.
+            let fleet = store.fleet_layouts().await?;
+            Ok::<_, mcpfleet_state::StateError>((store, fleet))
         };
         match reached.await {
-            Ok(store) => {
+            Ok((store, fleet)) => {
+                let mine = Layout::current();
+                layout::check(&mine, &fleet).map_err(|c| ServerError::Layout(c.to_string()))?;
+                tracing::info!(replicas = fleet.len(), layout = %mine.encode(), "the fleet's Redis layouts agree with this build's");
                 if attempts > 1 {
                     tracing::info!(attempts, "Redis answers: starting to serve");
                 }

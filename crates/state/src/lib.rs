@@ -14,6 +14,7 @@
 
 mod error;
 pub mod eviction;
+pub mod layout;
 mod limits;
 mod memory;
 mod metrics;
@@ -216,6 +217,15 @@ pub trait Router: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// A store failure or timeout.
     async fn ping(&self) -> Result<()>;
+
+    /// The declarations of the Redis layout ([`layout`]) of the replicas with a live membership record (`None` for
+    /// one that records none: a build from before declarations). Empty for a store one process holds.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn fleet_layouts(&self) -> Result<Vec<Option<String>>> {
+        Ok(Vec::new())
+    }
 
     /// The `maxmemory-policy` of every node that holds keys (each distinct value once; `INFO memory` on Redis,
     /// every master of a cluster). Empty for a store that evicts nothing (the in-memory store). See

@@ -169,10 +169,11 @@ impl LimitStore for RedisStore {
 
     async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<u64> {
         // One key for the fleet, in a slot of its own: a write per replica every few seconds.
-        let key = cat(&[&self.inner.cfg.prefix, "{fleet}:members"]);
-        let mut inv = self.inner.scripts.members.key(&key);
+        let (members, layout) = self.fleet_keys();
+        let mut inv = self.inner.scripts.members.key(&members);
         // A zero TTL (leaving) must reach the script as 0, not as `ms`'s smallest lease.
-        inv.arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) });
+        inv.key(&layout).arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) });
+        inv.arg(crate::layout::Layout::current().encode());
         let n = int(&self.run("members", inv).await?)?;
         u64::try_from(n).map_err(|_| StateError::Protocol("bad member count"))
     }

@@ -17,6 +17,7 @@
 //! | `<p>{u:<user>}:idem:<tool>:<sha256(key)>` | hash | an idempotency record: `d` (argument digest), `s` (`run`/`done`), `t` (runner token), `r` (result); expires with the runner's lease, then after the retention time |
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
 //! | `<p>{fleet}:members` | zset | fleet membership: each replica's id, scored by its record's expiry (ms); renewed every 5 s by `members.lua`, which drops the expired |
+//! | `<p>{fleet}:layout` | hash | each member's declaration of the layout it writes and reads ([`crate::layout`]), written with its record by `members.lua` and read by `layouts.lua` before a replica serves |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection (a [`link::Link`]: standalone, cluster or the master the sentinels name); replays, admin calls and
@@ -164,6 +165,12 @@ impl RedisStore {
         });
         tokio::spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(Self { inner })
+    }
+
+    /// The fleet's membership zset and layout hash (one slot: `{fleet}`).
+    fn fleet_keys(&self) -> (String, String) {
+        let p = &self.inner.cfg.prefix;
+        (cat(&[p, "{fleet}:members"]), cat(&[p, "{fleet}:layout"]))
     }
 
     /// The prefix and hash tag of every key of `user`.

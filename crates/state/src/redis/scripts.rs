@@ -24,6 +24,7 @@ pub(super) struct Scripts {
     pub(super) set_level: Script,
     pub(super) idem: Script,
     pub(super) members: Script,
+    pub(super) layouts: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -60,6 +61,7 @@ impl Scripts {
             take: Script::new(include_str!("take.lua")),
             forget: Script::new(include_str!("forget.lua")),
             members: Script::new(include_str!("members.lua")),
+            layouts: Script::new(include_str!("layouts.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),

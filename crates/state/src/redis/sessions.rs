@@ -1,7 +1,7 @@
 //! Session records, their event logs and the routing between replicas ([`SessionStore`], [`EventStore`],
 //! [`Router`]), each call one script (or command) on the session's keys.
 
-use super::codec::{event_id, int, ms, status, string};
+use super::codec::{array, event_id, int, ms, status, string};
 use super::scripts::PubSubKind;
 use super::{RedisStore, subscriber};
 use crate::limits::{Admission, SessionOp};
@@ -233,6 +233,16 @@ impl Router for RedisStore {
     async fn ping(&self) -> Result<()> {
         let _: String = self.query("ping", &redis::cmd("PING")).await?;
         Ok(())
+    }
+
+    async fn fleet_layouts(&self) -> Result<Vec<Option<String>>> {
+        let (members, layout) = self.fleet_keys();
+        let mut inv = self.inner.scripts.layouts.key(&members);
+        inv.key(&layout);
+        array(self.run("layouts", inv).await?)?
+            .iter()
+            .map(|v| if matches!(v, Value::Nil) { Ok(None) } else { string(v).map(Some) })
+            .collect()
     }
 
     async fn eviction_policies(&self) -> Result<Vec<String>> {
