@@ -184,6 +184,14 @@ impl Harness {
         }
     }
 
+    /// `suffix` under the store's prefix (`None` for the memory store).
+    fn prefixed(&self, suffix: &str) -> Option<String> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { cfg, .. } | Backend::Shared { cfg } => Some(format!("{}{suffix}", cfg.prefix)),
+        }
+    }
+
     /// The Redis key of a session's event log.
     fn redis_events_key(&self, key: &SessionKey) -> Option<String> {
         match &self.backend {
@@ -291,6 +299,7 @@ contract!(
     tasks_queue_consumers_are_tidied,
     tasks_queue_bell_rings_every_replica,
     scripts_reload_after_the_cache_empties,
+    membership_records_each_replicas_layout,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2184,4 +2193,40 @@ async fn durable_writes_wait_for_a_replica() {
     assert!(waited >= Duration::from_millis(350) && waited < Duration::from_millis(800), "waited {waited:?}");
     assert_eq!(unreplicated(), 1.0, "counted");
     assert_eq!(task(&store, &second).await.status, TaskStatus::Queued, "the task stands");
+}
+
+/// Fleet membership records each replica's declaration of the Redis layout beside its record
+/// (`mcpfleet_state::layout`), and `fleet_layouts` reads those of the live records: `None` for a record without
+/// one (a build from before declarations). A replica that leaves takes its declaration along, and a declaration
+/// whose record is gone is dropped by the next write. A store one process holds has no fleet.
+async fn membership_records_each_replicas_layout(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let ttl = Duration::from_secs(15);
+    assert_eq!(s.fleet_layouts().await.unwrap(), Vec::<Option<String>>::new(), "no member yet");
+    assert_eq!(s.heartbeat("a", ttl).await.unwrap(), 1);
+    let (Some(members), Some(layout)) = (h.prefixed("{fleet}:members"), h.prefixed("{fleet}:layout")) else {
+        assert_eq!(s.fleet_layouts().await.unwrap(), Vec::<Option<String>>::new(), "one process: no fleet");
+        return;
+    };
+    let mine = Some(mcpfleet_state::layout::Layout::current().encode());
+    assert_eq!(s.fleet_layouts().await.unwrap(), vec![mine.clone()]);
+    assert_eq!(s.heartbeat("b", ttl).await.unwrap(), 2);
+    // A live record written by a build without declarations (as 0.1.0's members.lua writes it).
+    let later = (epoch_ms() + 60_000).to_string();
+    assert_eq!(h.raw(&["ZADD", &members, &later, "old"]).unwrap().trim(), "1");
+    let mut seen = s.fleet_layouts().await.unwrap();
+    seen.sort();
+    assert_eq!(seen, vec![None, mine.clone(), mine.clone()]);
+    // An expired record's declaration is not read.
+    assert_eq!(h.raw(&["ZADD", &members, "1", "b"]).unwrap().trim(), "0");
+    assert_eq!(s.fleet_layouts().await.unwrap().len(), 2, "b's record expired");
+    // Leaving takes the declaration along; one whose record is gone goes at the next write.
+    assert_eq!(s.heartbeat("a", Duration::ZERO).await.unwrap(), 1, "only old is left: b expired, a left");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "a"]).unwrap().trim(), "0");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "b"]).unwrap().trim(), "0", "dropped with its expired record");
+    assert_eq!(h.raw(&["HSET", &layout, "ghost", "events:1:1-1"]).unwrap().trim(), "1");
+    assert_eq!(s.heartbeat("c", ttl).await.unwrap(), 2);
+    assert_eq!(h.raw(&["HEXISTS", &layout, "ghost"]).unwrap().trim(), "0", "a declaration without a record");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "c"]).unwrap().trim(), "1");
 }

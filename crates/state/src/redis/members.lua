@@ -16,11 +16,9 @@ else
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
 end
-local n = redis.call('ZCARD', KEYS[1])
--- Declarations of replicas whose records expired (or that a build without declarations removed) go too.
-if redis.call('HLEN', KEYS[2]) > n then
-  for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
-    if not redis.call('ZSCORE', KEYS[1], id) then redis.call('HDEL', KEYS[2], id) end
-  end
+-- A declaration whose record is gone (expired, or removed by a build without declarations) goes too: a few
+-- fields, every few seconds, off the request path.
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not redis.call('ZSCORE', KEYS[1], id) then redis.call('HDEL', KEYS[2], id) end
 end
-return n
+return redis.call('ZCARD', KEYS[1])
