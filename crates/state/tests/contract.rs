@@ -2203,30 +2203,30 @@ async fn membership_records_each_replicas_layout(kind: Kind) {
     let h = Harness::new(kind).await;
     let s = h.store();
     let ttl = Duration::from_secs(15);
-    assert_eq!(s.fleet_layouts().await.unwrap(), Vec::<Option<String>>::new(), "no member yet");
-    assert_eq!(s.heartbeat("a", ttl).await.unwrap(), 1);
+    assert_eq!(s.fleet_layouts().await.expect("layouts"), Vec::<Option<String>>::new(), "no member yet");
+    assert_eq!(s.heartbeat("a", ttl).await.expect("heartbeat"), 1);
     let (Some(members), Some(layout)) = (h.prefixed("{fleet}:members"), h.prefixed("{fleet}:layout")) else {
-        assert_eq!(s.fleet_layouts().await.unwrap(), Vec::<Option<String>>::new(), "one process: no fleet");
+        assert_eq!(s.fleet_layouts().await.expect("layouts"), Vec::<Option<String>>::new(), "one process: no fleet");
         return;
     };
     let mine = Some(mcpfleet_state::layout::Layout::current().encode());
-    assert_eq!(s.fleet_layouts().await.unwrap(), vec![mine.clone()]);
-    assert_eq!(s.heartbeat("b", ttl).await.unwrap(), 2);
+    assert_eq!(s.fleet_layouts().await.expect("layouts"), vec![mine.clone()]);
+    assert_eq!(s.heartbeat("b", ttl).await.expect("heartbeat"), 2);
     // A live record written by a build without declarations (as 0.1.0's members.lua writes it).
     let later = (epoch_ms() + 60_000).to_string();
-    assert_eq!(h.raw(&["ZADD", &members, &later, "old"]).unwrap().trim(), "1");
-    let mut seen = s.fleet_layouts().await.unwrap();
+    assert_eq!(h.raw(&["ZADD", &members, &later, "old"]).expect("redis-cli").trim(), "1");
+    let mut seen = s.fleet_layouts().await.expect("layouts");
     seen.sort();
     assert_eq!(seen, vec![None, mine.clone(), mine.clone()]);
     // An expired record's declaration is not read.
-    assert_eq!(h.raw(&["ZADD", &members, "1", "b"]).unwrap().trim(), "0");
-    assert_eq!(s.fleet_layouts().await.unwrap().len(), 2, "b's record expired");
+    assert_eq!(h.raw(&["ZADD", &members, "1", "b"]).expect("redis-cli").trim(), "0");
+    assert_eq!(s.fleet_layouts().await.expect("layouts").len(), 2, "b's record expired");
     // Leaving takes the declaration along; one whose record is gone goes at the next write.
-    assert_eq!(s.heartbeat("a", Duration::ZERO).await.unwrap(), 1, "only old is left: b expired, a left");
-    assert_eq!(h.raw(&["HEXISTS", &layout, "a"]).unwrap().trim(), "0");
-    assert_eq!(h.raw(&["HEXISTS", &layout, "b"]).unwrap().trim(), "0", "dropped with its expired record");
-    assert_eq!(h.raw(&["HSET", &layout, "ghost", "events:1:1-1"]).unwrap().trim(), "1");
-    assert_eq!(s.heartbeat("c", ttl).await.unwrap(), 2);
-    assert_eq!(h.raw(&["HEXISTS", &layout, "ghost"]).unwrap().trim(), "0", "a declaration without a record");
-    assert_eq!(h.raw(&["HEXISTS", &layout, "c"]).unwrap().trim(), "1");
+    assert_eq!(s.heartbeat("a", Duration::ZERO).await.expect("heartbeat"), 1, "only old is left: b expired, a left");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "a"]).expect("redis-cli").trim(), "0");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "b"]).expect("redis-cli").trim(), "0", "dropped with its expired record");
+    assert_eq!(h.raw(&["HSET", &layout, "ghost", "events:1:1-1"]).expect("redis-cli").trim(), "1");
+    assert_eq!(s.heartbeat("c", ttl).await.expect("heartbeat"), 2);
+    assert_eq!(h.raw(&["HEXISTS", &layout, "ghost"]).expect("redis-cli").trim(), "0", "a declaration without a record");
+    assert_eq!(h.raw(&["HEXISTS", &layout, "c"]).expect("redis-cli").trim(), "1");
 }
