@@ -51,6 +51,8 @@ tests/deploy/install.sh
 
 # The tree's shape: no import circle among a crate's files, no source file over 800 lines outside tests.
 python3 tests/tree-check.py
+# The release records agree: releases.toml, CHANGELOG.md, docs/UPGRADING.md, the workspace and chart versions.
+python3 tests/release-check.py
 
 # The mixed-version suite (e2e upgrade::) runs the newest release's binary beside this tree's: built from its commit
 # once per machine, into a cache outside the checkout (docs/TESTING.md, "Mixed versions"). Built here, before the
