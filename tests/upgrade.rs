@@ -147,6 +147,16 @@ async fn a_session_opened_on_either_version_is_served_by_the_other() {
     let redis = RedisServer::start();
     let (old, new) = old_and_new(&redis).await;
     let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    // Each counts the other in the fleet's membership (the fail-open bucket's share): one set of records.
+    let admins = [old.replicas[0].admin(), new.replicas[0].admin()];
+    mcpfleet_fleetkit::eventually(12, "both versions count two replicas", || async {
+        let mut counts = Vec::new();
+        for a in &admins {
+            counts.push(mcpfleet_fleetkit::scrape(a).await.get("mcp_fleet_replicas").copied().unwrap_or(0.0));
+        }
+        counts == [2.0, 2.0]
+    })
+    .await;
     for (first, second) in [(&o, &n), (&n, &o)] {
         let mut client = McpClient::new();
         client.initialize(first).await;
