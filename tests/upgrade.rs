@@ -398,7 +398,25 @@ async fn replica(release: Option<&Path>, redis: &RedisServer, flags: &[&str]) ->
 async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
     let release = tokio::task::spawn_blocking(mcpfleet_fleetkit::previous_release).await.unwrap();
     let redis = RedisServer::start();
-    let flags = ["--quota", "test_simple_text=1000000/1h", "--task-workers", "2", "--shutdown-grace", "20s"];
+    // One PostgreSQL, installed by the release (its migrations), with the audit trail on every replica.
+    let pg = mcpfleet_fleetkit::PostgresServer::start();
+    pg.create_database("fleet");
+    let db = pg.url_for("fleet");
+    let migrate = |bin: &Path| {
+        let out = Command::new(bin).args(["migrate", "--database-url", &db]).output().unwrap();
+        assert!(out.status.success(), "{} migrate: {}", bin.display(), String::from_utf8_lossy(&out.stderr));
+    };
+    migrate(&release);
+    let flags = [
+        "--quota",
+        "test_simple_text=1000000/1h",
+        "--task-workers",
+        "2",
+        "--shutdown-grace",
+        "20s",
+        "--database-url",
+        &db,
+    ];
     let mut fleet = Vec::new();
     for _ in 0..3 {
         fleet.push(replica(Some(&release), &redis, &flags).await);
@@ -453,6 +471,11 @@ async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
     // back to the release the same way.
     let started = Instant::now();
     for to in [None, Some(release.as_path())] {
+        // The chart's pre-upgrade hook: this tree's migrations before its first replica (expand-only: the
+        // release's replicas serve on); a rollback runs none.
+        if to.is_none() {
+            migrate(&mcpfleet_fleetkit::server_bin());
+        }
         for (i, slot) in fleet.iter_mut().enumerate() {
             tokio::time::sleep(Duration::from_millis(700)).await;
             let r = tasker.call(&url, 1, "slow_job", json!({ "seconds": 1 }), json!({})).await;
@@ -493,6 +516,23 @@ async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
             assert!(Instant::now() < deadline, "task {id} never completed: {r}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    // The audit trail: every call of the tool in it once, whichever version served it, and nine chains (one per
+    // replica that ran), each ended by its drain and intact, as either version verifies them.
+    drop(proxy);
+    for mut f in fleet {
+        f.replicas[0].terminate();
+        let code = tokio::task::spawn_blocking(move || f.replicas[0].wait_exit(30)).await.unwrap();
+        assert_eq!(code, Some(0));
+    }
+    let rows = pg.psql("fleet", "SELECT count(*) FROM audit_events WHERE kind = 'call' AND tool = 'test_simple_text'");
+    assert_eq!(rows.trim().parse::<u64>().unwrap(), calls, "every call audited once");
+    for bin in [mcpfleet_fleetkit::server_bin(), release.clone()] {
+        let out = Command::new(&bin).args(["audit", "verify", "--database-url", &db]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{} audit verify: {text}", bin.display());
+        assert!(text.contains("verified 9 chains") && text.contains("9 ended, 0 open, 0 tampered"), "{text}");
     }
 }
 
