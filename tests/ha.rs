@@ -795,16 +795,7 @@ async fn shares_state_and_refuses_wrong_access(flags: Vec<String>, label: &str) 
         .with_capabilities(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
     let r = tasks.call(&a, 1, "slow_job", json!({ "seconds": 0 }), json!({})).await;
     let id = r["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{label}: no task: {r}")).to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, t) = tasks.request(&b, 2, "tasks/get", json!({ "taskId": id })).await;
-        assert_eq!(status, 200, "{label}: {t}");
-        if t["result"]["status"] == "completed" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{label}: the task never completed: {t}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    tasks.poll_task(std::slice::from_ref(&b), &id, 10, |t| t["status"] == "completed").await;
 
     let wrong_password: Vec<String> = flags
         .iter()

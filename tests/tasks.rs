@@ -31,22 +31,6 @@ async fn get(c: &StatelessClient, url: &str, task: &str) -> (u16, Value) {
     c.request(url, 2, "tasks/get", json!({ "taskId": task })).await
 }
 
-/// Polls `tasks/get` over `urls` in turn (every 100 ms) until `done` holds for the task; returns it.
-async fn until(c: &StatelessClient, urls: &[String], task: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    for i in 0.. {
-        let (status, r) = get(c, &urls[i % urls.len()], task).await;
-        assert_eq!(status, 200, "{r}");
-        let t = r["result"].clone();
-        if done(&t) {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "task {task} never got there in {secs} s; last: {t}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    unreachable!()
-}
-
 fn status_is(s: &'static str) -> impl Fn(&Value) -> bool {
     move |t| t["status"] == s
 }
@@ -90,7 +74,7 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
     assert_eq!(on_b["result"]["resultType"], "complete");
     // A new client (a new connection, as after a restart) on C follows it to its end.
     let later = tasks_client(&s, "alice");
-    let done = until(&later, &urls[2..], &id, 10, status_is("completed")).await;
+    let done = later.poll_task(&urls[2..], &id, 10, status_is("completed")).await;
     assert_eq!(text(&done), "slow_job: done after 1 s");
     assert!(done.get("inputRequests").is_none() && done.get("error").is_none() && done.get("requestState").is_none());
     // It stays readable (its TTL is an hour), on every replica.
@@ -167,7 +151,7 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
     let started = Instant::now();
     let id = create(&alice, &urls[0], "slow_compute", json!({ "seconds": 2, "label": "converted" })).await;
     assert!(started.elapsed() < Duration::from_millis(1500), "the handle comes after the delay, not the result");
-    let done = until(&alice, &urls[1..], &id, 10, terminal).await;
+    let done = alice.poll_task(&urls[1..], &id, 10, terminal).await;
     assert_eq!(
         (done["status"].clone(), text(&done)),
         (json!("completed"), "slow_compute converted: done after 2 s".into())
@@ -175,12 +159,12 @@ async fn a_task_lives_in_the_fleet_not_in_a_replica_or_a_connection() {
 
     // A result larger than a task keeps ends the task failed, never truncated; a small one completes.
     let big = create(&alice, &urls[1], "big_result", json!({ "kib": 1100 })).await;
-    let t = until(&alice, &urls, &big, 10, terminal).await;
+    let t = alice.poll_task(&urls, &big, 10, terminal).await;
     assert_eq!(t["status"], "failed", "{}", t["statusMessage"]);
     assert!(t["error"]["message"].as_str().unwrap().contains("more than a task may keep"), "{}", t["error"]);
     assert!(t.get("result").is_none());
     let small = create(&alice, &urls[1], "big_result", json!({ "kib": 10 })).await;
-    let t = until(&alice, &urls, &small, 10, terminal).await;
+    let t = alice.poll_task(&urls, &small, 10, terminal).await;
     assert_eq!((t["status"].clone(), text(&t).len()), (json!("completed"), 10 * 1024));
 }
 
@@ -196,7 +180,7 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     let ack = stream.until_method("notifications/subscriptions/acknowledged", T).await.unwrap();
     assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
     // The task asks through the task: B shows the request.
-    let t = until(&alice, &urls[1..2], &id, 10, status_is("input_required")).await;
+    let t = alice.poll_task(&urls[1..2], &id, 10, status_is("input_required")).await;
     let requests = t["inputRequests"].as_object().unwrap();
     assert_eq!(requests.len(), 1, "{t}");
     assert_eq!(requests["confirm"]["method"], "elicitation/create");
@@ -208,7 +192,7 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
         (status, ack["result"].clone()),
         (200, json!({ "resultType": "complete", "_meta": ack["result"]["_meta"] }))
     );
-    let done = until(&alice, &urls[..1], &id, 10, terminal).await;
+    let done = alice.poll_task(&urls[..1], &id, 10, terminal).await;
     assert_eq!(text(&done), "Deleted report.pdf (not really: this is a fixture).");
     // The listen stream on C heard the end, from whichever replica ran the task.
     let n = loop {
@@ -233,15 +217,15 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     // A task that asks for input the creating request cannot take fails with -32021, naming what is missing.
     let mute = s.stateless("alice").with_capabilities(json!({ "extensions": { EXT: {} } }));
     let id = create(&mute, &urls[0], "confirm_delete", json!({ "filename": "x.txt" })).await;
-    let t = until(&mute, &urls[1..], &id, 10, terminal).await;
+    let t = mute.poll_task(&urls[1..], &id, 10, terminal).await;
     assert_eq!((t["status"].clone(), t["error"]["code"].clone()), (json!("failed"), json!(-32021)), "{t}");
     assert_eq!(t["error"]["data"]["requiredCapabilities"], json!({ "elicitation": {} }));
 
     // Cancelled while it waits for input: it ends cancelled, not with the tool's complaint.
     let waiting = create(&alice, &urls[1], "confirm_delete", json!({ "filename": "keep.txt" })).await;
-    until(&alice, &urls[..1], &waiting, 10, status_is("input_required")).await;
+    alice.poll_task(&urls[..1], &waiting, 10, status_is("input_required")).await;
     alice.request(&urls[2], 45, "tasks/cancel", json!({ "taskId": waiting })).await;
-    let t = until(&alice, &urls, &waiting, 5, terminal).await;
+    let t = alice.poll_task(&urls, &waiting, 5, terminal).await;
     assert_eq!(t["status"], "cancelled", "{t}");
 
     // Cancelled on B while it runs: the tool stops, and the task ends cancelled.
@@ -250,7 +234,7 @@ async fn input_and_cancellation_reach_a_task_from_any_replica() {
     let (status, ack) = alice.request(&urls[1], 43, "tasks/cancel", json!({ "taskId": id })).await;
     assert_eq!(status, 200);
     assert!(["taskId", "status", "result", "error", "inputRequests"].iter().all(|k| ack["result"].get(k).is_none()));
-    let t = until(&alice, &urls[2..], &id, 5, terminal).await;
+    let t = alice.poll_task(&urls[2..], &id, 5, terminal).await;
     assert_eq!(t["status"], "cancelled");
     eventually(5, "the tool stopped", || async {
         s.metric("mcp_tool_calls_total{outcome=\"cancelled\",tool=\"slow_job\"}").await >= 1.0
@@ -288,17 +272,17 @@ async fn a_dead_replicas_tasks_run_again_or_fail_with_an_explanation() {
     // Its client gives up on one while its replica is dead: the sweeper ends it cancelled, not failed.
     alice.request(&alive[0], 9, "tasks/cancel", json!({ "taskId": abandoned })).await;
     // Never silent: the one that may not run twice fails and says why, within the lease and a sweep.
-    let t = until(&alice, &alive, &fragile, 15, terminal).await;
+    let t = alice.poll_task(&alive, &fragile, 15, terminal).await;
     assert_eq!(t["status"], "failed", "{t}");
     assert!(killed.elapsed() < Duration::from_secs(4), "failed within the lease and a sweep: {:?}", killed.elapsed());
     let message = t["error"]["message"].as_str().unwrap();
     assert!(message.contains("may be half done") && message.contains("fragile_job"), "{message}");
     assert_eq!(t["statusMessage"].as_str(), Some(message));
     assert!(t.get("result").is_none());
-    assert_eq!(until(&alice, &alive, &abandoned, 5, terminal).await["status"], "cancelled");
+    assert_eq!(alice.poll_task(&alive, &abandoned, 5, terminal).await["status"], "cancelled");
     // Within the lease, the sweep and a second run: the re-runnable ones complete elsewhere.
     for id in [&rerun, &converted] {
-        let t = until(&alice, &alive, id, 15, terminal).await;
+        let t = alice.poll_task(&alive, id, 15, terminal).await;
         assert_eq!(t["status"], "completed", "{t}");
     }
     assert!(
@@ -336,7 +320,7 @@ async fn a_replica_shutting_down_hands_its_tasks_back_and_loses_none() {
     // Every task completes, none waits for a lease; the non-re-runnable one finished on its own replica or
     // elsewhere, within the grace, never run twice.
     for id in ids.iter().chain([&fragile]) {
-        let t = until(&alice, &urls[1..], id, 40, terminal).await;
+        let t = alice.poll_task(&urls[1..], id, 40, terminal).await;
         assert_eq!(t["status"], "completed", "{t}");
     }
     assert!(stopped.elapsed() < Duration::from_secs(30), "no lease expiry needed: {:?}", stopped.elapsed());
@@ -370,7 +354,7 @@ async fn the_task_cap_and_the_quota_hold_across_replicas() {
     // Cancelling one frees its place; the quota (3 per hour, charged once per task, and not for the refused
     // one) allows one more task, then refuses with a result for the model.
     alice.request(&urls[0], 4, "tasks/cancel", json!({ "taskId": first })).await;
-    until(&alice, &urls, &first, 5, status_is("cancelled")).await;
+    alice.poll_task(&urls, &first, 5, status_is("cancelled")).await;
     create(&alice, &urls[2], "slow_job", json!({ "seconds": 60 })).await;
     let r = alice.call(&urls[1], 5, "slow_job", json!({ "seconds": 60 }), json!({})).await;
     let refused = r["result"]["content"][0]["text"].as_str().unwrap_or_default();

@@ -33,6 +33,11 @@ async fn old_and_new_with(redis: &RedisServer, flags: &[&str]) -> (Fleet, Fleet)
     (old.redis(redis.url()).start().await, new.redis(redis.url()).start().await)
 }
 
+/// A task's status is final.
+fn terminal(t: &Value) -> bool {
+    matches!(t["status"].as_str(), Some("completed" | "failed" | "cancelled"))
+}
+
 fn text_of(response: &Value) -> String {
     response["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
@@ -341,19 +346,9 @@ async fn a_task_created_on_one_version_is_finished_by_the_other() {
         // The other version knows them at once, and finishes them once the creator is gone.
         creator.replicas[0].terminate();
         for id in &ids {
-            let deadline = std::time::Instant::now() + Duration::from_secs(40);
-            loop {
-                let (status, r) = c.request(&by, 9, "tasks/get", json!({ "taskId": id })).await;
-                assert_eq!(status, 200, "{r}");
-                let t = &r["result"];
-                if t["status"] == "completed" {
-                    assert_eq!(text_of(&json!({ "result": t["result"] })), "slow_job: done after 2 s");
-                    break;
-                }
-                assert!(!matches!(t["status"].as_str(), Some("failed" | "cancelled")), "{t}");
-                assert!(std::time::Instant::now() < deadline, "task {id} never completed: {t}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            let t = c.poll_task(std::slice::from_ref(&by), id, 40, terminal).await;
+            assert_eq!(t["status"], "completed", "{t}");
+            assert_eq!(text_of(&json!({ "result": t["result"] })), "slow_job: done after 2 s");
         }
         assert_eq!(creator.replicas[0].wait_exit(20), Some(0), "the creator drained and exited");
     }
@@ -505,17 +500,8 @@ async fn a_rolling_upgrade_and_its_rollback_under_load_lose_nothing() {
     assert_eq!(counted, calls, "one shared quota window ({windows:?})");
     // Every task created during the rollout completed, on whichever replica.
     for id in &task_ids {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (status, r) = tasker.request(&url, 9, "tasks/get", json!({ "taskId": id })).await;
-            assert_eq!(status, 200, "{r}");
-            if r["result"]["status"] == "completed" {
-                break;
-            }
-            assert!(!matches!(r["result"]["status"].as_str(), Some("failed" | "cancelled")), "{r}");
-            assert!(Instant::now() < deadline, "task {id} never completed: {r}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let t = tasker.poll_task(std::slice::from_ref(&url), id, 30, terminal).await;
+        assert_eq!(t["status"], "completed", "{t}");
     }
 
     // The audit trail: every call of the tool in it once, whichever version served it, and nine chains (one per

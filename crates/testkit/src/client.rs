@@ -386,6 +386,26 @@ impl StatelessClient {
         let resp = self.send(url, &self.body(id, "tools/call", params), &[]).await;
         response_of(resp).await
     }
+
+    /// Polls `tasks/get` for `task` over `urls` in turn, every 100 ms, until `done` holds for the task; returns it
+    /// (the `result` of the last answer).
+    ///
+    /// # Panics
+    /// On an answer that is not 200, or when `secs` pass first (with the last answer).
+    pub async fn poll_task(&self, urls: &[String], task: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        for i in 0.. {
+            let (status, r) = self.request(&urls[i % urls.len()], 2, "tasks/get", json!({ "taskId": task })).await;
+            assert_eq!(status, 200, "{r}");
+            let t = r["result"].clone();
+            if done(&t) {
+                return t;
+            }
+            assert!(std::time::Instant::now() < deadline, "task {task} never got there in {secs} s; last: {t}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        unreachable!("the loop returns or panics")
+    }
 }
 
 impl Default for StatelessClient {
