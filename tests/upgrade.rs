@@ -18,9 +18,23 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
 
-/// One replica of the newest release and one of this tree on `redis`: `(old, new)`.
-async fn old_and_new(redis: &RedisServer) -> (Fleet, Fleet) {
-    old_and_new_with(redis, &[]).await
+/// One replica of the newest release (`old`, at `o`) and one of this tree (`new`, at `n`) on a Redis of their own.
+/// Its fields drop in order, the replicas first.
+struct Mixed {
+    old: Fleet,
+    new: Fleet,
+    o: String,
+    n: String,
+    _redis: RedisServer,
+}
+
+impl Mixed {
+    async fn start() -> Self {
+        let redis = RedisServer::start();
+        let (old, new) = old_and_new_with(&redis, &[]).await;
+        let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+        Self { old, new, o, n, _redis: redis }
+    }
 }
 
 /// The same, both with `flags`.
@@ -149,11 +163,10 @@ async fn resume_across(client: &McpClient, id: i64, from: &str, to: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_opened_on_either_version_is_served_by_the_other() {
-    let redis = RedisServer::start();
-    let (old, new) = old_and_new(&redis).await;
-    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let m = Mixed::start().await;
+    let (o, n) = (m.o.clone(), m.n.clone());
     // Each counts the other in the fleet's membership (the fail-open bucket's share): one set of records.
-    let admins = [old.replicas[0].admin(), new.replicas[0].admin()];
+    let admins = [m.old.replicas[0].admin(), m.new.replicas[0].admin()];
     mcpfleet_fleetkit::eventually(12, "both versions count two replicas", || async {
         let mut counts = Vec::new();
         for a in &admins {
@@ -191,9 +204,8 @@ async fn a_session_opened_on_either_version_is_served_by_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_written_by_one_version_resumes_on_the_other_with_nothing_lost_or_repeated() {
-    let redis = RedisServer::start();
-    let (old, new) = old_and_new(&redis).await;
-    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let m = Mixed::start().await;
+    let (o, n) = (m.o.clone(), m.n.clone());
     let mut client = McpClient::new();
     client.initialize(&o).await;
     resume_across(&client, 7, &o, &n).await;
@@ -214,9 +226,8 @@ async fn a_stream_written_by_one_version_resumes_on_the_other_with_nothing_lost_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_request_from_one_version_is_answered_and_cancelled_through_the_other() {
-    let redis = RedisServer::start();
-    let (old, new) = old_and_new(&redis).await;
-    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let m = Mixed::start().await;
+    let (o, n) = (m.o.clone(), m.n.clone());
     let mut client = McpClient::new();
     client.initialize(&n).await;
     for (runs, answers) in [(&o, &n), (&n, &o)] {
@@ -259,9 +270,8 @@ async fn a_layout_change_that_breaks_the_rule_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_state_signed_by_one_version_is_taken_by_the_other() {
-    let redis = RedisServer::start();
-    let (old, new) = old_and_new(&redis).await;
-    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let m = Mixed::start().await;
+    let (o, n) = (m.o.clone(), m.n.clone());
     let c = StatelessClient::new();
     for (a, b) in [(&o, &n), (&n, &o)] {
         // Three rounds of one call: the state each version signs, the other verifies and extends.
@@ -292,15 +302,14 @@ async fn a_request_state_signed_by_one_version_is_taken_by_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_call_made_on_one_version_is_replayed_by_the_other_and_runs_once() {
-    let redis = RedisServer::start();
-    let (old, new) = old_and_new(&redis).await;
-    let (o, n) = (old.urls()[0].clone(), new.urls()[0].clone());
+    let m = Mixed::start().await;
+    let (o, n) = (m.o.clone(), m.n.clone());
     let c = StatelessClient::new();
     let keyed = |k: &str| json!({ "_meta": { "io.mcpfleet/idempotencyKey": k } });
     let ran = "mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}";
     let runs = || async {
         let mut sum = 0.0;
-        for r in old.replicas.iter().chain(&new.replicas) {
+        for r in m.old.replicas.iter().chain(&m.new.replicas) {
             sum += mcpfleet_fleetkit::scrape(&r.admin()).await.get(ran).copied().unwrap_or(0.0);
         }
         sum
@@ -548,7 +557,7 @@ fn serve_to_exit_at(redis_url: &str) -> (Option<i32>, String) {
 async fn a_replica_refuses_to_join_a_fleet_whose_layout_it_cannot_share() {
     let redis = RedisServer::start();
     // The release (which records no declaration) and this tree share a fleet; this tree's replica records its own.
-    let (_old, _new) = old_and_new(&redis).await;
+    let (_old, _new) = old_and_new_with(&redis, &[]).await;
     let declared = redis.raw(&["HVALS", "mcp:{fleet}:layout"]);
     assert_eq!(declared.trim(), mcpfleet_state::layout::Layout::current().encode(), "one declaration: this tree's");
     assert_eq!(redis.raw(&["ZCARD", "mcp:{fleet}:members"]).trim(), "2", "two live members");
