@@ -28,6 +28,8 @@ mod limits;
 mod memory;
 #[path = "operability.rs"]
 mod operability;
+#[path = "policy.rs"]
+mod policy;
 #[path = "realistic.rs"]
 mod realistic;
 #[path = "rmcp_client.rs"]

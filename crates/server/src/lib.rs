@@ -14,6 +14,7 @@ mod database;
 mod fixtures;
 pub mod lint;
 mod log;
+mod policy;
 mod start;
 pub mod testing;
 
@@ -343,6 +344,7 @@ fn run_command(name: &str, parsed: Parsed) -> i32 {
                 1
             }
         },
+        Parsed::Policy(req) => policy::command(name, &req),
         Parsed::Info(text) => {
             print!("{text}");
             0

@@ -173,8 +173,10 @@ impl Validator {
     }
 }
 
-/// What a refused keyword expected, in words, without echoing the instance.
-fn expected(e: &ValidationError<'_>) -> String {
+/// What a refused keyword expected, in words, without echoing the instance (also how the policy document's schema
+/// refusals read).
+#[must_use]
+pub fn expected(e: &ValidationError<'_>) -> String {
     let names = |v: &[String]| {
         v.iter().take(5).map(|n| Value::String(n.chars().take(64).collect()).to_string()).collect::<Vec<_>>().join(", ")
     };
@@ -183,6 +185,7 @@ fn expected(e: &ValidationError<'_>) -> String {
         | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
             format!("no other properties (unexpected: {})", names(unexpected))
         }
+        ValidationErrorKind::PropertyNames { error } => format!("every key {}", expected(error)),
         ValidationErrorKind::Required { property } => format!("the required property {property}"),
         ValidationErrorKind::Type { kind } => match kind {
             jsonschema::error::TypeKind::Single(t) => format!("a value of type {t}"),

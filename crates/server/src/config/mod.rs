@@ -61,6 +61,26 @@ enum Command {
     /// The audit trail: verify its hash chains, export it, apply retention.
     #[command(subcommand)]
     Audit(database::AuditCommand),
+    /// Policy as data (docs/POLICY.md): plans, the rules that assign them, tenant quotas.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Check a policy document offline (for CI): exit 0 if it would be accepted, 64 with the JSON pointer of the
+    /// first place refused.
+    Check {
+        /// The document (YAML or JSON).
+        file: PathBuf,
+    },
+}
+
+/// What `mcpfleet policy …` was asked.
+#[derive(Debug)]
+pub enum PolicyRequest {
+    /// `policy check FILE`.
+    Check(PathBuf),
 }
 
 #[derive(Debug, clap::Args)]
@@ -248,6 +268,8 @@ pub enum Parsed {
     Lint(LintRequest),
     /// `migrate`, `demo-data`, `audit …`.
     Db(DbRequest),
+    /// `policy …`.
+    Policy(PolicyRequest),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
 }
@@ -304,6 +326,7 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
             Ok(Parsed::Db(DbRequest { settings: d.db.required()?, command: DbCommand::DemoData { scale: d.scale } }))
         }
         Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
+        Command::Policy(PolicyCommand::Check { file }) => Ok(Parsed::Policy(PolicyRequest::Check(file))),
     }
 }
 

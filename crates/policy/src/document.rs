@@ -1,0 +1,342 @@
+//! The policy document: parsed from YAML (duplicate keys refused), checked against its published JSON Schema
+//! (`docs/policy.schema.json`: every object closed, every number bounded), then typed, its CEL expressions compiled
+//! and its references resolved. Any refusal refuses the whole document, with the JSON pointer of the place.
+
+use crate::PolicyError;
+use mcpfleet_core::{Quota, parse_duration};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+/// The document's JSON Schema, as published.
+pub const SCHEMA: &str = include_str!("../../../docs/policy.schema.json");
+
+/// How long a document may be: a policy is configuration, not data.
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// A checked policy: every expression compiled, every reference resolved.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub plans: BTreeMap<String, Plan>,
+    pub assign: Vec<Assign>,
+    pub default: String,
+    pub tenants: Tenants,
+}
+
+/// One plan: its limits (a number left out takes the flag's value) and its tools.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub rate_per_second: Option<f64>,
+    pub rate_burst: Option<u64>,
+    pub inflight: Option<u64>,
+    pub sessions: Option<u64>,
+    pub streams: Option<u64>,
+    pub tasks: Option<u64>,
+    pub quotas: BTreeMap<String, Quota>,
+    /// The tools the plan may list and call; `None`: every tool.
+    pub allow: Option<Vec<String>>,
+    pub conditions: Vec<Condition>,
+}
+
+/// A rule that picks a plan.
+#[derive(Debug, Clone)]
+pub struct Assign {
+    pub when: Expr,
+    pub plan: String,
+    pub mode: Mode,
+}
+
+/// A condition on a plan's calls, checked after the arguments are validated.
+#[derive(Debug, Clone)]
+pub struct Condition {
+    /// The tool it applies to; `None`: every tool.
+    pub tool: Option<String>,
+    pub when: Expr,
+    pub message: String,
+    pub mode: Mode,
+}
+
+/// Quotas a tenant's users share.
+#[derive(Debug, Clone, Default)]
+pub struct Tenants {
+    pub quotas: BTreeMap<String, Quota>,
+    pub overrides: BTreeMap<String, BTreeMap<String, Quota>>,
+}
+
+/// Whether a rule refuses, or only says it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    DryRun,
+}
+
+/// A compiled CEL expression and its source.
+#[derive(Clone)]
+pub struct Expr {
+    pub source: String,
+    pub program: Arc<cel::Program>,
+}
+
+impl fmt::Debug for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Expr").field(&self.source).finish()
+    }
+}
+
+/// The variables a rule's expression may use.
+const ASSIGN_VARIABLES: &[&str] = &["principal"];
+const CONDITION_VARIABLES: &[&str] = &["principal", "tool", "args"];
+
+// The document as written (the schema has already refused anything else).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    plans: BTreeMap<String, RawPlan>,
+    #[serde(default)]
+    assign: Vec<RawAssign>,
+    default: String,
+    #[serde(default)]
+    tenants: RawTenants,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    #[serde(default)]
+    rate: RawRate,
+    inflight: Option<u64>,
+    sessions: Option<u64>,
+    streams: Option<u64>,
+    tasks: Option<u64>,
+    #[serde(default)]
+    quotas: BTreeMap<String, RawQuota>,
+    #[serde(default)]
+    tools: RawTools,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    per_second: Option<f64>,
+    burst: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    limit: u64,
+    window: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTools {
+    allow: Option<Vec<String>>,
+    #[serde(default)]
+    conditions: Vec<RawCondition>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCondition {
+    tool: Option<String>,
+    when: String,
+    message: String,
+    #[serde(default)]
+    mode: Mode,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAssign {
+    when: String,
+    plan: String,
+    #[serde(default)]
+    mode: Mode,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTenants {
+    #[serde(default)]
+    quotas: BTreeMap<String, RawQuota>,
+    #[serde(default)]
+    overrides: BTreeMap<String, RawOverride>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverride {
+    quotas: BTreeMap<String, RawQuota>,
+}
+
+/// The schema, compiled once.
+fn validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let schema: Value = serde_json::from_str(SCHEMA).unwrap_or_default();
+        // The published schema compiles: the crate's tests hold it.
+        jsonschema::draft202012::new(&schema).unwrap_or_else(|_| {
+            jsonschema::draft202012::new(&serde_json::json!(false)).unwrap_or_else(|_| unreachable!("false compiles"))
+        })
+    })
+}
+
+/// Escapes a key for a JSON pointer (RFC 6901).
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+impl Policy {
+    /// Parses and checks a policy document (YAML, or JSON, which is YAML).
+    ///
+    /// # Errors
+    /// The first [`PolicyError`]: the whole document is refused.
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        if text.len() > MAX_BYTES {
+            return Err(PolicyError::Syntax(format!(
+                "{} bytes, more than the {MAX_BYTES} a document may have",
+                text.len()
+            )));
+        }
+        let value: Value =
+            serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(yaml_message(&e.to_string())))?;
+        Self::from_value(&value)
+    }
+
+    /// Checks a document already read as JSON.
+    ///
+    /// # Errors
+    /// The first [`PolicyError`].
+    pub fn from_value(value: &Value) -> Result<Self, PolicyError> {
+        if let Some(e) = validator().iter_errors(value).next() {
+            let mut pointer = e.instance_path().as_str().to_owned();
+            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
+                // The pointer names the unknown key itself.
+                if let Some(key) = unexpected.first() {
+                    pointer = format!("{pointer}/{}", escape(key));
+                    return Err(PolicyError::Schema { pointer, expected: "no such key here".to_owned() });
+                }
+            }
+            return Err(PolicyError::Schema { pointer, expected: mcpfleet_tools::validate::expected(&e) });
+        }
+        let raw: RawPolicy = serde_json::from_value(value.clone())
+            .map_err(|e| PolicyError::Schema { pointer: String::new(), expected: e.to_string() })?;
+        raw.check()
+    }
+}
+
+impl RawPolicy {
+    fn check(self) -> Result<Policy, PolicyError> {
+        let mut plans = BTreeMap::new();
+        for (name, p) in self.plans {
+            let at = format!("/plans/{}", escape(&name));
+            let mut conditions = Vec::new();
+            for (i, c) in p.tools.conditions.into_iter().enumerate() {
+                let at = format!("{at}/tools/conditions/{i}");
+                if let (Some(tool), Some(allow)) = (&c.tool, &p.tools.allow)
+                    && !allow.contains(tool)
+                {
+                    return Err(PolicyError::Reference {
+                        pointer: format!("{at}/tool"),
+                        message: format!("{tool:?} is not in the plan's tools.allow: the condition could never apply"),
+                    });
+                }
+                let when = compile(&c.when, &format!("{at}/when"), CONDITION_VARIABLES)?;
+                conditions.push(Condition { tool: c.tool, when, message: c.message, mode: c.mode });
+            }
+            let plan = Plan {
+                rate_per_second: p.rate.per_second,
+                rate_burst: p.rate.burst,
+                inflight: p.inflight,
+                sessions: p.sessions,
+                streams: p.streams,
+                tasks: p.tasks,
+                quotas: quotas(p.quotas, &format!("{at}/quotas"))?,
+                allow: p.tools.allow,
+                conditions,
+            };
+            plans.insert(name, plan);
+        }
+        let known = |name: &str, pointer: String| {
+            if plans.contains_key(name) {
+                Ok(())
+            } else {
+                let names: Vec<&str> = plans.keys().map(String::as_str).collect();
+                Err(PolicyError::Reference {
+                    pointer,
+                    message: format!("no plan {name:?} (plans: {})", names.join(", ")),
+                })
+            }
+        };
+        known(&self.default, "/default".to_owned())?;
+        let mut assign = Vec::new();
+        for (i, a) in self.assign.into_iter().enumerate() {
+            known(&a.plan, format!("/assign/{i}/plan"))?;
+            let when = compile(&a.when, &format!("/assign/{i}/when"), ASSIGN_VARIABLES)?;
+            assign.push(Assign { when, plan: a.plan, mode: a.mode });
+        }
+        let mut overrides = BTreeMap::new();
+        for (tenant, o) in self.tenants.overrides {
+            let at = format!("/tenants/overrides/{}/quotas", escape(&tenant));
+            overrides.insert(tenant, quotas(o.quotas, &at)?);
+        }
+        let tenants = Tenants { quotas: quotas(self.tenants.quotas, "/tenants/quotas")?, overrides };
+        Ok(Policy { plans, assign, default: self.default, tenants })
+    }
+}
+
+/// Typed quotas: each window a duration the flags take too (1 ms to 30 days).
+fn quotas(raw: BTreeMap<String, RawQuota>, at: &str) -> Result<BTreeMap<String, Quota>, PolicyError> {
+    raw.into_iter()
+        .map(|(tool, q)| {
+            let window = parse_duration(&q.window).map_err(|_| PolicyError::Schema {
+                pointer: format!("{at}/{}/window", escape(&tool)),
+                expected: "a window of 1ms to 30d".to_owned(),
+            })?;
+            Ok((tool, Quota { limit: q.limit, window }))
+        })
+        .collect()
+}
+
+/// Compiles `source`, which may use only `variables`.
+fn compile(source: &str, pointer: &str, variables: &[&str]) -> Result<Expr, PolicyError> {
+    let program = cel::Program::compile(source).map_err(|e| PolicyError::Expression {
+        pointer: pointer.to_owned(),
+        message: format!("does not compile: {}", cel_message(&e.to_string())),
+    })?;
+    let refs = program.references();
+    if let Some(v) = refs.variables().into_iter().find(|v| !variables.contains(v)) {
+        return Err(PolicyError::Expression {
+            pointer: pointer.to_owned(),
+            message: format!("uses {v:?}, which this rule does not have (it has: {})", variables.join(", ")),
+        });
+    }
+    Ok(Expr { source: source.to_owned(), program: Arc::new(program) })
+}
+
+/// A message on one line, at most 400 characters (errors are one line everywhere).
+fn one_line(s: &str) -> String {
+    let line: String = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    line.chars().take(400).collect()
+}
+
+/// The YAML parser's message without its snippet of the input and its advice to the programmer: `line 3 column 1:
+/// duplicate mapping key: default`.
+fn yaml_message(s: &str) -> String {
+    let s = one_line(s);
+    let s = s.split(" --> ").next().unwrap_or_default();
+    let s = s.strip_prefix("error: ").unwrap_or(s);
+    s.replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+}
+
+/// CEL's message without the echo of the expression: `1:25: Syntax error: mismatched input …`.
+fn cel_message(s: &str) -> String {
+    let s = one_line(s);
+    let s = s.split(" | ").next().unwrap_or_default();
+    s.strip_prefix("ERROR: <input>:").unwrap_or(s).to_owned()
+}

@@ -1,0 +1,73 @@
+//! Policy as data (issue 34), end to end: `mcpfleet policy check` on documents written to files, as a CI step runs
+//! it; and the examples in docs/POLICY.md, which must be accepted as written.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::process::Command;
+
+/// `mcpfleet policy check` of a file holding `text`: the exit code, stdout and stderr.
+fn check(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(mcpfleet_fleetkit::server_bin()).args(["policy", "check"]).arg(&file).output().unwrap();
+    let shown = file.display().to_string();
+    let strip = |s: &[u8]| String::from_utf8_lossy(s).replace(&shown, "FILE");
+    (out.status.code(), strip(&out.stdout), strip(&out.stderr))
+}
+
+/// The ```yaml blocks of docs/POLICY.md.
+fn documented() -> Vec<String> {
+    let page = include_str!("../docs/POLICY.md");
+    page.split("```yaml\n").skip(1).map(|b| b.split("```").next().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn policy_check_accepts_the_documented_examples() {
+    let examples = documented();
+    assert!(examples.len() >= 2, "docs/POLICY.md shows its examples as yaml blocks");
+    for doc in examples {
+        let (code, out, err) = check(&doc);
+        assert_eq!(code, Some(0), "{doc}\n{err}");
+        assert!(out.starts_with("policy FILE: accepted: "), "{out}");
+    }
+    // The issue's own document, as written.
+    let (code, out, _) = check(
+        "plans:\n  free:\n    rate: { per_second: 20, burst: 40 }\n    quotas:\n      test_simple_text: { limit: 3, window: 60s }\n  pro:\n    quotas:\n      test_simple_text: { limit: 100, window: 60s }\nassign:\n  - when: 'principal.claims.plan == \"pro\"'\n    plan: pro\ndefault: free\n",
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(out.trim(), "policy FILE: accepted: 2 plans (free, pro), 1 assignment rules, default free");
+}
+
+#[test]
+fn policy_check_refuses_with_exit_64_and_the_pointer() {
+    for (doc, line) in [
+        (
+            "plans: { free: { ratee: { per_second: 1 } } }\ndefault: free\n",
+            "mcpfleet: policy FILE: /plans/free/ratee: expected no such key here",
+        ),
+        (
+            "plans: { free: {} }\ndefault: free\nassign:\n  - when: 'principal.claims.plan =='\n    plan: free\n",
+            "mcpfleet: policy FILE: /assign/0/when: does not compile: 1:25: Syntax error: ",
+        ),
+        ("plans: { free: {} }\ndefault: pro\n", "mcpfleet: policy FILE: /default: no plan \"pro\" (plans: free)"),
+        (
+            "plans: { free: {} }\ndefault: free\ndefault: free\n",
+            "mcpfleet: policy FILE: not a policy document: line 3 column 1: duplicate mapping key: default",
+        ),
+    ] {
+        let (code, out, err) = check(doc);
+        assert_eq!(code, Some(64), "{doc}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.starts_with(line), "{doc}\n{err}");
+    }
+    let out = Command::new(mcpfleet_fleetkit::server_bin())
+        .args(["policy", "check", "/no/such/policy.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("mcpfleet: policy /no/such/policy.yaml: cannot read it: ")
+    );
+}
