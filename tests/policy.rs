@@ -71,3 +71,46 @@ fn policy_check_refuses_with_exit_64_and_the_pointer() {
         String::from_utf8_lossy(&out.stderr).starts_with("mcpfleet: policy /no/such/policy.yaml: cannot read it: ")
     );
 }
+
+/// `mcpfleet policy explain --file FILE ARGS…` of the second example of docs/POLICY.md: exit code and stdout.
+fn explain(args: &[&str]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, &documented()[1]).unwrap();
+    let out = Command::new(mcpfleet_fleetkit::server_bin())
+        .args(["policy", "explain", "--file"])
+        .arg(&file)
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn policy_explain_names_the_plan_its_rule_its_limits_and_a_calls_verdict() {
+    let (code, out) = explain(&["--sub", "carol", "--claim", "plan=enterprise", "--tool", "search_docs"]);
+    assert_eq!(code, Some(0), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], r#"plan: enterprise (/assign/0: principal.claims.plan == "enterprise")"#);
+    assert!(lines[1].starts_with("limits: rate --rate-per-second, burst --rate-burst; in flight 64;"), "{out}");
+    assert_eq!(lines[2], "call search_docs: allowed");
+    // No rule holds: the default plan, its tools, its conditions after validation, and a dry run that only counts.
+    let (_, out) =
+        explain(&["--sub", "bob", "--claim", "region=us", "--tool", "search_docs", "--args", r#"{"limit":20}"#]);
+    assert!(out.starts_with("plan: free (the default: no rule holds)\n"), "{out}");
+    assert!(out.contains("quotas search_docs 20 per 1h"), "{out}");
+    assert!(out.ends_with(
+        "call search_docs: refused by /plans/free/tools/conditions/0: the free plan returns at most 10 results: ask for fewer\n"
+    ));
+    let (_, out) =
+        explain(&["--sub", "bob", "--claim", "region=us", "--tool", "search_docs", "--args", r#"{"limit":5}"#]);
+    assert!(
+        out.ends_with("call search_docs: allowed; dry run: /plans/free/tools/conditions/1 would refuse it\n"),
+        "{out}"
+    );
+    let (_, out) = explain(&["--sub", "bob", "--tool", "delete_everything"]);
+    assert!(out.ends_with("call delete_everything: refused: not in plan free's tools.allow\n"), "{out}");
+    // A bad question is refused like a bad flag.
+    assert_eq!(explain(&["--sub", "bob", "--claim", "plan"]).0, Some(64));
+    assert_eq!(explain(&["--sub", "bob", "--tool", "t", "--args", "[1]"]).0, Some(64));
+}

@@ -10,9 +10,11 @@
 
 mod document;
 mod error;
+mod eval;
 
 pub use document::{Assign, Condition, Expr, MAX_BYTES, Mode, Plan, Policy, SCHEMA, Tenants};
 pub use error::PolicyError;
+pub use eval::{Assigned, CallVerdict, Subject, ToolView};
 
 #[cfg(test)]
 mod tests {

@@ -74,6 +74,31 @@ enum PolicyCommand {
         /// The document (YAML or JSON).
         file: PathBuf,
     },
+    /// Which plan a principal gets from a document, its limits, and whether a call would go through.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// The document (YAML or JSON) to explain.
+    #[arg(long)]
+    file: PathBuf,
+    /// The principal's subject (`sub`).
+    #[arg(long)]
+    sub: String,
+    /// The principal's issuer (`iss`).
+    #[arg(long, default_value = "")]
+    iss: String,
+    /// A claim of the principal's token, NAME=VALUE (the value is JSON if it parses as JSON, else a string);
+    /// repeat for more.
+    #[arg(long = "claim", value_name = "NAME=VALUE")]
+    claims: Vec<String>,
+    /// A tool to check a call of.
+    #[arg(long)]
+    tool: Option<String>,
+    /// The call's arguments, a JSON object (with --tool).
+    #[arg(long, default_value = "{}", requires = "tool")]
+    args: String,
 }
 
 /// What `mcpfleet policy …` was asked.
@@ -81,6 +106,38 @@ enum PolicyCommand {
 pub enum PolicyRequest {
     /// `policy check FILE`.
     Check(PathBuf),
+    /// `policy explain --file FILE --sub S …`.
+    Explain(Explain),
+}
+
+/// `policy explain`'s question: the document, the principal, and optionally a call.
+#[derive(Debug)]
+pub struct Explain {
+    pub file: PathBuf,
+    pub sub: String,
+    pub iss: String,
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    pub tool: Option<String>,
+    pub args: serde_json::Value,
+}
+
+impl ExplainArgs {
+    fn into_request(self) -> Result<Explain, ServerError> {
+        let mut claims = serde_json::Map::new();
+        for c in &self.claims {
+            let (name, value) = c
+                .split_once('=')
+                .filter(|(n, _)| !n.is_empty())
+                .ok_or_else(|| config_error(format!("policy explain: --claim {c:?} is not NAME=VALUE")))?;
+            let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+            claims.insert(name.to_owned(), value);
+        }
+        let args: serde_json::Value = serde_json::from_str(&self.args)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .ok_or_else(|| config_error("policy explain: --args is not a JSON object"))?;
+        Ok(Explain { file: self.file, sub: self.sub, iss: self.iss, claims, tool: self.tool, args })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -327,6 +384,7 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
         }
         Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
         Command::Policy(PolicyCommand::Check { file }) => Ok(Parsed::Policy(PolicyRequest::Check(file))),
+        Command::Policy(PolicyCommand::Explain(e)) => Ok(Parsed::Policy(PolicyRequest::Explain(e.into_request()?))),
     }
 }
 

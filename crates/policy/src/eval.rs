@@ -1,0 +1,222 @@
+//! Evaluating a checked policy: which plan a verified principal gets ([`Policy::assign`]), and whether its plan
+//! lets a call through ([`Policy::check_call`]). CEL runs in process, over values built from the principal, the
+//! tool and the validated arguments.
+//!
+//! An expression that fails to evaluate (a claim that is absent, a comparison of a string with a number) or yields
+//! something other than a bool: in an assignment rule the rule does not apply (the next one is tried); in a call
+//! condition the call is refused, as when the condition is false (fail closed: write `!has(args.limit) ||
+//! args.limit <= 10` for an optional argument).
+
+use crate::document::{Expr, Mode, Policy};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a rule sees of the caller: the verified token's issuer, subject and claims.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub issuer: &'a str,
+    pub subject: &'a str,
+    pub claims: &'a serde_json::Map<String, Value>,
+}
+
+/// What a condition sees of the tool.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolView<'a> {
+    pub name: &'a str,
+    /// The tool's annotations, as it lists them (`readOnlyHint`, …); `Value::Null` if none.
+    pub annotations: &'a Value,
+}
+
+/// The plan a principal gets, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assigned<'p> {
+    pub plan: &'p str,
+    /// The index of the rule that picked it; `None`: the default.
+    pub rule: Option<usize>,
+    /// Dry-run rules that held before it (each would have picked its plan), with their plan.
+    pub would: Vec<(usize, &'p str)>,
+}
+
+/// Whether a plan lets a call through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallVerdict<'p> {
+    /// Allowed. `would_refuse`: the dry-run conditions that would have refused it.
+    Allowed { would_refuse: Vec<usize> },
+    /// The plan does not allow this tool (its `tools.allow` does not list it).
+    NotAllowed,
+    /// Condition `condition` refused it, with its message.
+    Refused { condition: usize, message: &'p str },
+}
+
+impl Expr {
+    /// Whether the expression holds in `ctx`: `Err` with why, when it fails or is not a bool.
+    ///
+    /// # Errors
+    /// The evaluation error, or the type it yielded instead of a bool.
+    pub fn holds(&self, ctx: &cel::Context<'_>) -> Result<bool, String> {
+        match self.program.execute(ctx) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("yields {:?}, not a bool", other.type_of())),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Policy {
+    /// The plan of `who`: the first enforced rule whose `when` holds, else the default.
+    #[must_use]
+    pub fn assign(&self, who: &Subject<'_>) -> Assigned<'_> {
+        let mut ctx = cel::Context::default();
+        ctx.add_variable_from_value("principal", principal(who));
+        let mut would = Vec::new();
+        for (i, rule) in self.assign.iter().enumerate() {
+            if rule.when.holds(&ctx) != Ok(true) {
+                continue;
+            }
+            match rule.mode {
+                Mode::Enforce => return Assigned { plan: &rule.plan, rule: Some(i), would },
+                Mode::DryRun => would.push((i, rule.plan.as_str())),
+            }
+        }
+        Assigned { plan: &self.default, rule: None, would }
+    }
+
+    /// Whether plan `plan` lets `who` call `tool` with `args` (already validated against the tool's schema). A plan
+    /// that does not exist allows nothing.
+    #[must_use]
+    pub fn check_call(&self, plan: &str, who: &Subject<'_>, tool: &ToolView<'_>, args: &Value) -> CallVerdict<'_> {
+        let Some(p) = self.plans.get(plan) else { return CallVerdict::NotAllowed };
+        if p.allow.as_ref().is_some_and(|allow| !allow.iter().any(|t| t == tool.name)) {
+            return CallVerdict::NotAllowed;
+        }
+        let mut ctx = cel::Context::default();
+        ctx.add_variable_from_value("principal", principal(who));
+        ctx.add_variable_from_value(
+            "tool",
+            to_cel(&serde_json::json!({ "name": tool.name, "annotations": tool.annotations })),
+        );
+        ctx.add_variable_from_value("args", to_cel(args));
+        let mut would_refuse = Vec::new();
+        for (i, c) in p.conditions.iter().enumerate() {
+            if c.tool.as_deref().is_some_and(|t| t != tool.name) || c.when.holds(&ctx) == Ok(true) {
+                continue;
+            }
+            match c.mode {
+                Mode::Enforce => return CallVerdict::Refused { condition: i, message: &c.message },
+                Mode::DryRun => would_refuse.push(i),
+            }
+        }
+        CallVerdict::Allowed { would_refuse }
+    }
+}
+
+/// `principal` as rules see it: `issuer`, `subject`, `claims`.
+fn principal(who: &Subject<'_>) -> cel::Value {
+    let mut m: HashMap<String, cel::Value> = HashMap::new();
+    m.insert("issuer".to_owned(), cel::Value::String(Arc::new(who.issuer.to_owned())));
+    m.insert("subject".to_owned(), cel::Value::String(Arc::new(who.subject.to_owned())));
+    let claims: HashMap<String, cel::Value> = who.claims.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+    m.insert("claims".to_owned(), claims.into());
+    m.into()
+}
+
+/// A JSON value as CEL sees it: integers as `int` (or `uint` above `i64`), other numbers as `double`.
+fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => n.as_i64().map_or_else(
+            || n.as_u64().map_or_else(|| cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)), cel::Value::UInt),
+            cel::Value::Int,
+        ),
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(o) => {
+            let m: HashMap<String, cel::Value> = o.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            m.into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DOC: &str = r#"
+plans:
+  free:
+    tools:
+      allow: [search, get]
+      conditions:
+        - tool: search
+          when: '!has(args.limit) || args.limit <= 10'
+          message: at most 10 on the free plan
+        - when: 'principal.claims.region == "eu"'
+          message: EU only
+          mode: dry-run
+  pro: {}
+  staff: {}
+assign:
+  - when: 'principal.claims.staff == true'
+    plan: staff
+    mode: dry-run
+  - when: 'principal.claims.plan == "pro" && principal.issuer == "https://id.example"'
+    plan: pro
+default: free
+"#;
+
+    fn claims(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_first_enforced_rule_that_holds_picks_the_plan() {
+        let p = Policy::parse(DOC).expect("accepted");
+        let pro = claims(json!({ "plan": "pro", "staff": true }));
+        let who = Subject { issuer: "https://id.example", subject: "alice", claims: &pro };
+        assert_eq!(p.assign(&who), Assigned { plan: "pro", rule: Some(1), would: vec![(0, "staff")] });
+        // Another issuer: the rule does not hold; a missing claim is no match, not a failure.
+        let other = Subject { issuer: "https://other", ..who };
+        assert_eq!(p.assign(&other).plan, "free");
+        let none = claims(json!({}));
+        assert_eq!(p.assign(&Subject { claims: &none, ..who }), Assigned { plan: "free", rule: None, would: vec![] });
+        // A claim of another type: the comparison fails, the rule does not apply.
+        let odd = claims(json!({ "plan": 7 }));
+        assert_eq!(p.assign(&Subject { claims: &odd, ..who }).plan, "free");
+    }
+
+    #[test]
+    fn a_plans_tools_and_conditions_decide_a_call_after_validation() {
+        let p = Policy::parse(DOC).expect("accepted");
+        let c = claims(json!({ "region": "us" }));
+        let who = Subject { issuer: "i", subject: "bob", claims: &c };
+        let search = ToolView { name: "search", annotations: &Value::Null };
+        assert_eq!(
+            p.check_call("free", &who, &search, &json!({ "limit": 10 })),
+            CallVerdict::Allowed { would_refuse: vec![1] },
+            "the dry run would refuse (not EU), and lets it through"
+        );
+        assert_eq!(p.check_call("free", &who, &search, &json!({})), CallVerdict::Allowed { would_refuse: vec![1] });
+        assert_eq!(
+            p.check_call("free", &who, &search, &json!({ "limit": 11 })),
+            CallVerdict::Refused { condition: 0, message: "at most 10 on the free plan" }
+        );
+        // A value the expression cannot compare: refused (fail closed).
+        assert!(matches!(p.check_call("free", &who, &search, &json!({ "limit": "ten" })), CallVerdict::Refused { .. }));
+        let other = ToolView { name: "delete", annotations: &Value::Null };
+        assert_eq!(p.check_call("free", &who, &other, &json!({})), CallVerdict::NotAllowed);
+        assert_eq!(p.check_call("pro", &who, &other, &json!({})), CallVerdict::Allowed { would_refuse: vec![] });
+        assert_eq!(p.check_call("gold", &who, &other, &json!({})), CallVerdict::NotAllowed);
+    }
+
+    #[test]
+    fn json_becomes_cel_values() {
+        assert_eq!(to_cel(&json!(3)), cel::Value::Int(3));
+        assert_eq!(to_cel(&json!(u64::MAX)), cel::Value::UInt(u64::MAX));
+        assert_eq!(to_cel(&json!(1.5)), cel::Value::Float(1.5));
+        assert_eq!(to_cel(&json!(null)), cel::Value::Null);
+        assert!(matches!(to_cel(&json!([1, "a"])), cel::Value::List(l) if l.len() == 2));
+    }
+}
