@@ -558,9 +558,13 @@ async fn a_replica_refuses_to_join_a_fleet_whose_layout_it_cannot_share() {
     let redis = RedisServer::start();
     // The release (which records no declaration) and this tree share a fleet; this tree's replica records its own.
     let (_old, _new) = old_and_new_with(&redis, &[]).await;
-    let declared = redis.raw(&["HVALS", "mcp:{fleet}:layout"]);
-    assert_eq!(declared.trim(), mcpfleet_state::layout::Layout::current().encode(), "one declaration: this tree's");
-    assert_eq!(redis.raw(&["ZCARD", "mcp:{fleet}:members"]).trim(), "2", "two live members");
+    // Each records itself on its first membership beat, right after it starts.
+    let mine = mcpfleet_state::layout::Layout::current().encode();
+    mcpfleet_fleetkit::eventually(10, "two live members, one declaration: this tree's", || async {
+        redis.raw(&["ZCARD", "mcp:{fleet}:members"]).trim() == "2"
+            && redis.raw(&["HVALS", "mcp:{fleet}:layout"]).trim() == mine
+    })
+    .await;
 
     // A replica of a later release that writes the event log at version 3 joins (its record, as it would write it).
     let later = mcpfleet_state::layout::Layout::of(&[("events", mcpfleet_state::layout::Version::only(3))]);
