@@ -784,15 +784,20 @@ def check_build_context(dockerfile: str) -> None:
         m = re.match(r"COPY\s+(?!--from)(.+)\s+\S+$", line)
         if m:
             sources += m.group(1).split()
-    ignored = [l.strip().rstrip("/") for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
-    if any(s.rstrip("/") in ignored for s in sources):
-        raise AssertionError(f"the Dockerfile copies what .dockerignore leaves out: {sources} vs {ignored}")
+    patterns = [l.strip().rstrip("/") for l in (ROOT / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    ignored = [p for p in patterns if not p.startswith("!")]
+    kept = [p[1:] for p in patterns if p.startswith("!")]
+    left_out = [s for s in sources if s.rstrip("/") not in kept
+                and any(s.rstrip("/") == i or s.startswith(i + "/") for i in ignored)]
+    if left_out:
+        raise AssertionError(f"the Dockerfile copies what .dockerignore leaves out: {left_out} vs {patterns}")
     with tempfile.TemporaryDirectory() as d:
         for src in sources:
             path = ROOT / src
             if path.is_dir():
                 shutil.copytree(path, Path(d, src), ignore=shutil.ignore_patterns("target"))
             else:
+                Path(d, src).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, Path(d, src))
         for b in DOCKER_BUILDS:
             crate, package, binary = Path(d, b["CRATE"]), b["PACKAGE"], b["BIN"] or b["PACKAGE"]
