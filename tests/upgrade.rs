@@ -95,7 +95,9 @@ fn build_planted() -> PathBuf {
     for part in ["crates", "migrations"] {
         sync_tree(&root.join(part), &src.join(part));
     }
-    for file in ["Cargo.toml", "Cargo.lock", "rust-toolchain.toml"] {
+    // What the sources embed from outside crates/ and migrations/ (as the image's build context carries it).
+    std::fs::create_dir_all(src.join("docs")).unwrap();
+    for file in ["Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "docs/policy.schema.json"] {
         write_if_changed(&src.join(file), &std::fs::read_to_string(root.join(file)).unwrap());
     }
     let plant = [
