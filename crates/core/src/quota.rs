@@ -73,7 +73,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, SyntaxError> {
     }
 }
 
-struct HumanDuration(Duration);
+/// A duration in its largest exact unit (`1500ms`, `6s`, `30m`, `1d`), the way the flags and documents take it.
+#[derive(Debug, Clone, Copy)]
+pub struct HumanDuration(pub Duration);
 
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -174,16 +174,11 @@ struct RawOverride {
     quotas: BTreeMap<String, RawQuota>,
 }
 
-/// The schema, compiled once.
-fn validator() -> &'static jsonschema::Validator {
-    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
-    V.get_or_init(|| {
-        let schema: Value = serde_json::from_str(SCHEMA).unwrap_or_default();
-        // The published schema compiles: the crate's tests hold it.
-        jsonschema::draft202012::new(&schema).unwrap_or_else(|_| {
-            jsonschema::draft202012::new(&serde_json::json!(false)).unwrap_or_else(|_| unreachable!("false compiles"))
-        })
-    })
+/// The schema, compiled once (`None` if it did not compile, which the crate's tests rule out).
+fn validator() -> Option<&'static jsonschema::Validator> {
+    static V: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
+    V.get_or_init(|| serde_json::from_str(SCHEMA).ok().and_then(|s: Value| jsonschema::draft202012::new(&s).ok()))
+        .as_ref()
 }
 
 /// Escapes a key for a JSON pointer (RFC 6901).
@@ -205,15 +200,19 @@ impl Policy {
         }
         let value: Value =
             serde_saphyr::from_str(text).map_err(|e| PolicyError::Syntax(yaml_message(&e.to_string())))?;
-        Self::from_value(&value)
+        Self::from_value(value)
     }
 
     /// Checks a document already read as JSON.
     ///
     /// # Errors
     /// The first [`PolicyError`].
-    pub fn from_value(value: &Value) -> Result<Self, PolicyError> {
-        if let Some(e) = validator().iter_errors(value).next() {
+    pub fn from_value(value: Value) -> Result<Self, PolicyError> {
+        let v = validator().ok_or_else(|| PolicyError::Schema {
+            pointer: String::new(),
+            expected: "a document this build's schema can check (it does not compile)".to_owned(),
+        })?;
+        if let Some(e) = v.iter_errors(&value).next() {
             let mut pointer = e.instance_path().as_str().to_owned();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
                 // The pointer names the unknown key itself.
@@ -224,7 +223,7 @@ impl Policy {
             }
             return Err(PolicyError::Schema { pointer, expected: mcpfleet_tools::validate::expected(&e) });
         }
-        let raw: RawPolicy = serde_json::from_value(value.clone())
+        let raw: RawPolicy = serde_json::from_value(value)
             .map_err(|e| PolicyError::Schema { pointer: String::new(), expected: e.to_string() })?;
         raw.check()
     }

@@ -91,8 +91,7 @@ fn limits(plan: &Plan) -> String {
     };
     let per_second = plan.rate_per_second.map_or_else(|| "--rate-per-second".to_owned(), |r| format!("{r}/s"));
     let burst = plan.rate_burst.map_or_else(|| "--rate-burst".to_owned(), |b| b.to_string());
-    let quotas: Vec<String> =
-        plan.quotas.iter().map(|(t, q)| format!("{t} {} per {}", q.limit, humantime(q.window))).collect();
+    let quotas: Vec<String> = plan.quotas.iter().map(|(t, q)| format!("{t} {q}")).collect();
     format!(
         "rate {per_second}, burst {burst}; in flight {}; sessions {}; streams {}; tasks {}; quotas {}",
         count(plan.inflight, "--max-inflight-per-user"),
@@ -101,17 +100,6 @@ fn limits(plan: &Plan) -> String {
         count(plan.tasks, "--max-tasks-per-user"),
         if quotas.is_empty() { "--quota".to_owned() } else { quotas.join(", ") }
     )
-}
-
-/// A window as the document writes it.
-fn humantime(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// The file's text, at most [`MAX_BYTES`] and one more (which the parser refuses with the size).

@@ -118,13 +118,7 @@ pub(super) fn renamed(
 
 /// A duration in its largest exact unit (`1500ms`, `6s`, `30m`), the way the flags take it.
 pub(super) fn human(d: Duration) -> String {
-    let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms >= size && ms.is_multiple_of(size) {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
+    mcpfleet_core::HumanDuration(d).to_string()
 }
 
 #[cfg(test)]
