@@ -10,10 +10,12 @@ use async_trait::async_trait;
 use http::request::Parts;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Validation, decode, decode_header};
+use mcpfleet_core::Assigner;
 use mcpfleet_core::time::epoch_secs;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which `typ` header values are accepted.
@@ -91,6 +93,7 @@ pub struct JwtAuthenticator {
     keys: KeySource,
     verified: Verified,
     metrics: Option<crate::AuthMetrics>,
+    assigner: Option<Arc<dyn Assigner>>,
 }
 
 impl std::fmt::Debug for JwtAuthenticator {
@@ -132,7 +135,15 @@ fn bounded_str(claims: &Map<String, Value>, name: &str) -> Result<Option<String>
 impl JwtAuthenticator {
     #[must_use]
     pub fn new(settings: JwtSettings, keys: KeySource) -> Self {
-        Self { settings, keys, verified: Verified::default(), metrics: None }
+        Self { settings, keys, verified: Verified::default(), metrics: None, assigner: None }
+    }
+
+    /// Gives each verified principal its plan (and the claims its policy reads) through `assigner`; a cached
+    /// verdict from another policy version is verified again.
+    #[must_use]
+    pub fn with_assigner(mut self, assigner: Arc<dyn Assigner>) -> Self {
+        self.assigner = Some(assigner);
+        self
     }
 
     /// Counts verifications in `metrics` (`mcp_token_verifications_total`).
@@ -157,11 +168,18 @@ impl JwtAuthenticator {
         let generation = self.keys.generation();
         let leeway = self.settings.leeway.as_secs();
         if let Some(p) = self.verified.get(&digest, generation, leeway) {
-            self.count("cached");
-            return Ok(p);
+            let current =
+                self.assigner.as_ref().is_none_or(|a| p.plan.as_ref().map(|t| t.version) == Some(a.version()));
+            if current {
+                self.count("cached");
+                return Ok(p);
+            }
         }
         match self.verify_uncached(token).await {
-            Ok((principal, exp)) => {
+            Ok((mut principal, exp, claims)) => {
+                if let Some(a) = &self.assigner {
+                    a.assign(&mut principal, &claims);
+                }
                 self.count("verified");
                 self.verified.put(digest, &principal, exp, generation);
                 Ok(principal)
@@ -173,7 +191,7 @@ impl JwtAuthenticator {
         }
     }
 
-    async fn verify_uncached(&self, token: &str) -> Result<(Principal, u64), AuthError> {
+    async fn verify_uncached(&self, token: &str) -> Result<(Principal, u64, Map<String, Value>), AuthError> {
         if token.split('.').count() != 3 {
             return Err(AuthError::InvalidToken("the token is not a signed JWT"));
         }
@@ -256,7 +274,7 @@ impl JwtAuthenticator {
             None => None,
         };
         let principal = Principal::new(issuer, subject, client_id, Scopes::granted(scopes)).with_tenant(tenant);
-        Ok((principal, exp))
+        Ok((principal, exp, claims))
     }
 }
 

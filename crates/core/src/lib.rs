@@ -23,7 +23,7 @@ pub use audit::{AuditRecord, AuditSink};
 pub use hex::hex;
 pub use json::{JsonObject, parse_strict};
 pub use markup::escape_markup;
-pub use principal::{Principal, Scopes, user_key};
+pub use principal::{Assigner, PlanTag, Principal, Scopes, user_key};
 pub use quota::{HumanDuration, Quota, SyntaxError, parse_duration};
 pub use user::{UserKey, is_token_char};
 pub use version::{ProtocolVersion, UnknownVersion};

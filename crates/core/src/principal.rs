@@ -1,9 +1,10 @@
 //! The verified caller: its opaque key, its token's identity, and the scopes it was granted. The auth crate
 //! builds one from a verified token; every other crate reads it.
 
-use crate::UserKey;
+use crate::{JsonObject, UserKey};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The scopes a principal was granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +58,31 @@ pub struct Principal {
     /// The tenant whose data the tools act on, from the token claim the operator names (`--tenant-claim`);
     /// `None` means the principal is its own tenant.
     pub tenant: Option<String>,
+    /// The token's claims that the policy in force reads (docs/POLICY.md); empty without a policy.
+    pub claims: Arc<JsonObject>,
+    /// The plan the policy in force gave this principal when its token was verified (see [`Assigner`]); `None`:
+    /// not assigned yet (the transport assigns it).
+    pub plan: Option<PlanTag>,
+}
+
+/// A principal's plan under one version of the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanTag {
+    /// The policy version that assigned it (0: no policy, the flags).
+    pub version: u64,
+    /// The plan's name.
+    pub plan: Arc<str>,
+}
+
+/// Gives a verified principal its plan, once per token and policy version: the authenticator calls it with the
+/// token's claims when it verifies a token, and verifies again (instead of using its cache) when the version it
+/// assigned under is no longer [`Assigner::version`].
+pub trait Assigner: Send + Sync + std::fmt::Debug {
+    /// The version of the policy in force (0: none).
+    fn version(&self) -> u64;
+
+    /// Keeps in `principal.claims` the claims the policy reads, and sets `principal.plan`.
+    fn assign(&self, principal: &mut Principal, claims: &JsonObject);
 }
 
 impl std::fmt::Debug for Principal {
@@ -69,7 +95,16 @@ impl Principal {
     /// A verified principal: `user` is derived from `(issuer, subject)`.
     #[must_use]
     pub fn new(issuer: String, subject: String, client_id: Option<String>, scopes: Scopes) -> Self {
-        Self { user: user_key(&issuer, &subject), issuer, subject, client_id, scopes, tenant: None }
+        Self {
+            user: user_key(&issuer, &subject),
+            issuer,
+            subject,
+            client_id,
+            scopes,
+            tenant: None,
+            claims: Arc::default(),
+            plan: None,
+        }
     }
 
     /// The one principal of `--auth none`: every caller, every scope.
@@ -82,6 +117,8 @@ impl Principal {
             client_id: None,
             scopes: Scopes::All,
             tenant: None,
+            claims: Arc::default(),
+            plan: None,
         }
     }
 

@@ -38,6 +38,8 @@ impl Authenticator for HeaderAuth {
             client_id: None,
             scopes: Scopes::All,
             tenant: None,
+            claims: std::sync::Arc::default(),
+            plan: None,
         })
     }
 }

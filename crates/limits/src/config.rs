@@ -72,6 +72,50 @@ pub struct LimitsConfig {
     pub breaker_cooldown: Duration,
 }
 
+/// The numbers one principal is held to: the flags' (the default plan), or its plan's in a policy document
+/// (docs/POLICY.md), where a number the plan leaves out is the flag's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanLimits {
+    /// `None`: no bucket.
+    pub rate: Option<RateLimit>,
+    /// Quotas by tool, over the tools' own; `None` lifts a tool's quota.
+    pub quotas: BTreeMap<String, Option<Quota>>,
+    /// Open sessions; 0 means no cap.
+    pub max_sessions: u64,
+    /// Open SSE streams (GET); 0 means no cap.
+    pub max_streams: u64,
+    /// Tool calls in flight; 0 means no cap.
+    pub max_inflight: u64,
+    /// Open tasks (tasks extension); 0 means no cap.
+    pub max_tasks: u64,
+}
+
+impl PlanLimits {
+    /// The quota that applies to `tool`: the plan's (or the operator's `--quota`), else the tool's own.
+    #[must_use]
+    pub fn quota_for(&self, tool: &str, declared: Option<Quota>) -> Option<Quota> {
+        match self.quotas.get(tool) {
+            Some(q) => *q,
+            None => declared,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The default plan: the numbers of the flags.
+    #[must_use]
+    pub fn plan(&self) -> PlanLimits {
+        PlanLimits {
+            rate: self.rate,
+            quotas: self.quotas.clone(),
+            max_sessions: self.max_sessions,
+            max_streams: self.max_streams,
+            max_inflight: self.max_inflight,
+            max_tasks: self.max_tasks,
+        }
+    }
+}
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {

@@ -16,7 +16,7 @@ mod leases;
 pub mod members;
 mod metrics;
 
-pub use config::{FailMode, LimitsConfig, Quota, RateLimit, parse_duration};
+pub use config::{FailMode, LimitsConfig, PlanLimits, Quota, RateLimit, parse_duration};
 pub use leases::SlotGuard;
 pub use metrics::{Kind, LimitMetrics};
 
@@ -170,13 +170,15 @@ pub struct Request<'a> {
     pub control: bool,
     /// A task to read in the same store call (a `tasks/get` poll costs one round trip in all).
     pub task: Option<&'a TaskKey>,
+    /// The principal's plan; `None`: the default plan (the flags').
+    pub plan: Option<&'a PlanLimits>,
 }
 
 impl<'a> Request<'a> {
     /// A request of `user` that needs only the bucket.
     #[must_use]
     pub fn new(user: &'a UserKey, peer: Option<IpAddr>) -> Self {
-        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false, task: None }
+        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false, task: None, plan: None }
     }
 
     /// The same request as a control message (see [`Request::control`]).
@@ -212,6 +214,8 @@ pub struct SlotLease {
 pub struct Limiter {
     store: Arc<dyn LimitStore>,
     cfg: LimitsConfig,
+    /// The default plan (the flags').
+    plan: PlanLimits,
     metrics: LimitMetrics,
     /// Principals (and peers) refused by their bucket, until when.
     denied: Mutex<HashMap<UserKey, HashMap<String, Instant>>>,
@@ -240,6 +244,7 @@ impl Limiter {
             leases: leases::Leases::start(store.clone(), cfg.slot_ttl),
             members: members::Members::start(store.clone(), metrics.replicas_gauge()),
             store,
+            plan: cfg.plan(),
             cfg,
             metrics,
             denied: Mutex::new(HashMap::new()),
@@ -259,37 +264,36 @@ impl Limiter {
         &self.cfg
     }
 
-    /// The quota that applies to `tool`: the operator's (`--quota`), else the tool's own.
+    /// The default plan: the numbers of the flags.
     #[must_use]
-    pub fn quota_for(&self, tool: &str, declared: Option<Quota>) -> Option<Quota> {
-        match self.cfg.quotas.get(tool) {
-            Some(q) => *q,
-            None => declared,
-        }
+    pub fn default_plan(&self) -> &PlanLimits {
+        &self.plan
     }
 
-    /// The cap on a principal's open tasks (0: none). The store counts them where it creates a task, in the same
-    /// step; a refusal comes back through [`Limiter::tasks_refused`].
+    /// Records that the store refused a task at the plan's cap (`limit`), and says why.
     #[must_use]
-    pub fn max_tasks(&self) -> u64 {
-        self.cfg.max_tasks
-    }
-
-    /// Records that the store refused a task at the cap, and says why.
-    #[must_use]
-    pub fn tasks_refused(&self) -> LimitError {
+    pub fn tasks_refused(&self, limit: u64) -> LimitError {
         self.metrics.decision(Kind::Tasks, "denied");
-        LimitError::CapReached { cap: Cap::Tasks, limit: self.cfg.max_tasks }
+        LimitError::CapReached { cap: Cap::Tasks, limit }
     }
 
-    /// The `RateLimit-Policy` header value, when a bucket is configured.
+    /// The `RateLimit-Policy` header value of the default plan, when it has a bucket.
     #[must_use]
     pub fn policy_header(&self) -> Option<String> {
-        self.cfg.rate.map(|r| r.status(0, 0).policy_header())
+        self.plan.rate.map(|r| r.status(0, 0).policy_header())
+    }
+
+    /// Forgets every principal refused until a known time: their plans may have changed (a new policy version).
+    pub fn clear_refusals(&self) {
+        self.denied.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    fn plan_of<'r>(&'r self, req: &Request<'r>) -> &'r PlanLimits {
+        req.plan.unwrap_or(&self.plan)
     }
 
     fn bucket(&self, req: &Request<'_>) -> Option<BucketSpec> {
-        let r = self.cfg.rate?;
+        let r = self.plan_of(req).rate?;
         let base = if req.control { "tbc" } else { "tb" };
         let name = match req.peer {
             Some(ip) => format!("{base}:{ip}"),
@@ -298,10 +302,10 @@ impl Limiter {
         Some(BucketSpec { name, capacity: f64::from(r.burst), per_second: r.per_second })
     }
 
-    fn cap(&self, set: SlotSet) -> (Cap, u64) {
+    fn cap(plan: &PlanLimits, set: SlotSet) -> (Cap, u64) {
         match set {
-            SlotSet::Streams => (Cap::Streams, self.cfg.max_streams),
-            SlotSet::Calls => (Cap::Inflight, self.cfg.max_inflight),
+            SlotSet::Streams => (Cap::Streams, plan.max_streams),
+            SlotSet::Calls => (Cap::Inflight, plan.max_inflight),
         }
     }
 
@@ -312,30 +316,29 @@ impl Limiter {
     /// the store could not decide.
     pub async fn admit(&self, req: &Request<'_>) -> Result<Granted, Refused> {
         let now = Instant::now();
+        let plan = self.plan_of(req);
         let bucket = self.bucket(req);
         if let Some(b) = &bucket
             && let Some(until) = self.denied_until(req.user, &b.name, now)
         {
             self.metrics.decision(Kind::Rate, "denied_cached");
             let wait = until - now;
-            return Err(self.rate_refusal(wait));
+            return Err(Self::rate_refusal(plan, wait));
         }
         if self.breaker.is_open(now) {
             self.metrics.store_failure("breaker_open");
             return self.store_down(req, bucket.as_ref(), now, None);
         }
         // A set without a cap is not counted at all: no lease to take, renew or free.
-        let slot = req.slot.filter(|set| self.cap(*set).1 > 0).map(|set| SlotSpec {
+        let slot = req.slot.filter(|set| Self::cap(plan, *set).1 > 0).map(|set| SlotSpec {
             set,
-            cap: self.cap(set).1,
+            cap: Self::cap(plan, set).1,
             token: random_token(),
             ttl: self.cfg.slot_ttl,
         });
         let window = req.quota.map(|(tool, q)| WindowSpec { name: tool.to_owned(), limit: q.limit, window: q.window });
         let session = match req.session {
-            SessionOp::Create { id, session, .. } => {
-                SessionOp::Create { id, session, max_sessions: self.cfg.max_sessions }
-            }
+            SessionOp::Create { id, session, .. } => SessionOp::Create { id, session, max_sessions: plan.max_sessions },
             other => other,
         };
         // The ends of this principal's earlier calls (or streams) ride on this round trip.
@@ -348,7 +351,7 @@ impl Limiter {
             slot: slot.as_ref(),
             window: window.as_ref(),
             release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
-            count_sessions: self.cfg.max_sessions > 0,
+            count_sessions: plan.max_sessions > 0,
             read_task: req.task,
         };
         match self.store.admit(&a).await {
@@ -389,8 +392,8 @@ impl Limiter {
         refused
     }
 
-    fn rate_status(&self, r: &BucketReading) -> Option<RateStatus> {
-        let rate = self.cfg.rate?;
+    fn rate_status(plan: &PlanLimits, r: &BucketReading) -> Option<RateStatus> {
+        let rate = plan.rate?;
         let remaining = r.tokens.max(0.0).floor();
         let reset = if remaining < 1.0 {
             config::whole_secs((1.0 - r.tokens) / rate.per_second).max(1)
@@ -403,12 +406,9 @@ impl Limiter {
     }
 
     /// A refusal by the bucket: nothing left, and a token in `wait`.
-    fn rate_refusal(&self, wait: Duration) -> Refused {
+    fn rate_refusal(plan: &PlanLimits, wait: Duration) -> Refused {
         let retry_after = config::whole_secs(wait.as_secs_f64()).max(1);
-        Refused {
-            rate: self.cfg.rate.map(|r| r.status(0, retry_after)),
-            error: LimitError::RateLimited { retry_after },
-        }
+        Refused { rate: plan.rate.map(|r| r.status(0, retry_after)), error: LimitError::RateLimited { retry_after } }
     }
 
     fn decide(
@@ -419,15 +419,16 @@ impl Limiter {
         r: Admitted,
         now: Instant,
     ) -> Result<Granted, Refused> {
+        let plan = self.plan_of(req);
         let mut rate = None;
         if let (Some(b), Some(reading)) = (bucket, &r.bucket) {
             if !reading.allowed {
                 self.metrics.decision(Kind::Rate, "denied");
                 self.deny(req.user, &b.name, now + reading.wait);
-                return Err(self.rate_refusal(reading.wait));
+                return Err(Self::rate_refusal(plan, reading.wait));
             }
             self.metrics.allowed(Kind::Rate, b.capacity - reading.tokens, b.capacity);
-            rate = self.rate_status(reading);
+            rate = Self::rate_status(plan, reading);
         }
         let refuse = |error| Err(Refused { rate, error });
         match r.refused {
@@ -437,10 +438,10 @@ impl Limiter {
             Some(Refusal::SessionConflict) => return refuse(LimitError::SessionConflict),
             Some(Refusal::Sessions { .. }) => {
                 self.metrics.decision(Kind::Sessions, "denied");
-                return refuse(LimitError::CapReached { cap: Cap::Sessions, limit: self.cfg.max_sessions });
+                return refuse(LimitError::CapReached { cap: Cap::Sessions, limit: plan.max_sessions });
             }
             Some(Refusal::Slots { .. }) => {
-                let (cap, limit) = self.cap(slot.as_ref().map_or(SlotSet::Calls, |s| s.set));
+                let (cap, limit) = Self::cap(plan, slot.as_ref().map_or(SlotSet::Calls, |s| s.set));
                 self.metrics.decision(cap.kind(), "denied");
                 return refuse(LimitError::CapReached { cap, limit });
             }
@@ -453,11 +454,11 @@ impl Limiter {
                 return refuse(LimitError::QuotaExhausted { tool: tool.to_owned(), quota, retry_after });
             }
         }
-        if matches!(req.session, SessionOp::Create { .. }) && self.cfg.max_sessions > 0 {
+        if matches!(req.session, SessionOp::Create { .. }) && plan.max_sessions > 0 {
             self.metrics.decision(Kind::Sessions, "allowed");
         }
         let slot = slot.map(|s| {
-            let (cap, limit) = self.cap(s.set);
+            let (cap, limit) = Self::cap(plan, s.set);
             #[expect(clippy::cast_precision_loss, reason = "small counts")]
             self.metrics.allowed(cap.kind(), r.slots_used.unwrap_or(0) as f64, limit as f64);
             SlotLease { user: req.user.clone(), set: s.set, token: s.token }
@@ -482,6 +483,7 @@ impl Limiter {
         now: Instant,
         source: Option<StateError>,
     ) -> Result<Granted, Refused> {
+        let plan = self.plan_of(req);
         let retry_after = config::whole_secs(self.cfg.breaker_cooldown.as_secs_f64()).max(1);
         let unavailable = |rate| Err(Refused { rate, error: LimitError::Unavailable { retry_after, source } });
         let (Some(b), FailMode::Open) = (bucket, self.cfg.fail_mode) else {
@@ -503,9 +505,9 @@ impl Limiter {
         self.metrics.fail_open(reading.allowed);
         if !reading.allowed {
             self.deny(req.user, &b.name, now + reading.wait);
-            return Err(self.rate_refusal(reading.wait));
+            return Err(Self::rate_refusal(plan, reading.wait));
         }
-        let rate = self.rate_status(&reading);
+        let rate = Self::rate_status(plan, &reading);
         let needs_store = !matches!(req.session, SessionOp::None) || req.slot.is_some() || req.quota.is_some();
         if needs_store {
             return unavailable(rate);

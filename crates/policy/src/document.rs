@@ -23,6 +23,10 @@ pub struct Policy {
     pub assign: Vec<Assign>,
     pub default: String,
     pub tenants: Tenants,
+    /// The document as checked (JSON), for comparing versions ([`Policy::changes`]).
+    pub document: Value,
+    /// The claims its rules read: what a verifier keeps of a token ([`Policy::claims_read`]).
+    pub claims: crate::ClaimsRead,
 }
 
 /// One plan: its limits (a number left out takes the flag's value) and its tools.
@@ -223,14 +227,14 @@ impl Policy {
             }
             return Err(PolicyError::Schema { pointer, expected: mcpfleet_tools::validate::expected(&e) });
         }
-        let raw: RawPolicy = serde_json::from_value(value)
+        let raw = RawPolicy::deserialize(&value)
             .map_err(|e| PolicyError::Schema { pointer: String::new(), expected: e.to_string() })?;
-        raw.check()
+        raw.check(value)
     }
 }
 
 impl RawPolicy {
-    fn check(self) -> Result<Policy, PolicyError> {
+    fn check(self, document: Value) -> Result<Policy, PolicyError> {
         let mut plans = BTreeMap::new();
         for (name, p) in self.plans {
             let at = format!("/plans/{}", escape(&name));
@@ -285,7 +289,10 @@ impl RawPolicy {
             overrides.insert(tenant, quotas(o.quotas, &at)?);
         }
         let tenants = Tenants { quotas: quotas(self.tenants.quotas, "/tenants/quotas")?, overrides };
-        Ok(Policy { plans, assign, default: self.default, tenants })
+        let exprs =
+            assign.iter().map(|a| &a.when).chain(plans.values().flat_map(|p| p.conditions.iter().map(|c| &c.when)));
+        let claims = crate::ClaimsRead::of(exprs);
+        Ok(Policy { plans, assign, default: self.default, tenants, document, claims })
     }
 }
 
@@ -308,8 +315,8 @@ fn compile(source: &str, pointer: &str, variables: &[&str]) -> Result<Expr, Poli
         pointer: pointer.to_owned(),
         message: format!("does not compile: {}", cel_message(&e.to_string())),
     })?;
-    let refs = program.references();
-    if let Some(v) = refs.variables().into_iter().find(|v| !variables.contains(v)) {
+    let free = crate::claims::free_variables(program.expression());
+    if let Some(v) = free.iter().find(|v| !variables.contains(&v.as_str())) {
         return Err(PolicyError::Expression {
             pointer: pointer.to_owned(),
             message: format!("uses {v:?}, which this rule does not have (it has: {})", variables.join(", ")),

@@ -85,7 +85,13 @@ impl Policy {
     /// Whether plan `plan` lets `who` call `tool` with `args` (already validated against the tool's schema). A plan
     /// that does not exist allows nothing.
     #[must_use]
-    pub fn check_call(&self, plan: &str, who: &Subject<'_>, tool: &ToolView<'_>, args: &Value) -> CallVerdict<'_> {
+    pub fn check_call(
+        &self,
+        plan: &str,
+        who: &Subject<'_>,
+        tool: &ToolView<'_>,
+        args: &serde_json::Map<String, Value>,
+    ) -> CallVerdict<'_> {
         let Some(p) = self.plans.get(plan) else { return CallVerdict::NotAllowed };
         if p.allow.as_ref().is_some_and(|allow| !allow.iter().any(|t| t == tool.name)) {
             return CallVerdict::NotAllowed;
@@ -96,7 +102,8 @@ impl Policy {
             "tool",
             to_cel(&serde_json::json!({ "name": tool.name, "annotations": tool.annotations })),
         );
-        ctx.add_variable_from_value("args", to_cel(args));
+        let args: HashMap<String, cel::Value> = args.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+        ctx.add_variable_from_value("args", args);
         let mut would_refuse = Vec::new();
         for (i, c) in p.conditions.iter().enumerate() {
             if c.tool.as_deref().is_some_and(|t| t != tool.name) || c.when.holds(&ctx) == Ok(true) {
@@ -171,6 +178,10 @@ default: free
         v.as_object().cloned().unwrap_or_default()
     }
 
+    fn args(v: Value) -> serde_json::Map<String, Value> {
+        claims(v)
+    }
+
     #[test]
     fn the_first_enforced_rule_that_holds_picks_the_plan() {
         let p = Policy::parse(DOC).expect("accepted");
@@ -194,21 +205,27 @@ default: free
         let who = Subject { issuer: "i", subject: "bob", claims: &c };
         let search = ToolView { name: "search", annotations: &Value::Null };
         assert_eq!(
-            p.check_call("free", &who, &search, &json!({ "limit": 10 })),
+            p.check_call("free", &who, &search, &args(json!({ "limit": 10 }))),
             CallVerdict::Allowed { would_refuse: vec![1] },
             "the dry run would refuse (not EU), and lets it through"
         );
-        assert_eq!(p.check_call("free", &who, &search, &json!({})), CallVerdict::Allowed { would_refuse: vec![1] });
         assert_eq!(
-            p.check_call("free", &who, &search, &json!({ "limit": 11 })),
+            p.check_call("free", &who, &search, &args(json!({}))),
+            CallVerdict::Allowed { would_refuse: vec![1] }
+        );
+        assert_eq!(
+            p.check_call("free", &who, &search, &args(json!({ "limit": 11 }))),
             CallVerdict::Refused { condition: 0, message: "at most 10 on the free plan" }
         );
         // A value the expression cannot compare: refused (fail closed).
-        assert!(matches!(p.check_call("free", &who, &search, &json!({ "limit": "ten" })), CallVerdict::Refused { .. }));
+        assert!(matches!(
+            p.check_call("free", &who, &search, &args(json!({ "limit": "ten" }))),
+            CallVerdict::Refused { .. }
+        ));
         let other = ToolView { name: "delete", annotations: &Value::Null };
-        assert_eq!(p.check_call("free", &who, &other, &json!({})), CallVerdict::NotAllowed);
-        assert_eq!(p.check_call("pro", &who, &other, &json!({})), CallVerdict::Allowed { would_refuse: vec![] });
-        assert_eq!(p.check_call("gold", &who, &other, &json!({})), CallVerdict::NotAllowed);
+        assert_eq!(p.check_call("free", &who, &other, &args(json!({}))), CallVerdict::NotAllowed);
+        assert_eq!(p.check_call("pro", &who, &other, &args(json!({}))), CallVerdict::Allowed { would_refuse: vec![] });
+        assert_eq!(p.check_call("gold", &who, &other, &args(json!({}))), CallVerdict::NotAllowed);
     }
 
     #[test]

@@ -8,10 +8,13 @@
 //! This crate must not depend on HTTP, axum, the transport, the state store or the database: where a document is
 //! kept and how it reaches the replicas are the server's and the state crate's.
 
+mod changes;
+mod claims;
 mod document;
 mod error;
 mod eval;
 
+pub use claims::ClaimsRead;
 pub use document::{Assign, Condition, Expr, MAX_BYTES, Mode, Plan, Policy, SCHEMA, Tenants};
 pub use error::PolicyError;
 pub use eval::{Assigned, CallVerdict, Subject, ToolView};

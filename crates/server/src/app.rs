@@ -166,7 +166,7 @@ impl Server {
         // A database found unusable after the start stops this replica, as the process would stop.
         built.fatal.cancels(built.state.shutdown.clone());
         let readiness = Readiness::new(built.state.shutdown.clone(), ready);
-        readiness.serving(built.state.store.clone(), built.state.auth.clone());
+        readiness.serving(built.state.store.clone(), built.state.auth.clone(), built.state.policy.clone());
         Ok(App { cfg, built, readiness })
     }
 

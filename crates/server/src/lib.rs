@@ -40,6 +40,7 @@ use mcpfleet_auth::{AuthError, AuthMetrics, Authenticator, JwtAuthenticator, Key
 use mcpfleet_db::Database;
 use mcpfleet_limits::Limiter;
 use mcpfleet_state::{StateError, Store};
+use mcpfleet_transport::policy::Policies;
 use mcpfleet_transport::{AdminState, Readiness, Shared, admin_router};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use prometheus::Registry as Metrics;
@@ -95,11 +96,17 @@ async fn build_auth(
     auth: &AuthConfig,
     dev: Option<&DevIssuer>,
     metrics: AuthMetrics,
+    policies: &Arc<Policies>,
 ) -> Result<Arc<dyn Authenticator>, ServerError> {
+    let assigner: Arc<dyn mcpfleet_core::Assigner> = policies.clone();
     Ok(match (auth, dev) {
         (AuthConfig::Dev { required_scopes, .. }, Some(issuer)) => {
             let keys = KeySource::Static(Arc::new(issuer.key_set()));
-            Arc::new(JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys).with_metrics(metrics))
+            Arc::new(
+                JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys)
+                    .with_metrics(metrics)
+                    .with_assigner(assigner),
+            )
         }
         (AuthConfig::Jwt { settings, keys, refresh_interval }, _) => {
             let remote = match keys {
@@ -121,7 +128,11 @@ async fn build_auth(
                     tokio::spawn(remote.clone().load_until_loaded());
                 }
             }
-            Arc::new(JwtAuthenticator::new(settings.clone(), KeySource::Remote(remote)).with_metrics(metrics))
+            Arc::new(
+                JwtAuthenticator::new(settings.clone(), KeySource::Remote(remote))
+                    .with_metrics(metrics)
+                    .with_assigner(assigner),
+            )
         }
         (AuthConfig::None, _) => Arc::new(NoAuth::default()),
         // Never serve a dev configuration unauthenticated.
@@ -161,6 +172,7 @@ pub(crate) async fn build_state_with(
         tasks: task_metrics,
         auth: auth_metrics,
         limits: limit_metrics,
+        policy: policy_metrics,
     } = instruments;
     if cfg.redis.is_some() {
         // Off the request path: at start and every minute, an evicting Redis is logged, measured and alerted on.
@@ -174,6 +186,8 @@ pub(crate) async fn build_state_with(
     }
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
+    let policies = Arc::new(Policies::new(cfg.limits.plan(), &tools, policy_metrics));
+    policy::follow(cfg, &store, &policies, &limits, &shutdown)?;
     let fatal = database::Fatal::default();
     let audit = match (&db, &cfg.database) {
         (Some(db), Some(dc)) => {
@@ -202,7 +216,7 @@ pub(crate) async fn build_state_with(
     let state = AppState::new(Shared {
         store,
         catalog,
-        auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics).await?,
+        auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics, &policies).await?,
         config: Arc::new(transport),
         shutdown,
         calls: tokio_util::task::TaskTracker::new(),
@@ -211,6 +225,7 @@ pub(crate) async fn build_state_with(
         validator,
         audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
         tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
+        policy: policies,
     });
     Ok(Built { state, registry, dev, audit, fatal })
 }
@@ -438,7 +453,7 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
                 Ok(s) => s,
                 Err(e) => return fail(e),
             };
-        readiness.serving(state.store.clone(), state.auth.clone());
+        readiness.serving(state.store.clone(), state.auth.clone(), state.policy.clone());
         starting.end().await;
         let workers = tokio::runtime::Handle::current().metrics().num_workers();
         tracing::info!(listen = %addr, admin = %admin_addr, workers, "serving MCP on /mcp");

@@ -1,15 +1,117 @@
-//! `mcpfleet policy …`: the commands around a policy document (docs/POLICY.md). `check` reads a document offline
-//! and says whether it would be accepted, as a CI step before it is applied; `explain` says which plan a principal
-//! gets from it, with what limits, and whether a call would go through.
+//! Policy as data (docs/POLICY.md) in the server: where `serve` takes its document from ([`follow`]: the store's
+//! version, followed by every replica; `--policy FILE`, read again when it changes; or none, the flags), and the
+//! commands around a document. `check` reads a document offline and says whether it would be accepted, as a CI
+//! step before it is applied; `apply` checks it, stores it as the fleet's next version and announces it; `diff`
+//! says what applying it would change; `explain` says which plan a principal gets from it, with what limits, and
+//! whether a call would go through.
 
-use crate::config::{EXIT_CONFIG, Explain, PolicyRequest};
+use crate::ServerError;
+use crate::config::{Apply, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Explain, PolicyRequest};
+use mcpfleet_limits::Limiter;
 use mcpfleet_policy::{CallVerdict, MAX_BYTES, Plan, Policy, Subject, ToolView};
+use mcpfleet_state::{NewPolicy, PolicyStore as _, PutPolicy, RedisStore, Store};
+use mcpfleet_transport::policy::{Policies, watch};
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// Starts following the policy `cfg` names: with Redis, the store's version (every replica the same; the replica
+/// is not ready until it has read it); with `--policy FILE`, that file, read now (a document it refuses exits 64)
+/// and again whenever it changes; else the flags alone.
+///
+/// # Errors
+/// `--policy FILE` unreadable, or refused.
+pub(crate) fn follow(
+    cfg: &Config,
+    store: &Arc<dyn Store>,
+    policies: &Arc<Policies>,
+    limits: &Arc<Limiter>,
+    shutdown: &CancellationToken,
+) -> Result<(), ServerError> {
+    let poll = cfg.policy.poll;
+    match (&cfg.redis, &cfg.policy.file) {
+        (Some(_), _) => {
+            tokio::spawn(watch::follow(watch::Follower {
+                store: store.clone(),
+                policies: policies.clone(),
+                limits: limits.clone(),
+                poll,
+                shutdown: shutdown.clone(),
+            }));
+        }
+        (None, Some(path)) => {
+            let text = read(path).map_err(|e| ServerError::Config(format!("--policy {}: {e}", path.display())))?;
+            let policy =
+                Policy::parse(&text).map_err(|e| ServerError::Config(format!("--policy {}: {e}", path.display())))?;
+            policies.install(1, policy);
+            let file = FileFollower {
+                path: path.clone(),
+                seen: stamp(path),
+                policies: policies.clone(),
+                limits: limits.clone(),
+            };
+            tokio::spawn(file.run(poll, shutdown.clone()));
+        }
+        (None, None) => policies.loaded_without(),
+    }
+    Ok(())
+}
+
+/// `--policy FILE`, read again when its modification time or size changes; a version it refuses is counted and
+/// logged, and the last good one stays in force.
+struct FileFollower {
+    path: PathBuf,
+    seen: Option<(SystemTime, u64)>,
+    policies: Arc<Policies>,
+    limits: Arc<Limiter>,
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+impl FileFollower {
+    async fn run(mut self, poll: Duration, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(poll) => {}
+            }
+            let now = stamp(&self.path);
+            if now == self.seen {
+                continue;
+            }
+            self.seen = now;
+            let shown = self.path.display();
+            let metrics = self.policies.metrics();
+            match read(&self.path).map_err(|e| e.to_string()).and_then(|t| Policy::parse(&t).map_err(|e| e.to_string()))
+            {
+                Ok(policy) => {
+                    let version = self.policies.current().version + 1;
+                    self.policies.install(version, policy);
+                    self.limits.clear_refusals();
+                    #[expect(clippy::cast_possible_wrap, reason = "a version number far below i64::MAX")]
+                    metrics.latest.set(version as i64);
+                    tracing::info!(file = %shown, version, "policy file read again: version in force");
+                }
+                Err(e) => {
+                    metrics.load_failures.with_label_values(&["invalid"]).inc();
+                    tracing::error!(file = %shown, error = %e, "policy file refused; keeping the version in force");
+                }
+            }
+        }
+    }
+}
 
 /// Runs a `policy` command; its exit code.
 pub(crate) fn command(name: &str, req: &PolicyRequest) -> i32 {
     match req {
+        PolicyRequest::Apply(a) => with_runtime(name, apply(name, a, true)),
+        PolicyRequest::Diff(a) => with_runtime(name, apply(name, a, false)),
         PolicyRequest::Explain(e) => match load(name, &e.file) {
             Some(p) => {
                 print!("{}", explain(&p, e));
@@ -37,8 +139,76 @@ pub(crate) fn command(name: &str, req: &PolicyRequest) -> i32 {
     }
 }
 
+fn with_runtime(name: &str, f: impl std::future::Future<Output = i32>) -> i32 {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(f),
+        Err(e) => {
+            eprintln!("{name}: cannot start the runtime: {e}");
+            1
+        }
+    }
+}
+
+/// `policy apply` (`store`) and `policy diff`: checks the document, compares it with the version in force, and
+/// stores and announces it as the next version. Exit 64 for a document refused, 69 for a store that does not
+/// answer, 75 when another version was applied meanwhile (run it again).
+async fn apply(name: &str, a: &Apply, store: bool) -> i32 {
+    let shown = a.file.display();
+    let Some(new) = load(name, &a.file) else { return EXIT_CONFIG };
+    let Ok(text) = read(&a.file) else { return EXIT_CONFIG };
+    let redis = match RedisStore::connect(a.redis.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: policy {shown}: the store does not answer: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let current = match redis.policy().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{name}: policy {shown}: cannot read the version in force: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let old = current.as_ref().and_then(|c| Policy::parse(&c.text).ok());
+    let expected = current.as_ref().map_or(0, |c| c.version);
+    let changes = new.changes(old.as_ref());
+    if !store {
+        match &current {
+            Some(c) => println!("against version {} (applied by {}):", c.version, c.by),
+            None => println!("against no version (the flags):"),
+        }
+        if changes.is_empty() {
+            println!("  no change");
+        }
+        for c in &changes {
+            println!("  {c}");
+        }
+        return 0;
+    }
+    let summary = new.summary(old.as_ref());
+    let put = NewPolicy { expected, version: None, text: &text, by: &a.by, summary: &summary };
+    match redis.put_policy(&put).await {
+        Ok(PutPolicy::Stored(v)) => {
+            println!("policy {shown}: applied as version {v} by {}: {summary}", a.by);
+            0
+        }
+        Ok(PutPolicy::Moved(v)) => {
+            eprintln!("{name}: policy {shown}: version {v} was applied meanwhile; nothing stored: run it again");
+            EXIT_TEMPFAIL
+        }
+        Err(e) => {
+            eprintln!("{name}: policy {shown}: cannot store it: {e}");
+            EXIT_UNAVAILABLE
+        }
+    }
+}
+
+/// Exit code of an apply that lost a race with another (sysexits `EX_TEMPFAIL`): run it again.
+const EXIT_TEMPFAIL: i32 = 75;
+
 /// The checked document in `path`, or `None` once the refusal is printed (one line on stderr).
-fn load(name: &str, path: &std::path::Path) -> Option<Policy> {
+fn load(name: &str, path: &Path) -> Option<Policy> {
     let shown = path.display();
     let text = read(path).map_err(|e| eprintln!("{name}: policy {shown}: cannot read it: {e}")).ok()?;
     Policy::parse(&text).map_err(|e| eprintln!("{name}: policy {shown}: {e}")).ok()
@@ -103,7 +273,7 @@ fn limits(plan: &Plan) -> String {
 }
 
 /// The file's text, at most [`MAX_BYTES`] and one more (which the parser refuses with the size).
-fn read(path: &std::path::Path) -> std::io::Result<String> {
+fn read(path: &Path) -> std::io::Result<String> {
     let mut text = String::new();
     std::fs::File::open(path)?.take(MAX_BYTES as u64 + 1).read_to_string(&mut text)?;
     Ok(text)

@@ -12,6 +12,7 @@ use mcpfleet_auth::AuthMetrics;
 use mcpfleet_limits::LimitMetrics;
 use mcpfleet_state::layout::{self, Layout};
 use mcpfleet_state::{MemoryStore, RedisConfig, RedisStore, Router as _, Store, StoreMetrics};
+use mcpfleet_transport::policy::PolicyMetrics;
 use mcpfleet_transport::{TaskMetrics, TransportMetrics};
 use prometheus::Registry;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub(crate) struct Instruments {
     pub(crate) tasks: TaskMetrics,
     pub(crate) auth: AuthMetrics,
     pub(crate) limits: LimitMetrics,
+    pub(crate) policy: PolicyMetrics,
 }
 
 impl Instruments {
@@ -44,6 +46,7 @@ impl Instruments {
             tasks: TaskMetrics::register(&registry).map_err(error)?,
             auth: AuthMetrics::register(&registry).map_err(error)?,
             limits: LimitMetrics::register(&registry).map_err(error)?,
+            policy: PolicyMetrics::register(&registry).map_err(error)?,
             registry,
         })
     }

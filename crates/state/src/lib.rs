@@ -18,6 +18,7 @@ pub mod layout;
 mod limits;
 mod memory;
 mod metrics;
+mod policy;
 mod redis;
 mod stateless;
 mod tasks;
@@ -30,6 +31,7 @@ pub use limits::{
 };
 pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
+pub use policy::{NewPolicy, POLICY_NOTICE, PolicyStore, PutPolicy, StoredPolicy};
 pub use redis::{RedisConfig, RedisStore, RedisTopology};
 pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
 pub use tasks::{
@@ -308,5 +310,5 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore {}
-impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore> Store for T {}
+pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore {}
+impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore> Store for T {}

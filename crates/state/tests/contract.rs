@@ -300,6 +300,7 @@ contract!(
     tasks_queue_bell_rings_every_replica,
     scripts_reload_after_the_cache_empties,
     membership_records_each_replicas_layout,
+    policy_versions_are_stored_and_announced,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2229,4 +2230,29 @@ async fn membership_records_each_replicas_layout(kind: Kind) {
     assert_eq!(s.heartbeat("c", ttl).await.expect("heartbeat"), 2);
     assert_eq!(h.raw(&["HEXISTS", &layout, "ghost"]).expect("redis-cli").trim(), "0", "a declaration without a record");
     assert_eq!(h.raw(&["HEXISTS", &layout, "c"]).expect("redis-cli").trim(), "1");
+}
+
+async fn policy_versions_are_stored_and_announced(kind: Kind) {
+    use mcpfleet_state::{NewPolicy, PutPolicy};
+    let h = Harness::new(kind).await;
+    let a = h.store();
+    let b = h.replica().await;
+    assert_eq!(a.policy_version().await.expect("version"), 0, "none applied");
+    assert_eq!(a.policy().await.expect("policy"), None);
+    let mut on_b = b.subscribe_fleet().await.expect("subscribe on b");
+    let new = |expected, version, text| NewPolicy { expected, version, text, by: "ops@host", summary: "first" };
+    assert_eq!(a.put_policy(&new(0, None, "v1: doc")).await.expect("put"), PutPolicy::Stored(1));
+    wait_for(&mut on_b, &Ring::Notice("policy:1".to_owned())).await;
+    let stored = b.policy().await.expect("policy").expect("in force");
+    assert_eq!((stored.version, stored.text.as_str(), stored.by.as_str()), (1, "v1: doc", "ops@host"));
+    assert!(stored.at_ms >= epoch_ms() - 60_000, "stamped by the store's clock");
+    // A writer that compared against a version no longer in force stores nothing.
+    assert_eq!(b.put_policy(&new(0, None, "stale")).await.expect("put"), PutPolicy::Moved(1));
+    // A number the database gave must be ahead of the one in force.
+    assert_eq!(b.put_policy(&new(1, Some(1), "same")).await.expect("put"), PutPolicy::Moved(1));
+    assert_quiet(&mut on_b, "a refused write announces nothing").await;
+    assert_eq!(b.put_policy(&new(1, Some(7), "v7: doc")).await.expect("put"), PutPolicy::Stored(7));
+    wait_for(&mut on_b, &Ring::Notice("policy:7".to_owned())).await;
+    assert_eq!(a.policy_version().await.expect("version"), 7);
+    assert_eq!(a.policy().await.expect("policy").expect("in force").text, "v7: doc");
 }

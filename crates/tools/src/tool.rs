@@ -460,6 +460,8 @@ mod tests {
             client_id: None,
             scopes: Scopes::All,
             tenant: None,
+            claims: std::sync::Arc::default(),
+            plan: None,
         })
     }
 

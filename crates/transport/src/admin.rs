@@ -7,6 +7,7 @@
 //! sets `mcp_ready`, so that the fleet's readiness is a metric too: `sum(mcp_ready)`.
 
 use crate::Authenticator;
+use crate::policy::Policies;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -33,12 +34,15 @@ pub struct Readiness {
     draining: CancellationToken,
     /// `mcp_ready` ([`TransportMetrics::ready_gauge`](crate::TransportMetrics::ready_gauge)).
     gauge: prometheus::IntGauge,
-    /// The serving state is built, with this store and authenticator.
-    serving: OnceLock<(Arc<dyn Store>, Arc<dyn Authenticator>)>,
+    /// The serving state is built, with this store, authenticator and policy.
+    serving: OnceLock<Serving>,
     /// The last probe of the store answered within its deadline.
     store_ok: AtomicBool,
     probing: AtomicBool,
 }
+
+/// What readiness follows once the replica serves: its store, its authenticator and its policy.
+type Serving = (Arc<dyn Store>, Arc<dyn Authenticator>, Arc<Policies>);
 
 /// How often the store is probed, and how long a probe may take.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -58,9 +62,10 @@ impl Readiness {
     }
 
     /// The serving state is built, on a store that has just answered: from now on readiness follows `store`
-    /// (probed every second, off the request path, until the drain) and `auth`. Only the first call counts.
-    pub fn serving(self: &Arc<Self>, store: Arc<dyn Store>, auth: Arc<dyn Authenticator>) {
-        if self.serving.set((store, auth)).is_err() {
+    /// (probed every second, off the request path, until the drain), `auth`, and whether `policy` has read the
+    /// version in force. Only the first call counts.
+    pub fn serving(self: &Arc<Self>, store: Arc<dyn Store>, auth: Arc<dyn Authenticator>, policy: Arc<Policies>) {
+        if self.serving.set((store, auth, policy)).is_err() {
             return;
         }
         self.store_ok.store(true, Ordering::Release);
@@ -78,7 +83,7 @@ impl Readiness {
         if self.draining.is_cancelled() {
             return Err("draining\n");
         }
-        let Some((_, auth)) = self.serving.get() else {
+        let Some((_, auth, policy)) = self.serving.get() else {
             return Err("starting: the state store has not answered yet\n");
         };
         if !self.store_ok.load(Ordering::Acquire) {
@@ -86,6 +91,9 @@ impl Readiness {
         }
         if !auth.is_ready() {
             return Err("token verification keys not loaded\n");
+        }
+        if !policy.is_loaded() {
+            return Err("the policy in force has not been read yet\n");
         }
         Ok(())
     }
@@ -98,7 +106,7 @@ impl Readiness {
     }
 
     async fn probe(self: Arc<Self>) {
-        let Some((store, _)) = self.serving.get().cloned() else { return };
+        let Some((store, _, _)) = self.serving.get().cloned() else { return };
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -207,10 +215,17 @@ mod tests {
         assert_eq!(status().await, StatusCode::SERVICE_UNAVAILABLE, "starting");
         assert_eq!(metrics.ready_gauge().get(), 0);
         let keys = Arc::new(Keys(AtomicBool::new(false)));
-        r.serving(Arc::new(mcpfleet_state::MemoryStore::new()), keys.clone());
+        let policy = Arc::new(Policies::new(
+            mcpfleet_limits::LimitsConfig::default().plan(),
+            &[],
+            crate::policy::PolicyMetrics::unregistered().expect("metrics"),
+        ));
+        r.serving(Arc::new(mcpfleet_state::MemoryStore::new()), keys.clone(), policy.clone());
         assert_eq!(r.verdict(), Err("token verification keys not loaded\n"));
         assert_eq!(status().await, StatusCode::SERVICE_UNAVAILABLE);
         keys.0.store(true, Ordering::Release);
+        assert_eq!(r.verdict(), Err("the policy in force has not been read yet\n"));
+        policy.loaded_without();
         assert_eq!(status().await, StatusCode::OK);
         assert_eq!(metrics.ready_gauge().get(), 1);
         draining.cancel();

@@ -70,6 +70,10 @@ pub enum TransportError {
     /// A refusal by the authenticator or a scope check, with its `WWW-Authenticate` challenge.
     #[error("{message}")]
     Unauthorized { status: StatusCode, challenge: HeaderValue, message: String },
+    /// The caller's plan does not allow the tool (docs/POLICY.md): 403 like a missing scope, but without a
+    /// challenge, since no token the caller can get changes it.
+    #[error("the plan of this principal does not allow the tool {0}; signing in again does not change that")]
+    NotInPlan(String),
     /// No token verification key has been loaded yet.
     #[error("token verification is temporarily unavailable")]
     AuthUnavailable,
@@ -264,6 +268,7 @@ impl TransportError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, code::SERVER_ERROR),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Unauthorized { status, .. } => (*status, code::SERVER_ERROR),
+            Self::NotInPlan(_) => (StatusCode::FORBIDDEN, code::SERVER_ERROR),
             Self::AuthUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Limit(LimitError::Unavailable { .. } | LimitError::Config(_)) => {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)

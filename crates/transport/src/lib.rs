@@ -28,6 +28,7 @@ mod mcp;
 mod metrics;
 mod observe;
 mod origin;
+pub mod policy;
 mod request;
 mod session;
 mod shell;
@@ -197,6 +198,8 @@ pub struct Shared {
     pub audit: Option<Arc<dyn mcpfleet_core::AuditSink>>,
     /// The task runs this replica holds, and its workers (see `tasks`).
     pub tasks: Arc<Tasks>,
+    /// The policy in force (docs/POLICY.md): each caller's plan, the tools it lists, the conditions on its calls.
+    pub policy: Arc<policy::Policies>,
 }
 
 /// Starts this replica's task workers (the 2026-07-28 tasks extension: taking queued tasks, renewing leases,

@@ -131,10 +131,13 @@ pub(crate) async fn catalog_method(
     let c = &app.catalog;
     Some(match method {
         "tools/list" => {
-            // A caller is offered only the tools its scopes allow it to call.
+            // A caller is offered only the tools its scopes and its plan allow it to call.
+            let plan = app.policy.plan_of(caller);
             let mut tools = c.tools();
             tools.retain(|t| {
-                t.get("name").and_then(Value::as_str).is_some_and(|n| caller.scopes.allow(&app.tool_scopes(n)))
+                t.get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| plan.allows(n) && caller.scopes.allow(&app.tool_scopes(n)))
             });
             Ok(json!({ "tools": tools }))
         }

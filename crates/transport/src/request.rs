@@ -5,6 +5,7 @@
 use crate::error::TransportError;
 use crate::extract::McpHeaders;
 use crate::observe::{RequestIds, RpcInfo};
+use crate::policy::Plan;
 use crate::{AppState, PeerAddr, Principal, ProtocolVersion, mcp, trace};
 use axum::Extension;
 use axum::http::StatusCode;
@@ -12,23 +13,27 @@ use axum::response::{IntoResponse, Response};
 use mcpfleet_limits::{self as limits, Granted, LimitError, Refused};
 use serde_json::Value;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 pub(crate) type Result<T, E = TransportError> = std::result::Result<T, E>;
 
-/// Who is asking, for admission: the verified principal, and the peer address where the bucket is keyed by it.
+/// Who is asking, for admission: the verified principal, its plan, and the peer address where the bucket is keyed
+/// by it.
 pub(crate) struct Asker<'a> {
     pub(crate) caller: &'a Principal,
+    /// The caller's plan under the policy in force, resolved once per request.
+    pub(crate) plan: Arc<Plan>,
     peer: Option<IpAddr>,
 }
 
 impl<'a> Asker<'a> {
     pub(crate) fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
         let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
-        Self { caller, peer }
+        Self { caller, plan: app.policy.plan_of(caller), peer }
     }
 
-    pub(crate) fn request(&self) -> limits::Request<'a> {
-        limits::Request::new(&self.caller.user, self.peer)
+    pub(crate) fn request(&self) -> limits::Request<'_> {
+        limits::Request { plan: Some(&self.plan.limits), ..limits::Request::new(&self.caller.user, self.peer) }
     }
 }
 

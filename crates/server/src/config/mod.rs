@@ -12,6 +12,7 @@ mod auth;
 mod cli;
 mod database;
 mod limits;
+mod policy;
 mod secret;
 mod store;
 mod tasks;
@@ -19,6 +20,7 @@ mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
+pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest};
 pub use secret::Secret;
 
 use cli::config_error;
@@ -63,81 +65,7 @@ enum Command {
     Audit(database::AuditCommand),
     /// Policy as data (docs/POLICY.md): plans, the rules that assign them, tenant quotas.
     #[command(subcommand)]
-    Policy(PolicyCommand),
-}
-
-#[derive(Debug, Subcommand)]
-enum PolicyCommand {
-    /// Check a policy document offline (for CI): exit 0 if it would be accepted, 64 with the JSON pointer of the
-    /// first place refused.
-    Check {
-        /// The document (YAML or JSON).
-        file: PathBuf,
-    },
-    /// Which plan a principal gets from a document, its limits, and whether a call would go through.
-    Explain(ExplainArgs),
-}
-
-#[derive(Debug, clap::Args)]
-struct ExplainArgs {
-    /// The document (YAML or JSON) to explain.
-    #[arg(long)]
-    file: PathBuf,
-    /// The principal's subject (`sub`).
-    #[arg(long)]
-    sub: String,
-    /// The principal's issuer (`iss`).
-    #[arg(long, default_value = "")]
-    iss: String,
-    /// A claim of the principal's token, NAME=VALUE (the value is JSON if it parses as JSON, else a string);
-    /// repeat for more.
-    #[arg(long = "claim", value_name = "NAME=VALUE")]
-    claims: Vec<String>,
-    /// A tool to check a call of.
-    #[arg(long)]
-    tool: Option<String>,
-    /// The call's arguments, a JSON object (with --tool).
-    #[arg(long, default_value = "{}", requires = "tool")]
-    args: String,
-}
-
-/// What `mcpfleet policy …` was asked.
-#[derive(Debug)]
-pub enum PolicyRequest {
-    /// `policy check FILE`.
-    Check(PathBuf),
-    /// `policy explain --file FILE --sub S …`.
-    Explain(Explain),
-}
-
-/// `policy explain`'s question: the document, the principal, and optionally a call.
-#[derive(Debug)]
-pub struct Explain {
-    pub file: PathBuf,
-    pub sub: String,
-    pub iss: String,
-    pub claims: serde_json::Map<String, serde_json::Value>,
-    pub tool: Option<String>,
-    pub args: serde_json::Value,
-}
-
-impl ExplainArgs {
-    fn into_request(self) -> Result<Explain, ServerError> {
-        let mut claims = serde_json::Map::new();
-        for c in &self.claims {
-            let (name, value) = c
-                .split_once('=')
-                .filter(|(n, _)| !n.is_empty())
-                .ok_or_else(|| config_error(format!("policy explain: --claim {c:?} is not NAME=VALUE")))?;
-            let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
-            claims.insert(name.to_owned(), value);
-        }
-        let args: serde_json::Value = serde_json::from_str(&self.args)
-            .ok()
-            .filter(serde_json::Value::is_object)
-            .ok_or_else(|| config_error("policy explain: --args is not a JSON object"))?;
-        Ok(Explain { file: self.file, sub: self.sub, iss: self.iss, claims, tool: self.tool, args })
-    }
+    Policy(policy::PolicyCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -220,6 +148,8 @@ struct ServeArgs {
     tasks: tasks::TaskArgs,
     #[command(flatten)]
     database: database::ServeDbArgs,
+    #[command(flatten)]
+    policy: policy::ServePolicyArgs,
 }
 
 /// The format of log lines on stderr.
@@ -292,6 +222,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// PostgreSQL, when `--database-url` is given: the reference tools' data and the audit trail.
     pub database: Option<DatabaseConfig>,
+    /// Where the policy document comes from: the store, or `--policy FILE` (docs/POLICY.md).
+    pub policy: PolicyFollow,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,
@@ -383,8 +315,7 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
             Ok(Parsed::Db(DbRequest { settings: d.db.required()?, command: DbCommand::DemoData { scale: d.scale } }))
         }
         Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
-        Command::Policy(PolicyCommand::Check { file }) => Ok(Parsed::Policy(PolicyRequest::Check(file))),
-        Command::Policy(PolicyCommand::Explain(e)) => Ok(Parsed::Policy(PolicyRequest::Explain(e.into_request()?))),
+        Command::Policy(p) => Ok(Parsed::Policy(p.into_request()?)),
     }
 }
 
@@ -400,6 +331,7 @@ impl ServeArgs {
         transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
+        let policy = self.policy.into_config(store.redis.is_some())?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_owned())
@@ -428,6 +360,7 @@ impl ServeArgs {
             drain_delay: transport.drain_delay,
             limits,
             database,
+            policy,
             warnings,
         })
     }

@@ -4,6 +4,7 @@
 //! Sessions, event logs, routing, limits and idempotency records are here, behind one lock; durable tasks are in
 //! [`tasks`], behind a lock of their own.
 
+mod policy;
 mod tasks;
 
 use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
@@ -52,6 +53,8 @@ struct Inner {
     notices: HashMap<UserKey, broadcast::Sender<Ring>>,
     /// Idempotency records and their expiry.
     idempotency: HashMap<IdempotencyKey, (Record, Instant)>,
+    /// The policy version in force, and the fleet's notice channel (see [`policy`]).
+    policy: policy::Held,
 }
 
 #[derive(Debug)]

@@ -18,6 +18,8 @@
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
 //! | `<p>{fleet}:members` | zset | fleet membership: each replica's id, scored by its record's expiry (ms); renewed every 5 s by `members.lua`, which drops the expired |
 //! | `<p>{fleet}:layout` | hash | each member's declaration of the layout it writes and reads ([`crate::layout`]), written with its record by `members.lua` and read by `layouts.lua` before a replica serves |
+//! | `<p>{fleet}:policy` | hash | the policy version in force ([`crate::PolicyStore`]): `v` (its number), `doc` (the document), `by`, `at` (ms), `sum` (what it changed); written by `policy.lua`, which also rings the notice channel; never expires |
+//! | `<p>{fleet}:nb` | channel | the fleet's notice channel: `policy:<version>` when a version is stored |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection (a [`link::Link`]: standalone, cluster or the master the sentinels name); replays, admin calls and
@@ -39,6 +41,7 @@ mod known;
 mod lanes;
 mod limits;
 mod link;
+mod policy;
 mod scripts;
 mod sessions;
 mod subscriber;

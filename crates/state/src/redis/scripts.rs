@@ -25,6 +25,7 @@ pub(super) struct Scripts {
     pub(super) idem: Script,
     pub(super) members: Script,
     pub(super) layouts: Script,
+    pub(super) policy: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -62,6 +63,7 @@ impl Scripts {
             forget: Script::new(include_str!("forget.lua")),
             members: Script::new(include_str!("members.lua")),
             layouts: Script::new(include_str!("layouts.lua")),
+            policy: script(include_str!("policy.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),

@@ -138,6 +138,9 @@ pub(crate) enum CallEnd {
     RefusedByLimit,
     /// Its arguments do not match the tool's input schema (`isError`): the tool did not run.
     InvalidArguments,
+    /// The caller's plan refused it (docs/POLICY.md): the tool is not in the plan (403), or a condition on the
+    /// call refused it after validation (`isError`).
+    RefusedByPolicy,
     /// The tool panicked (`isError`, nothing of the panic).
     Panicked,
     /// The tool ran past its timeout and was stopped (`isError`).
@@ -162,6 +165,7 @@ impl CallEnd {
             Self::Refused => "refused",
             Self::RefusedByLimit => "refused_by_limit",
             Self::InvalidArguments => "invalid_arguments",
+            Self::RefusedByPolicy => "refused_by_policy",
             Self::Panicked => "panicked",
             Self::TimedOut => "timeout",
             Self::InputRequired => "input_required",
@@ -174,7 +178,12 @@ impl CallEnd {
     fn ran(self) -> bool {
         !matches!(
             self,
-            Self::UnknownTool | Self::Refused | Self::RefusedByLimit | Self::InvalidArguments | Self::Replayed
+            Self::UnknownTool
+                | Self::Refused
+                | Self::RefusedByLimit
+                | Self::RefusedByPolicy
+                | Self::InvalidArguments
+                | Self::Replayed
         )
     }
 }

@@ -10,6 +10,7 @@ use crate::AppState;
 use crate::error::{TransportError, auth_rejection};
 use crate::idempotency::{self, Idempotent};
 use crate::mcp;
+use crate::policy::CallRefusal;
 use crate::request::{Post, Result};
 use async_trait::async_trait;
 use mcpfleet_limits::{self as limits, Granted, LimitError};
@@ -87,6 +88,7 @@ impl Post<'_> {
             }
         };
         self.require_tool_scopes(&name, &args, F::GENERATION)?;
+        self.require_plan_allows(&name, &args, F::GENERATION)?;
         front.check(self, &name, &args)?;
         // The arguments against the exact schema the tool publishes, before anything runs or is counted against
         // a quota. A refusal is still admitted (it takes its token, and checks the session where there is one).
@@ -96,10 +98,19 @@ impl Post<'_> {
             self.span.error = Some("invalid_arguments".to_owned());
             return Err(Early::Answer(Ok(invalid_result(&name, &invalid))));
         }
+        // The plan's conditions read the validated arguments. A refusal is admitted as an invalid call is.
+        if let Err(CallRefusal::Condition { message }) =
+            app.policy.check_call(&self.asker.plan, self.asker.caller, &name, &args)
+        {
+            front.admit(self, None, None).await?;
+            self.record_refused(&name, &args, CallEnd::RefusedByPolicy, F::GENERATION);
+            self.span.error = Some("refused_by_policy".to_owned());
+            return Err(Early::Answer(Ok(policy_result(&name, &message, self.trace_id))));
+        }
         let idem =
             idempotency::from_params(&self.asker.caller.user, &name, params, &args).map_err(|e| front.bad_key(e))?;
         front.ready(self, &name, &args, params)?;
-        let quota = app.limits.quota_for(&name, app.catalog.tool_quota(&name));
+        let quota = self.asker.plan.limits.quota_for(&name, app.catalog.tool_quota(&name));
         match front.admit(self, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await {
             Ok((ticket, granted)) => Ok(Cleared { name, args, idem, ticket, granted }),
             Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
@@ -132,6 +143,18 @@ impl Post<'_> {
         self.record_refused(name, args, CallEnd::Refused, generation);
         self.span.error = Some("insufficient_scope".to_owned());
         Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)))
+    }
+
+    /// A tool the caller's plan does not list: refused where a missing scope is (before its arguments are read),
+    /// with 403 and no challenge; counted and audited.
+    fn require_plan_allows(&mut self, name: &str, args: &JsonObject, generation: &'static str) -> Result<()> {
+        if self.asker.plan.allows(name) {
+            return Ok(());
+        }
+        self.app.policy.metrics().refused(self.asker.plan.label(), "tools.allow");
+        self.record_refused(name, args, CallEnd::RefusedByPolicy, generation);
+        self.span.error = Some("refused_by_policy".to_owned());
+        Err(TransportError::NotInPlan(mcp::truncate(name, 128)))
     }
 
     /// Counts and audits a call refused before it started.
@@ -171,6 +194,16 @@ pub(crate) fn invalid_result(tool: &str, found: &[mcpfleet_tools::validate::Inva
     let text = format!(
         "Invalid arguments for the tool {tool}: {list}. The tool did not run. Correct the arguments to match its \
          input schema and call it again."
+    );
+    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
+}
+
+/// The `isError` result of a call a condition of the caller's plan refused: the operator's message, and that the
+/// tool did not run.
+pub(crate) fn policy_result(tool: &str, message: &str, trace_id: &str) -> Value {
+    let text = format!(
+        "Refused by policy: the call of the tool {tool} was not made. {message} Change the arguments to fit, or \
+         tell the user. Trace id: {trace_id}."
     );
     json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }

@@ -453,6 +453,7 @@ impl Call {
         }
         let (caps, principal) =
             (self.inputs.meta.capabilities.to_string(), crate::tasks::principal_json(&self.principal));
+        let max_open = app.policy.plan_of(&self.principal).limits.max_tasks;
         let new = mcpfleet_state::NewTask {
             key: &key,
             tool: &spec.tool,
@@ -465,13 +466,13 @@ impl Call {
             poll_interval: cfg.poll_interval,
             rerunnable: spec.rerunnable,
             running_on: Some(tasks.replica()),
-            max_open: app.limits.max_tasks(),
+            max_open,
         };
         let created = match app.store.create_task(&new).await {
             Ok(Some(c)) => c,
             Ok(None) => {
                 let _ = app.store.release_task_lease(shard, &key, 1).await;
-                let _ = app.limits.tasks_refused();
+                let _ = app.limits.tasks_refused(max_open);
                 tracing::info!(tool.name = %spec.tool, "principal at its task cap: the call stays inline");
                 return None;
             }

@@ -380,6 +380,7 @@ pub(crate) async fn create_queued(
     let (args, caps, answers) =
         (Value::Object(args.clone()).to_string(), capabilities.to_string(), Value::Object(answers.clone()).to_string());
     let principal = principal_json(caller);
+    let max_open = app.policy.plan_of(caller).limits.max_tasks;
     let new = mcpfleet_state::NewTask {
         key: &key,
         tool,
@@ -392,13 +393,13 @@ pub(crate) async fn create_queued(
         poll_interval: cfg.poll_interval,
         rerunnable: app.catalog.tool_task(tool).rerunnable,
         running_on: None,
-        max_open: app.limits.max_tasks(),
+        max_open,
     };
     let created = match app.store.create_task(&new).await {
         Ok(Some(c)) => c,
         Ok(None) => {
             let _ = app.store.release_task_lease(shard, &key, 1).await;
-            return Err(TransportError::Limit(app.limits.tasks_refused()));
+            return Err(TransportError::Limit(app.limits.tasks_refused(max_open)));
         }
         Err(e) => {
             let _ = app.store.release_task_lease(shard, &key, 1).await;

@@ -31,6 +31,9 @@ pub(crate) fn principal_from(user: &mcpfleet_state::UserKey, s: &str) -> Option<
         client_id: text("client_id"),
         scopes,
         tenant: text("tenant"),
+        // A task's run needs no plan: its plan's checks ran when the task was created.
+        claims: std::sync::Arc::default(),
+        plan: None,
     })
 }
 

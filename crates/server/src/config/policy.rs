@@ -1,0 +1,192 @@
+//! Policy as data (docs/POLICY.md): the `mcpfleet policy …` commands and where `serve` takes its document from
+//! (the store every replica shares, or `--policy FILE` for one process without Redis).
+
+use super::cli::{config_error, duration};
+use super::store::StoreArgs;
+use crate::ServerError;
+use clap::Subcommand;
+use mcpfleet_state::RedisConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Policy")]
+pub(super) struct ServePolicyArgs {
+    /// A policy document to serve (docs/POLICY.md), read again when the file changes: for one process without
+    /// Redis. With Redis, the fleet follows the document applied with `mcpfleet policy apply` instead, and this
+    /// flag is refused.
+    #[arg(long, env = "MCPFLEET_POLICY", value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// How often each replica reads the version in force without an announcement (and the file, with --policy),
+    /// like 10s (1s to 10m).
+    #[arg(long, env = "MCPFLEET_POLICY_POLL", default_value = "10s", value_parser = duration("1s", "10m"))]
+    policy_poll: Duration,
+}
+
+/// Where `serve` takes its policy from.
+#[derive(Clone, Debug)]
+pub struct PolicyFollow {
+    /// `--policy FILE`; `None`: the store's version (with Redis), or none (the flags).
+    pub file: Option<PathBuf>,
+    /// `--policy-poll`.
+    pub poll: Duration,
+}
+
+impl ServePolicyArgs {
+    pub(super) fn into_config(self, redis: bool) -> Result<PolicyFollow, ServerError> {
+        if redis && self.policy.is_some() {
+            return Err(config_error(
+                "--policy FILE is for one process without Redis; a fleet on Redis follows `mcpfleet policy apply`",
+            ));
+        }
+        Ok(PolicyFollow { file: self.policy, poll: self.policy_poll })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PolicyCommand {
+    /// Check a policy document offline (for CI): exit 0 if it would be accepted, 64 with the JSON pointer of the
+    /// first place refused.
+    Check {
+        /// The document (YAML or JSON).
+        file: PathBuf,
+    },
+    /// Check a document, store it as the fleet's next version and announce it: every replica swaps it in.
+    Apply(ApplyArgs),
+    /// What applying a document would change against the version in force.
+    Diff(DiffArgs),
+    /// Which plan a principal gets from a document, its limits, and whether a call would go through.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ApplyArgs {
+    /// The document (YAML or JSON).
+    file: PathBuf,
+    /// Who applies it, as the version's history and the audit record it (default: the OS user @ the host).
+    #[arg(long, env = "MCPFLEET_POLICY_BY")]
+    by: Option<String>,
+    /// The OS user, for --by's default.
+    #[arg(long, env = "USER", hide = true)]
+    os_user: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct DiffArgs {
+    /// The document (YAML or JSON).
+    file: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ExplainArgs {
+    /// The document (YAML or JSON) to explain.
+    #[arg(long)]
+    file: PathBuf,
+    /// The principal's subject (`sub`).
+    #[arg(long)]
+    sub: String,
+    /// The principal's issuer (`iss`).
+    #[arg(long, default_value = "")]
+    iss: String,
+    /// A claim of the principal's token, NAME=VALUE (the value is JSON if it parses as JSON, else a string);
+    /// repeat for more.
+    #[arg(long = "claim", value_name = "NAME=VALUE")]
+    claims: Vec<String>,
+    /// A tool to check a call of.
+    #[arg(long)]
+    tool: Option<String>,
+    /// The call's arguments, a JSON object (with --tool).
+    #[arg(long, default_value = "{}", requires = "tool")]
+    args: String,
+}
+
+/// What `mcpfleet policy …` was asked.
+#[derive(Debug)]
+pub enum PolicyRequest {
+    /// `policy check FILE`.
+    Check(PathBuf),
+    /// `policy apply FILE`.
+    Apply(Apply),
+    /// `policy diff FILE`: the same question as apply, without storing.
+    Diff(Apply),
+    /// `policy explain --file FILE --sub S …`.
+    Explain(Explain),
+}
+
+/// `policy apply` and `policy diff`: the document, the store, and who.
+#[derive(Debug)]
+pub struct Apply {
+    pub file: PathBuf,
+    pub redis: RedisConfig,
+    pub by: String,
+}
+
+/// `policy explain`'s question: the document, the principal, and optionally a call.
+#[derive(Debug)]
+pub struct Explain {
+    pub file: PathBuf,
+    pub sub: String,
+    pub iss: String,
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    pub tool: Option<String>,
+    pub args: serde_json::Map<String, serde_json::Value>,
+}
+
+impl PolicyCommand {
+    pub(super) fn into_request(self) -> Result<PolicyRequest, ServerError> {
+        Ok(match self {
+            Self::Check { file } => PolicyRequest::Check(file),
+            Self::Apply(a) => PolicyRequest::Apply(Apply {
+                redis: redis_of(a.store, "apply")?,
+                by: a.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(a.os_user.as_deref())),
+                file: a.file,
+            }),
+            Self::Diff(d) => {
+                PolicyRequest::Diff(Apply { redis: redis_of(d.store, "diff")?, by: String::new(), file: d.file })
+            }
+            Self::Explain(e) => PolicyRequest::Explain(e.into_request()?),
+        })
+    }
+}
+
+/// The Redis the fleet reads its policy from: required.
+fn redis_of(store: StoreArgs, command: &str) -> Result<RedisConfig, ServerError> {
+    store.into_config()?.redis.ok_or_else(|| {
+        config_error(format!(
+            "policy {command}: give the fleet's Redis (--redis-url, or --redis-nodes): the version in force lives there"
+        ))
+    })
+}
+
+/// The OS user and the host: `$USER@hostname`.
+fn default_by(user: Option<&str>) -> String {
+    let user = user.filter(|u| !u.is_empty()).unwrap_or("unknown");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    if host.is_empty() { user.to_owned() } else { format!("{user}@{host}") }
+}
+
+impl ExplainArgs {
+    fn into_request(self) -> Result<Explain, ServerError> {
+        let mut claims = serde_json::Map::new();
+        for c in &self.claims {
+            let (name, value) = c
+                .split_once('=')
+                .filter(|(n, _)| !n.is_empty())
+                .ok_or_else(|| config_error(format!("policy explain: --claim {c:?} is not NAME=VALUE")))?;
+            let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+            claims.insert(name.to_owned(), value);
+        }
+        let args = match serde_json::from_str(&self.args) {
+            Ok(serde_json::Value::Object(args)) => args,
+            _ => return Err(config_error("policy explain: --args is not a JSON object")),
+        };
+        Ok(Explain { file: self.file, sub: self.sub, iss: self.iss, claims, tool: self.tool, args })
+    }
+}
