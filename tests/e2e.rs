@@ -30,6 +30,8 @@ mod memory;
 mod operability;
 #[path = "policy.rs"]
 mod policy;
+#[path = "policy_fleet.rs"]
+mod policy_fleet;
 #[path = "realistic.rs"]
 mod realistic;
 #[path = "rmcp_client.rs"]

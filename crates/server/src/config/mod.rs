@@ -326,12 +326,12 @@ impl ServeArgs {
         let mut warnings = Vec::new();
         let identity = self.auth.into_config(self.listen, self.dev, &mut warnings)?;
         let store = self.store.into_config()?;
+        let policy = self.policy.into_config(store.redis.is_some())?;
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
         let mut transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
         transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
-        let policy = self.policy.into_config(store.redis.is_some())?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_owned())

@@ -1,0 +1,307 @@
+//! Policy as data on a fleet (issue 34): three replicas on one Redis behind a round-robin proxy, with JWT
+//! identities. A version applied with `mcpfleet policy apply` reaches every replica within 2 s (by its announcement:
+//! the poll is set to a minute), moves a principal between plans without a restart or a dropped stream; plans hide
+//! and refuse tools, their conditions refuse calls that passed validation, dry runs count and refuse nothing; a
+//! version this build refuses leaves the last good one in force; `--policy FILE` serves one process without Redis.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use mcpfleet_fleetkit::{JwtFleet, server_bin};
+use mcpfleet_fleetkit::{McpClient, RoundRobinProxy, SseStream, StatelessClient, eventually, scrape};
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The issue's document, as written: test_simple_text 3 a minute on free, 100 on pro.
+const PLANS: &str = r#"plans:
+  free:
+    rate: { per_second: 20, burst: 40 }
+    quotas:
+      test_simple_text: { limit: 3, window: 60s }
+  pro:
+    quotas:
+      test_simple_text: { limit: 100, window: 60s }
+assign:
+  - when: 'principal.claims.plan == "pro"'
+    plan: pro
+default: free
+"#;
+
+/// `mcpfleet policy <verb> FILE --redis-url URL [extra]` of a file holding `text`: exit code, stdout, stderr.
+fn policy(verb: &str, redis: &str, text: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(server_bin())
+        .args(["policy", verb])
+        .arg(&file)
+        .args(["--redis-url", redis])
+        .args(extra)
+        .output()
+        .unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), s(&out.stdout), s(&out.stderr))
+}
+
+fn apply(f: &JwtFleet, text: &str) -> String {
+    let (code, out, err) = policy("apply", &f.redis.url(), text, &["--by", "ops@test"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    out
+}
+
+/// Waits until every replica has `version` in force.
+async fn converged(f: &JwtFleet, version: f64, secs: u64) {
+    eventually(secs, "every replica has the version in force", || async {
+        let mut all = true;
+        for r in &f.fleet.replicas {
+            all &= scrape(&r.admin()).await.get("mcp_policy_version").copied() == Some(version);
+        }
+        all
+    })
+    .await;
+}
+
+fn text_of(r: &Value) -> String {
+    r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+fn is_error(r: &Value) -> bool {
+    r["result"]["isError"] == json!(true)
+}
+
+async fn call(c: &McpClient, url: &str, id: i64, tool: &str, args: Value) -> Value {
+    c.request(url, id, "tools/call", json!({ "name": tool, "arguments": args })).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_applied_moves_a_principal_to_another_plan_on_every_replica_within_two_seconds() {
+    let f = JwtFleet::start(3, &["--policy-poll", "60s"]).await;
+    let proxy = RoundRobinProxy::start(f.fleet.bases()).await;
+    let out = apply(&f, PLANS);
+    assert!(out.contains("applied as version 1 by ops@test: first version: plans free, pro"), "{out}");
+    converged(&f, 1.0, 5).await;
+
+    // alice's token says nothing of a plan: free, 3 calls a minute.
+    let mut alice = McpClient::new().with_token(&f.token("alice"));
+    alice.initialize(&proxy.url()).await;
+    let mut stream = SseStream::new(alice.get(&proxy.url(), None).await);
+    stream.next(Duration::from_secs(5)).await.unwrap().expect("the stream's priming event");
+    for i in 0..3 {
+        let r = call(&alice, &proxy.url(), 10 + i, "test_simple_text", json!({})).await;
+        assert!(!is_error(&r), "{r}");
+    }
+    let r = call(&alice, &proxy.url(), 13, "test_simple_text", json!({})).await;
+    assert!(is_error(&r) && text_of(&r).starts_with("Quota exhausted"), "{r}");
+
+    // Version 2 gives alice the pro plan by her subject.
+    let v2 = PLANS.replace("assign:\n", "assign:\n  - when: 'principal.subject == \"alice\"'\n    plan: pro\n");
+    let (_, diff, _) = policy("diff", &f.redis.url(), &v2, &[]);
+    assert_eq!(diff, "against version 1 (applied by ops@test):\n  assignment rules changed (1 → 2)\n");
+    let out = apply(&f, &v2);
+    let applied = Instant::now();
+    assert!(out.contains("applied as version 2 by ops@test: assignment rules changed (1 → 2)"), "{out}");
+    // Every replica admits her now, each asked directly (the session is the fleet's).
+    for (i, url) in f.fleet.urls().iter().enumerate() {
+        loop {
+            let r = call(&alice, url, 20 + i64::try_from(i).unwrap(), "test_simple_text", json!({})).await;
+            if !is_error(&r) {
+                break;
+            }
+            assert!(applied.elapsed() < Duration::from_secs(2), "replica {i} still refuses after 2 s: {r}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(applied.elapsed() < Duration::from_secs(2));
+    // No restart, no dropped stream: her GET stream still carries what the session is told.
+    let r = call(&alice, &proxy.url(), 30, "test_trigger_tool_change", json!({})).await;
+    assert!(!is_error(&r), "{r}");
+    stream.until_method("notifications/tools/list_changed", Duration::from_secs(5)).await.unwrap();
+    // bob, whom no rule names, is still on free; a claim picks pro for carol.
+    let bob = McpClient::new().with_token(&f.token("bob"));
+    let mut bob = bob;
+    bob.initialize(&proxy.url()).await;
+    for i in 0..4 {
+        let r = call(&bob, &proxy.url(), 40 + i, "test_simple_text", json!({})).await;
+        assert_eq!(is_error(&r), i == 3, "{r}");
+    }
+    let mut carol = McpClient::new().with_token(&f.token_for("carol").claim("plan", json!("pro")).sign());
+    carol.initialize(&proxy.url()).await;
+    for i in 0..5 {
+        let r = call(&carol, &proxy.url(), 50 + i, "test_simple_text", json!({})).await;
+        assert!(!is_error(&r), "{r}");
+    }
+    assert_eq!(f.metric("mcp_policy_version").await, 6.0, "three replicas at version 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_hide_and_refuse_tools_and_their_conditions_refuse_valid_calls_while_dry_runs_only_count() {
+    let f = JwtFleet::start(3, &[]).await;
+    let proxy = RoundRobinProxy::start(f.fleet.bases()).await;
+    apply(
+        &f,
+        r#"plans:
+  free:
+    tools:
+      allow: [test_simple_text, test_countdown]
+      conditions:
+        - tool: test_countdown
+          when: 'args.count <= 10'
+          message: 'The free plan counts to 10 at most: ask for fewer.'
+        - tool: test_simple_text
+          when: 'principal.claims.region == "eu"'
+          message: 'EU only'
+          mode: dry-run
+  staff: {}
+assign:
+  - when: 'principal.claims.staff == true'
+    plan: staff
+default: free
+"#,
+    );
+    converged(&f, 1.0, 10).await;
+    let mut alice = McpClient::new().with_token(&f.token_for("alice").claim("region", json!("us")).sign());
+    alice.initialize(&proxy.url()).await;
+    let listed = alice.request(&proxy.url(), 1, "tools/list", json!({})).await;
+    let mut names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["test_countdown", "test_simple_text"], "the plan lists only its tools");
+
+    // A tool the plan does not list: 403, before its arguments are read, with no challenge to sign in again.
+    let resp = alice
+        .post(&proxy.url(), &json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": { "name": "test_image_content", "arguments": {} } }))
+        .await;
+    assert_eq!(resp.status(), 403);
+    assert!(resp.headers().get("www-authenticate").is_none());
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("does not allow the tool test_image_content"),
+        "{body}"
+    );
+
+    // A call that passes its schema (count up to 1000) and not the plan's condition: an isError for the model.
+    let r = call(&alice, &proxy.url(), 3, "test_countdown", json!({ "count": 11, "interval_ms": 0 })).await;
+    assert!(is_error(&r), "{r}");
+    let text = text_of(&r);
+    assert!(text.starts_with("Refused by policy: the call of the tool test_countdown was not made. The free plan counts to 10 at most: ask for fewer."), "{text}");
+    assert!(text.contains("Trace id: "), "{text}");
+    let r = call(&alice, &proxy.url(), 4, "test_countdown", json!({ "count": 2, "interval_ms": 0 })).await;
+    assert!(!is_error(&r), "{r}");
+    // The same through the 2026-07-28 generation.
+    let stateless = StatelessClient::new().with_token(&f.token_for("alice").claim("region", json!("us")).sign());
+    let r =
+        stateless.call(&proxy.url(), 5, "test_countdown", json!({ "count": 50, "interval_ms": 0 }), json!({})).await;
+    assert!(is_error(&r) && text_of(&r).contains("counts to 10 at most"), "{r}");
+
+    // The dry run would refuse every call of a non-EU principal: it counts them, and refuses none.
+    for i in 0..3 {
+        let r = call(&alice, &proxy.url(), 10 + i, "test_simple_text", json!({})).await;
+        assert!(!is_error(&r), "{r}");
+    }
+    let would = "mcp_policy_would_refuse_total{plan=\"free\",rule=\"tools.conditions.1\"}";
+    let refused = "mcp_policy_refusals_total{plan=\"free\",rule=\"tools.conditions.0\"}";
+    let allow = "mcp_policy_refusals_total{plan=\"free\",rule=\"tools.allow\"}";
+    assert_eq!(f.metric(would).await, 3.0);
+    assert_eq!(f.metric(refused).await, 2.0);
+    assert_eq!(f.metric(allow).await, 1.0);
+
+    // The staff plan has no conditions and every tool.
+    let mut staff = McpClient::new().with_token(&f.token_for("sam").claim("staff", json!(true)).sign());
+    staff.initialize(&proxy.url()).await;
+    let r = call(&staff, &proxy.url(), 1, "test_countdown", json!({ "count": 11, "interval_ms": 0 })).await;
+    assert!(!is_error(&r), "{r}");
+    let r = call(&staff, &proxy.url(), 2, "test_image_content", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_document_changes_nothing_and_a_bad_stored_version_leaves_the_last_good_one() {
+    let f = JwtFleet::start(3, &["--policy-poll", "1s"]).await;
+    apply(&f, PLANS);
+    converged(&f, 1.0, 10).await;
+    // apply checks first: an unknown key or a CEL error is refused with 64 and the pointer, and nothing is stored.
+    let (code, out, err) = policy(
+        "apply",
+        &f.redis.url(),
+        &PLANS.replace("quotas:\n      test_simple_text: { limit: 3", "quotaz:\n      test_simple_text: { limit: 3"),
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (Some(64), ""), "{err}");
+    assert!(err.contains(": /plans/free/quotaz: expected no such key here"), "{err}");
+    let (code, _, err) = policy("apply", &f.redis.url(), &PLANS.replace("== \"pro\"", "=="), &[]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains(": /assign/0/when: does not compile"), "{err}");
+    // A version written by something that did not check it (a newer build, a hand edit): every replica counts
+    // it, logs it, and keeps version 1.
+    let key = "mcp:{fleet}:policy";
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli").args(["-p", &f.redis.port().to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(cli(&["HSET", key, "v", "2", "doc", "plans: {}\ndefault: nothing\n"]), "0");
+    eventually(10, "every replica saw version 2 and refused it", || async {
+        let mut all = true;
+        for r in &f.fleet.replicas {
+            let m = scrape(&r.admin()).await;
+            all &= m.get("mcp_policy_latest_version") == Some(&2.0)
+                && m.get("mcp_policy_version") == Some(&1.0)
+                && m.get("mcp_policy_load_failures_total{reason=\"invalid\"}").copied().unwrap_or(0.0) >= 1.0;
+        }
+        all
+    })
+    .await;
+    // Still version 1: alice is on free, 3 a minute.
+    let mut alice = f.client("alice");
+    alice.initialize(&f.url(0)).await;
+    for i in 0..4 {
+        let r = call(&alice, &f.url(usize::try_from(i).unwrap() % 3), i, "test_simple_text", json!({})).await;
+        assert_eq!(is_error(&r), i == 3, "{r}");
+    }
+    // The next good version is taken.
+    let (code, out, err) = policy("apply", &f.redis.url(), PLANS, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("applied as version 3 by "), "{out}");
+    converged(&f, 3.0, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_without_redis_serves_a_policy_file_and_reads_it_again_when_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, PLANS.replace("limit: 3,", "limit: 1,")).unwrap();
+    let path = file.to_str().unwrap().to_owned();
+    // With Redis, the flag is refused: a fleet follows what was applied.
+    let out = Command::new(server_bin())
+        .args(["serve", "--redis-url", "redis://127.0.0.1:1/", "--policy", &path])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--policy FILE is for one process without Redis"));
+    // A file the server refuses stops it at start.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "plans: {}\n").unwrap();
+    let out = Command::new(server_bin()).args(["serve", "--policy", bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+
+    let fleet =
+        mcpfleet_fleetkit::Fleet::builder().arg("--policy").arg(&path).arg("--policy-poll").arg("1s").start().await;
+    let url = fleet.urls()[0].clone();
+    let mut c = McpClient::new();
+    c.initialize(&url).await;
+    assert!(!is_error(&call(&c, &url, 1, "test_simple_text", json!({})).await));
+    assert!(is_error(&call(&c, &url, 2, "test_simple_text", json!({})).await), "1 a minute");
+    // The file changes: the new version is in force within the poll.
+    std::fs::write(&file, PLANS.replace("limit: 3,", "limit: 5,")).unwrap();
+    eventually(5, "the file's new version is in force", || async {
+        scrape(&fleet.replicas[0].admin()).await.get("mcp_policy_version") == Some(&2.0)
+    })
+    .await;
+    assert!(!is_error(&call(&c, &url, 3, "test_simple_text", json!({})).await));
+    // A bad edit is refused: the last good version stays.
+    std::fs::write(&file, "plans: { free: { ratee: 1 } }\ndefault: free\n").unwrap();
+    eventually(5, "the bad edit is counted", || async {
+        scrape(&fleet.replicas[0].admin()).await.get("mcp_policy_load_failures_total{reason=\"invalid\"}") == Some(&1.0)
+    })
+    .await;
+    assert_eq!(scrape(&fleet.replicas[0].admin()).await.get("mcp_policy_version"), Some(&2.0));
+}
