@@ -191,6 +191,7 @@ async fn every_known_series_is_exported_before_its_first_event() {
         "is_error",
         "protocol_error",
         "refused",
+        "refused_by_policy",
         "refused_by_limit",
         "invalid_arguments",
         "cancelled",

@@ -39,8 +39,9 @@ impl Version {
 pub const FAMILIES: [&str; 8] =
     ["sessions", "events", "limits", "tasks", "idempotency", "state", "members", "channels"];
 
-/// This build's layout: every family at version 1 (release 0.1.0's layout).
-pub const CURRENT: [(&str, Version); 8] = [
+/// This build's layout: every family at version 1 (release 0.1.0's layout), and `policy` (the fleet's policy
+/// version in force and its notice channel), which 0.1.0 does not touch.
+pub const CURRENT: [(&str, Version); 9] = [
     ("sessions", Version::only(1)),
     ("events", Version::only(1)),
     ("limits", Version::only(1)),
@@ -49,6 +50,7 @@ pub const CURRENT: [(&str, Version); 8] = [
     ("state", Version::only(1)),
     ("members", Version::only(1)),
     ("channels", Version::only(1)),
+    ("policy", Version::only(1)),
 ];
 
 /// A build's declaration: its families' versions. Families it does not name, it does not touch.
@@ -172,9 +174,11 @@ mod tests {
     fn a_declaration_reads_back_as_written() {
         let current = Layout::current();
         assert_eq!(Layout::parse(&current.encode()), Some(current.clone()));
-        assert_eq!(current, Layout::undeclared(), "this build is at 0.1.0's layout");
         let names: Vec<_> = CURRENT.iter().map(|(f, _)| *f).collect();
-        assert_eq!(names, FAMILIES);
+        assert_eq!(names[..FAMILIES.len()], FAMILIES, "0.1.0's families, then those added since");
+        assert!(CURRENT.iter().all(|(_, v)| *v == Version::only(1)), "every family at 0.1.0's version");
+        assert_eq!(current.shares_with(&Layout::undeclared()), Ok(()));
+        assert_eq!(Layout::undeclared().shares_with(&current), Ok(()));
         for bad in ["", "events", "events:1", "events:1:1", "events:x:1-1", "events:2:1-1", "events:1:1-1:9", ":1:1-1"]
         {
             assert_eq!(Layout::parse(bad), None, "{bad:?}");

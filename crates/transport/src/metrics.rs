@@ -59,11 +59,12 @@ const HEALTHY_REQUESTS: [(&str, &str); 9] = [
 ];
 
 /// The outcomes of `mcp_tool_calls_total`, in the order its help text lists them.
-const TOOL_OUTCOMES: [&str; 13] = [
+const TOOL_OUTCOMES: [&str; 14] = [
     "ok",
     "is_error",
     "protocol_error",
     "refused",
+    "refused_by_policy",
     "refused_by_limit",
     "invalid_arguments",
     "cancelled",
