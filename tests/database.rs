@@ -76,14 +76,15 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     let both = format!("{}{}", text(&a).0, text(&b).0);
     assert_eq!(both.matches("applied 0001 reference").count(), 1, "{both}");
     assert_eq!(both.matches("applied 0002 audit").count(), 1, "{both}");
+    assert_eq!(both.matches("applied 0003 policy").count(), 1, "{both}");
     assert_eq!(both.matches("nothing to apply").count(), 1, "{both}");
-    assert_eq!(pg.psql("fresh", "SELECT count(*) FROM mcpfleet_migrations").trim(), "2");
+    assert_eq!(pg.psql("fresh", "SELECT count(*) FROM mcpfleet_migrations").trim(), "3");
     // A month ahead exists for the audit trail.
     let parts = pg.psql("fresh", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_events'::regclass");
     assert_eq!(parts.trim(), "3");
     // Current: a no-op.
     let o = mcpfleet(&["migrate", "--database-url", &url]);
-    assert_eq!(text(&o).0.trim(), "nothing to apply: the schema is at version 2");
+    assert_eq!(text(&o).0.trim(), "nothing to apply: the schema is at version 3");
 
     // --migrate-on-start migrates an empty database and serves.
     pg.create_database("auto");

@@ -305,3 +305,82 @@ async fn one_process_without_redis_serves_a_policy_file_and_reads_it_again_when_
     .await;
     assert_eq!(scrape(&fleet.replicas[0].admin()).await.get("mcp_policy_version"), Some(&2.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_says_who_and_when_rollback_restores_a_version_everywhere_and_audit_verify_covers_the_changes() {
+    let pg = mcpfleet_fleetkit::PostgresServer::start();
+    let db = pg.url();
+    let out = Command::new(server_bin()).args(["migrate", "--database-url", &db]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f = JwtFleet::start(3, &["--policy-poll", "60s"]).await;
+    let with_db = |by: &'static str| ["--database-url", db.as_str(), "--by", by];
+    let (code, out, err) = policy("apply", &f.redis.url(), PLANS, &with_db("alice@ops"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v2 = PLANS.replace("assign:\n", "assign:\n  - when: 'principal.subject == \"dave\"'\n    plan: pro\n");
+    let (code, out, err) = policy("apply", &f.redis.url(), &v2, &with_db("bob@ops"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("applied as version 2 by bob@ops: assignment rules changed (1 → 2)"), "{out}");
+    converged(&f, 2.0, 5).await;
+    // dave is on pro: more than 3 calls.
+    let mut dave = f.client("dave");
+    dave.initialize(&f.url(0)).await;
+    for i in 0..4 {
+        assert!(!is_error(&call(&dave, &f.url(0), i, "test_simple_text", json!({})).await));
+    }
+
+    // The history: newest first, each with who, when (UTC), the document's digest and what it changed.
+    let history = || {
+        let out = Command::new(server_bin()).args(["policy", "history", "--database-url", &db]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let lines: Vec<Vec<String>> = history().lines().map(|l| l.split('\t').map(str::to_owned).collect()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!((lines[0][0].as_str(), lines[0][2].as_str()), ("2", "bob@ops"));
+    assert_eq!((lines[1][0].as_str(), lines[1][2].as_str()), ("1", "alice@ops"));
+    assert!(lines[0][1].ends_with('Z') && lines[0][1] >= lines[1][1], "{lines:?}");
+    assert_eq!(lines[0][4], "assignment rules changed (1 → 2)");
+    assert!(lines[1][4].starts_with("first version: plans free, pro"), "{lines:?}");
+
+    // Rolling back to version 1 makes it version 3, on every replica: dave is on free again.
+    let rollback = |v: &str, by: &str| {
+        Command::new(server_bin())
+            .args(["policy", "rollback", v, "--redis-url", &f.redis.url(), "--database-url", &db, "--by", by])
+            .output()
+            .unwrap()
+    };
+    let out = rollback("1", "carol@ops");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "policy: version 1 applied again as version 3 by carol@ops: rollback to version 1: assignment rules changed (2 → 1)"
+    );
+    converged(&f, 3.0, 5).await;
+    let r = call(&dave, &f.url(1), 10, "test_simple_text", json!({})).await;
+    assert!(is_error(&r) && text_of(&r).starts_with("Quota exhausted"), "back on free, its 3 used: {r}");
+    assert_eq!(history().lines().next().unwrap().split('\t').nth(2), Some("carol@ops"));
+    let out = rollback("9", "carol@ops");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no version 9 in the history"));
+
+    // Each change is in the audit trail, chained: verify passes, and a change edited afterwards is caught.
+    let rows =
+        pg.psql("postgres", "SELECT principal, outcome, detail FROM audit_events WHERE kind = 'policy' ORDER BY at");
+    let rows: Vec<&str> = rows.lines().collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows[0].starts_with("alice@ops|applied|version 1: first version"), "{rows:?}");
+    assert!(rows[2].starts_with("carol@ops|rolled_back|version 3: rollback to version 1"), "{rows:?}");
+    let verify = || Command::new(server_bin()).args(["audit", "verify", "--database-url", &db]).output().unwrap();
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("verified 3 chains") && text.contains("3 ended, 0 open, 0 tampered"), "{text}");
+    pg.psql(
+        "postgres",
+        "UPDATE audit_events SET principal = 'mallory@ops' WHERE kind = 'policy' AND principal = 'bob@ops'",
+    );
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("row 1 was altered"), "{text}");
+}

@@ -13,6 +13,7 @@ mod connect;
 mod error;
 pub mod migrate;
 mod month;
+pub mod policy;
 
 pub use connect::{Database, DbSettings};
 pub use error::{DbError, unavailable};

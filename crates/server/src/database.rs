@@ -24,7 +24,7 @@ pub(crate) fn open(cfg: &Config) -> Result<Option<Database>, ServerError> {
 }
 
 /// The one line a schema behind this binary gets; `name` is the server's (its `migrate` subcommand).
-fn behind(name: &str, status: &Status) -> String {
+pub(crate) fn behind(name: &str, status: &Status) -> String {
     format!(
         "the database schema is at version {} but this binary needs version {}: run `{name} migrate` first (or serve \
          with --migrate-on-start)",
@@ -173,6 +173,16 @@ impl Fatal {
 }
 
 /// Runs a database command of the server named `name` (the prefix of its error lines); returns the exit code.
+/// The exit code of a database command that failed with `e`.
+pub(crate) fn exit_of(e: &DbError) -> i32 {
+    match e {
+        DbError::Checksum { .. } => EXIT_SCHEMA,
+        DbError::Unavailable(_) | DbError::Refused(_) => EXIT_UNAVAILABLE,
+        DbError::Url(_) | DbError::Tls(_) => EXIT_CONFIG,
+        DbError::Query(_) => 1,
+    }
+}
+
 pub(crate) async fn command(name: &str, req: DbRequest) -> i32 {
     let db = match Database::new(&req.settings) {
         Ok(db) => db,
@@ -183,12 +193,7 @@ pub(crate) async fn command(name: &str, req: DbRequest) -> i32 {
     };
     let fail = |e: DbError| {
         eprintln!("{name}: {e}");
-        match e {
-            DbError::Checksum { .. } => EXIT_SCHEMA,
-            DbError::Unavailable(_) | DbError::Refused(_) => EXIT_UNAVAILABLE,
-            DbError::Url(_) | DbError::Tls(_) => EXIT_CONFIG,
-            DbError::Query(_) => 1,
-        }
+        exit_of(&e)
     };
     match req.command {
         DbCommand::Migrate => {

@@ -6,7 +6,8 @@
 //! whether a call would go through.
 
 use crate::ServerError;
-use crate::config::{Apply, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Explain, PolicyRequest};
+use crate::config::{Apply, Config, EXIT_CONFIG, EXIT_UNAVAILABLE, Explain, PolicyRequest, Rollback};
+use mcpfleet_db::{Database, DbSettings};
 use mcpfleet_limits::Limiter;
 use mcpfleet_policy::{CallVerdict, MAX_BYTES, Plan, Policy, Subject, ToolView};
 use mcpfleet_state::{NewPolicy, PolicyStore as _, PutPolicy, RedisStore, Store};
@@ -112,6 +113,8 @@ pub(crate) fn command(name: &str, req: &PolicyRequest) -> i32 {
     match req {
         PolicyRequest::Apply(a) => with_runtime(name, apply(name, a, true)),
         PolicyRequest::Diff(a) => with_runtime(name, apply(name, a, false)),
+        PolicyRequest::History(settings) => with_runtime(name, history(name, settings)),
+        PolicyRequest::Rollback(r) => with_runtime(name, rollback(name, r)),
         PolicyRequest::Explain(e) => match load(name, &e.file) {
             Some(p) => {
                 print!("{}", explain(&p, e));
@@ -187,20 +190,176 @@ async fn apply(name: &str, a: &Apply, store: bool) -> i32 {
         return 0;
     }
     let summary = new.summary(old.as_ref());
-    let put = NewPolicy { expected, version: None, text: &text, by: &a.by, summary: &summary };
-    match redis.put_policy(&put).await {
-        Ok(PutPolicy::Stored(v)) => {
+    let change = Change { text: &text, by: &a.by, summary: &summary, expected, rollback_of: None };
+    match put(name, &redis, a.database.as_ref(), &change).await {
+        Ok(v) => {
             println!("policy {shown}: applied as version {v} by {}: {summary}", a.by);
             0
         }
-        Ok(PutPolicy::Moved(v)) => {
-            eprintln!("{name}: policy {shown}: version {v} was applied meanwhile; nothing stored: run it again");
+        Err(code) => code,
+    }
+}
+
+/// A version to put in force.
+struct Change<'a> {
+    text: &'a str,
+    by: &'a str,
+    summary: &'a str,
+    /// The version in force it was compared against.
+    expected: u64,
+    rollback_of: Option<i64>,
+}
+
+/// Why the store did not take a version.
+enum NotStored {
+    Moved(u64),
+    Store(mcpfleet_state::StateError),
+}
+
+/// Puts `c` in force: in the store, and with a database in its history and the audit trail too, in one
+/// transaction around the store write. Returns the version, or the exit code once the reason is printed.
+async fn put(name: &str, redis: &RedisStore, db: Option<&DbSettings>, c: &Change<'_>) -> Result<u64, i32> {
+    let store = |version: Option<u64>| async move {
+        let new = NewPolicy { expected: c.expected, version, text: c.text, by: c.by, summary: c.summary };
+        match redis.put_policy(&new).await {
+            Ok(PutPolicy::Stored(v)) => Ok(v),
+            Ok(PutPolicy::Moved(v)) => Err(NotStored::Moved(v)),
+            Err(e) => Err(NotStored::Store(e)),
+        }
+    };
+    let stored = match db {
+        None => store(None).await,
+        Some(settings) => {
+            let db = open_db(name, settings).await?;
+            let new = mcpfleet_db::policy::NewVersion {
+                document: c.text,
+                by: c.by,
+                summary: c.summary,
+                rollback_of: c.rollback_of,
+                in_force: i64::try_from(c.expected).unwrap_or(i64::MAX),
+                writer: "policy-cli",
+            };
+            let publish = |v: i64| async move { store(Some(u64::try_from(v).unwrap_or(0))).await.map(|_| ()) };
+            match mcpfleet_db::policy::record(&db, &new, publish).await {
+                Ok(Ok(v)) => Ok(u64::try_from(v).unwrap_or(0)),
+                Ok(Err(e)) => Err(e),
+                Err(e) => {
+                    eprintln!("{name}: policy: cannot record the version: {e}");
+                    return Err(crate::database::exit_of(&e));
+                }
+            }
+        }
+    };
+    stored.map_err(|e| match e {
+        NotStored::Moved(v) => {
+            eprintln!("{name}: policy: version {v} was applied meanwhile; nothing stored: run it again");
             EXIT_TEMPFAIL
         }
-        Err(e) => {
-            eprintln!("{name}: policy {shown}: cannot store it: {e}");
+        NotStored::Store(e) => {
+            eprintln!("{name}: policy: cannot store it: {e}");
             EXIT_UNAVAILABLE
         }
+    })
+}
+
+/// The database, at this binary's schema (the policy history is migration 0003's).
+async fn open_db(name: &str, settings: &DbSettings) -> Result<Database, i32> {
+    let db = Database::new(settings).map_err(|e| {
+        eprintln!("{name}: {e}");
+        EXIT_CONFIG
+    })?;
+    match mcpfleet_db::migrate::status(&db).await {
+        Ok(s) if !s.pending.is_empty() => {
+            eprintln!("{name}: {}", crate::database::behind(name, &s));
+            Err(crate::config::EXIT_SCHEMA)
+        }
+        Ok(_) => Ok(db),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            Err(crate::database::exit_of(&e))
+        }
+    }
+}
+
+/// `policy history`: every version, newest first, one line each.
+async fn history(name: &str, settings: &DbSettings) -> i32 {
+    let db = match open_db(name, settings).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    match mcpfleet_db::policy::history(&db).await {
+        Ok(versions) => {
+            if versions.is_empty() {
+                println!("no version applied");
+            }
+            for v in versions {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    v.version,
+                    mcpfleet_db::rfc3339(v.applied_at),
+                    v.applied_by,
+                    &v.sha256[..12],
+                    v.summary
+                );
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{name}: policy history: {e}");
+            crate::database::exit_of(&e)
+        }
+    }
+}
+
+/// `policy rollback VERSION`: that version's document, checked by this build, applied again as the next version.
+async fn rollback(name: &str, r: &Rollback) -> i32 {
+    let db = match open_db(name, &r.database).await {
+        Ok(db) => db,
+        Err(code) => return code,
+    };
+    let (_, text) = match mcpfleet_db::policy::version(&db, r.version).await {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            eprintln!("{name}: policy rollback: no version {} in the history (see `{name} policy history`)", r.version);
+            return EXIT_CONFIG;
+        }
+        Err(e) => {
+            eprintln!("{name}: policy rollback: {e}");
+            return crate::database::exit_of(&e);
+        }
+    };
+    let target = match Policy::parse(&text) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{name}: policy rollback: version {} is refused by this build: {e}", r.version);
+            return EXIT_CONFIG;
+        }
+    };
+    let redis = match RedisStore::connect(r.redis.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: policy rollback: the store does not answer: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let current = match redis.policy().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{name}: policy rollback: cannot read the version in force: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+    };
+    let old = current.as_ref().and_then(|c| Policy::parse(&c.text).ok());
+    let summary = format!("rollback to version {}: {}", r.version, target.summary(old.as_ref()));
+    let summary: String = summary.chars().take(400).collect();
+    let expected = current.as_ref().map_or(0, |c| c.version);
+    let change = Change { text: &text, by: &r.by, summary: &summary, expected, rollback_of: Some(r.version) };
+    match put(name, &redis, Some(&r.database), &change).await {
+        Ok(v) => {
+            println!("policy: version {} applied again as version {v} by {}: {summary}", r.version, r.by);
+            0
+        }
+        Err(code) => code,
     }
 }
 

@@ -30,6 +30,8 @@ pub struct Row {
     pub result_bytes: Option<i64>,
     pub generation: Option<Cow<'static, str>>,
     pub dropped: Option<i64>,
+    /// What a `policy` or `revoke` row records (migration 0003); `None` for the kinds before it.
+    pub detail: Option<String>,
     pub prev_hash: [u8; 32],
     pub hash: [u8; 32],
 }
@@ -40,6 +42,8 @@ pub(crate) fn kind(s: &str) -> &'static str {
         "call" => "call",
         "dropped" => "dropped",
         "end" => "end",
+        "policy" => "policy",
+        "revoke" => "revoke",
         _ => "?",
     }
 }
@@ -97,6 +101,10 @@ impl Row {
         int(&mut h, self.result_bytes);
         text(&mut h, self.generation.as_deref());
         int(&mut h, self.dropped);
+        // Hashed only when set: the rows written before the column existed keep their hashes.
+        if let Some(d) = &self.detail {
+            text(&mut h, Some(d));
+        }
         h.finalize().into()
     }
 }
@@ -145,6 +153,7 @@ impl Chain {
             result_bytes: None,
             generation: None,
             dropped: None,
+            detail: None,
             prev_hash: GENESIS,
             hash: GENESIS,
         }
@@ -185,6 +194,9 @@ mod tests {
         let mut moved = first.clone();
         moved.seq = 3;
         assert_ne!(moved.compute_hash(), first.hash);
+        let mut detailed = first.clone();
+        detailed.detail = Some(String::new());
+        assert_ne!(detailed.compute_hash(), first.hash, "a detail, even empty, is hashed");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub async fn export(db: &Database, filter: &ExportFilter, out: &mut dyn Write) -
                'kind', kind, 'replica', replica, 'chain_id', chain_id, 'seq', seq, 'principal', principal, \
                'client_id', client_id, 'tool', tool, 'outcome', outcome, \
                'duration_ms', round(duration_us / 1000.0, 3), 'trace_id', trace_id, 'args_sha256', args_sha256, \
-               'result_bytes', result_bytes, 'generation', generation, 'dropped', dropped)::text \
+               'result_bytes', result_bytes, 'generation', generation, 'dropped', dropped, 'detail', detail)::text \
              FROM audit_events \
              WHERE at >= $1::text::timestamptz AND at < $2::text::timestamptz \
                AND ($3::text IS NULL OR principal = $3) \

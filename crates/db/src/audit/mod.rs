@@ -13,7 +13,7 @@
 //! [`partitions`] creates months ahead and applies retention; [`verify`] walks the chains; [`export`] writes JSON
 //! lines.
 
-mod chain;
+pub(crate) mod chain;
 mod export;
 mod metrics;
 pub mod partitions;
@@ -307,10 +307,10 @@ impl AuditSink for Writer {
 macro_rules! insert_sql {
     () => {
         "INSERT INTO audit_events (chain_id, seq, at, kind, replica, principal, client_id, tool, outcome, \
-    duration_us, trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash) \
+    duration_us, trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash, detail) \
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], \
     $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], $14::text[], \
-    $15::bigint[], $16::bytea[], $17::bytea[])"
+    $15::bigint[], $16::bytea[], $17::bytea[], $18::text[])"
     };
 }
 const INSERT: &str = insert_sql!();
@@ -322,6 +322,20 @@ pub(crate) async fn insert(db: &Database, rows: &[Row], again: bool) -> Result<u
     let c = db.get().await?;
     let sql = if again { INSERT_AGAIN } else { INSERT };
     let stmt = c.prepare_cached(sql).await.map_err(|e| DbError::of(&e))?;
+    insert_with(&**c, &stmt, rows).await
+}
+
+/// Inserts `rows` in a transaction of the caller's (a policy change and its audit rows commit together).
+pub(crate) async fn insert_in(tx: &tokio_postgres::Transaction<'_>, rows: &[Row]) -> Result<u64, DbError> {
+    let stmt = tx.prepare(INSERT).await.map_err(|e| DbError::of(&e))?;
+    insert_with(tx, &stmt, rows).await
+}
+
+async fn insert_with(
+    c: &impl tokio_postgres::GenericClient,
+    stmt: &tokio_postgres::Statement,
+    rows: &[Row],
+) -> Result<u64, DbError> {
     let text = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
     let int = |f: fn(&Row) -> Option<i64>| rows.iter().map(f).collect::<Vec<_>>();
     let chain = text(|r| Some(&*r.chain_id));
@@ -339,10 +353,11 @@ pub(crate) async fn insert(db: &Database, rows: &[Row], again: bool) -> Result<u
     let size = int(|r| r.result_bytes);
     let generation = text(|r| r.generation.as_deref());
     let dropped = int(|r| r.dropped);
+    let detail = text(|r| r.detail.as_deref());
     let prev: Vec<&[u8]> = rows.iter().map(|r| &r.prev_hash[..]).collect();
     let hash: Vec<&[u8]> = rows.iter().map(|r| &r.hash[..]).collect();
     c.execute(
-        &stmt,
+        stmt,
         &[
             &chain,
             &seq,
@@ -361,6 +376,7 @@ pub(crate) async fn insert(db: &Database, rows: &[Row], again: bool) -> Result<u
             &dropped,
             &prev,
             &hash,
+            &detail,
         ],
     )
     .await

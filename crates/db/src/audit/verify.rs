@@ -117,7 +117,7 @@ async fn verify_chain(c: &tokio_postgres::Client, id: &str) -> Result<ChainRepor
         let rows = c
             .query(
                 "SELECT chain_id, seq, at, kind, replica, principal, client_id, tool, outcome, duration_us, \
-                 trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash \
+                 trace_id, args_sha256, result_bytes, generation, dropped, prev_hash, hash, detail \
                  FROM audit_events WHERE chain_id = $1 AND seq > $2 ORDER BY seq, at LIMIT $3",
                 &[&id, &after, &PAGE],
             )
@@ -143,6 +143,7 @@ async fn verify_chain(c: &tokio_postgres::Client, id: &str) -> Result<ChainRepor
                 dropped: r.get(14),
                 prev_hash: to32(r.get(15)),
                 hash: to32(r.get(16)),
+                detail: r.get(17),
             };
             report.rows += 1;
             let finding = if row.seq == last {

@@ -33,7 +33,7 @@ pub(super) struct DbArgs {
 
 impl DbArgs {
     /// The settings, when a URL was given.
-    fn settings(self) -> Result<Option<DbSettings>, ServerError> {
+    pub(super) fn settings(self) -> Result<Option<DbSettings>, ServerError> {
         let Some(url) = self.database_url else { return Ok(None) };
         let url = url.expose().to_owned();
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

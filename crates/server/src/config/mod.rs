@@ -20,7 +20,7 @@ mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
-pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest};
+pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest, Rollback};
 pub use secret::Secret;
 
 use cli::config_error;
@@ -258,7 +258,7 @@ pub enum Parsed {
     /// `migrate`, `demo-data`, `audit …`.
     Db(DbRequest),
     /// `policy …`.
-    Policy(PolicyRequest),
+    Policy(Box<PolicyRequest>),
     /// `--help` or `--version`: print and exit 0.
     Info(String),
 }
@@ -315,7 +315,7 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
             Ok(Parsed::Db(DbRequest { settings: d.db.required()?, command: DbCommand::DemoData { scale: d.scale } }))
         }
         Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
-        Command::Policy(p) => Ok(Parsed::Policy(p.into_request()?)),
+        Command::Policy(p) => Ok(Parsed::Policy(Box::new(p.into_request()?))),
     }
 }
 

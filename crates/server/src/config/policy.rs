@@ -2,9 +2,11 @@
 //! (the store every replica shares, or `--policy FILE` for one process without Redis).
 
 use super::cli::{config_error, duration};
+use super::database::DbArgs;
 use super::store::StoreArgs;
 use crate::ServerError;
 use clap::Subcommand;
+use mcpfleet_db::DbSettings;
 use mcpfleet_state::RedisConfig;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,10 +53,18 @@ pub(super) enum PolicyCommand {
         /// The document (YAML or JSON).
         file: PathBuf,
     },
-    /// Check a document, store it as the fleet's next version and announce it: every replica swaps it in.
+    /// Check a document, store it as the fleet's next version and announce it: every replica swaps it in. With
+    /// --database-url, the version is recorded in its history and the change in the audit trail.
     Apply(ApplyArgs),
     /// What applying a document would change against the version in force.
     Diff(DiffArgs),
+    /// Every version applied, newest first: who, when, what it changed (needs --database-url).
+    History {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Apply an earlier version again, as the next version (needs the fleet's Redis and --database-url).
+    Rollback(RollbackArgs),
     /// Which plan a principal gets from a document, its limits, and whether a call would go through.
     Explain(ExplainArgs),
 }
@@ -71,6 +81,25 @@ pub(super) struct ApplyArgs {
     os_user: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct RollbackArgs {
+    /// The version to apply again (as `policy history` lists it).
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    version: i64,
+    /// Who rolls back (default: the OS user @ the host).
+    #[arg(long, env = "MCPFLEET_POLICY_BY")]
+    by: Option<String>,
+    /// The OS user, for --by's default.
+    #[arg(long, env = "USER", hide = true)]
+    os_user: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    db: DbArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,16 +142,30 @@ pub enum PolicyRequest {
     Apply(Apply),
     /// `policy diff FILE`: the same question as apply, without storing.
     Diff(Apply),
+    /// `policy history`.
+    History(DbSettings),
+    /// `policy rollback VERSION`.
+    Rollback(Rollback),
     /// `policy explain --file FILE --sub S …`.
     Explain(Explain),
 }
 
-/// `policy apply` and `policy diff`: the document, the store, and who.
+/// `policy apply` and `policy diff`: the document, the store, who, and the database that keeps the history.
 #[derive(Debug)]
 pub struct Apply {
     pub file: PathBuf,
     pub redis: RedisConfig,
     pub by: String,
+    pub database: Option<DbSettings>,
+}
+
+/// `policy rollback VERSION`.
+#[derive(Debug)]
+pub struct Rollback {
+    pub version: i64,
+    pub redis: RedisConfig,
+    pub by: String,
+    pub database: DbSettings,
 }
 
 /// `policy explain`'s question: the document, the principal, and optionally a call.
@@ -142,12 +185,23 @@ impl PolicyCommand {
             Self::Check { file } => PolicyRequest::Check(file),
             Self::Apply(a) => PolicyRequest::Apply(Apply {
                 redis: redis_of(a.store, "apply")?,
-                by: a.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(a.os_user.as_deref())),
+                by: who(a.by, a.os_user.as_deref()),
+                database: a.db.settings()?,
                 file: a.file,
             }),
-            Self::Diff(d) => {
-                PolicyRequest::Diff(Apply { redis: redis_of(d.store, "diff")?, by: String::new(), file: d.file })
-            }
+            Self::Diff(d) => PolicyRequest::Diff(Apply {
+                redis: redis_of(d.store, "diff")?,
+                by: String::new(),
+                database: None,
+                file: d.file,
+            }),
+            Self::History { db } => PolicyRequest::History(db.required()?),
+            Self::Rollback(r) => PolicyRequest::Rollback(Rollback {
+                version: r.version,
+                redis: redis_of(r.store, "rollback")?,
+                by: who(r.by, r.os_user.as_deref()),
+                database: r.db.required()?,
+            }),
             Self::Explain(e) => PolicyRequest::Explain(e.into_request()?),
         })
     }
@@ -160,6 +214,12 @@ fn redis_of(store: StoreArgs, command: &str) -> Result<RedisConfig, ServerError>
             "policy {command}: give the fleet's Redis (--redis-url, or --redis-nodes): the version in force lives there"
         ))
     })
+}
+
+/// `--by`, or the OS user and the host; at most 200 characters.
+fn who(by: Option<String>, os_user: Option<&str>) -> String {
+    let by = by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(os_user));
+    by.chars().take(200).collect()
 }
 
 /// The OS user and the host: `$USER@hostname`.
