@@ -133,6 +133,8 @@ impl DevIssuer {
             typ: TypPolicy::AtJwt,
             required_scopes,
             tenant_claim: None,
+            // `mcpfleet token --ttl` mints up to 30 days for local use.
+            max_lifetime: None,
         }
     }
 

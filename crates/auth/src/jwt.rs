@@ -43,6 +43,9 @@ pub struct JwtSettings {
     /// The claim naming the caller's tenant (`--tenant-claim`): a token without it is refused. `None`: each
     /// principal is its own tenant.
     pub tenant_claim: Option<String>,
+    /// The longest a token may live (`exp - iat`, or `exp - now` without `iat`): a longer-lived one is refused, so
+    /// that a revocation lasting this long covers every token it names. `None`: no limit.
+    pub max_lifetime: Option<Duration>,
 }
 
 /// Longest `sub`, `iss` or `client_id` accepted.
@@ -265,6 +268,13 @@ impl JwtAuthenticator {
         // jsonwebtoken has checked that `exp` is a number in the future.
         #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a validated, positive timestamp")]
         let exp = claims.get("exp").and_then(Value::as_f64).map_or(0, |e| e as u64);
+        if let Some(max) = self.settings.max_lifetime {
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked above: not in the future")]
+            let start = claims.get("iat").and_then(Value::as_f64).map_or_else(epoch_secs, |t| t.max(0.0) as u64);
+            if exp.saturating_sub(start) > max.as_secs() + leeway {
+                return Err(AuthError::InvalidToken("the token lives longer than this server accepts"));
+            }
+        }
         let tenant = match &self.settings.tenant_claim {
             Some(claim) => Some(
                 bounded_str(&claims, claim)?
@@ -273,7 +283,9 @@ impl JwtAuthenticator {
             ),
             None => None,
         };
-        let principal = Principal::new(issuer, subject, client_id, Scopes::granted(scopes)).with_tenant(tenant);
+        let mut principal = Principal::new(issuer, subject, client_id, Scopes::granted(scopes)).with_tenant(tenant);
+        // A `jti` of more than 256 characters is not kept: that token can be revoked only with its principal.
+        principal.token_id = bounded_str(&claims, "jti")?.filter(|j| j.len() <= 256);
         Ok((principal, exp, claims))
     }
 }

@@ -63,6 +63,8 @@ pub struct Principal {
     /// The plan the policy in force gave this principal when its token was verified (see [`Assigner`]); `None`:
     /// not assigned yet (the transport assigns it).
     pub plan: Option<PlanTag>,
+    /// The token's id (`jti`), when it has one: a revocation can name that one token.
+    pub token_id: Option<String>,
 }
 
 /// A principal's plan under one version of the policy.
@@ -104,6 +106,7 @@ impl Principal {
             tenant: None,
             claims: Arc::default(),
             plan: None,
+            token_id: None,
         }
     }
 
@@ -119,6 +122,7 @@ impl Principal {
             tenant: None,
             claims: Arc::default(),
             plan: None,
+            token_id: None,
         }
     }
 

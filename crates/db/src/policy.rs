@@ -3,7 +3,7 @@
 //! write that puts the version in force ([`record`]); the versions listed ([`history`]) and one read back whole
 //! ([`version`]) for a rollback.
 
-use crate::audit::chain::Chain;
+use crate::audit::admin::{self, Change};
 use crate::{Database, DbError};
 use sha2::{Digest as _, Sha256};
 use std::time::SystemTime;
@@ -72,17 +72,16 @@ where
     )
     .await
     .map_err(|e| DbError::of(&e))?;
-    let mut chain = Chain::new(new.writer);
-    let mut row = chain.blank("policy", SystemTime::now());
-    row.principal = Some(new.by.to_owned());
-    row.outcome = Some(std::borrow::Cow::Borrowed(if new.rollback_of.is_some() { "rolled_back" } else { "applied" }));
-    row.args_sha256 = Some(sha);
-    row.result_bytes = Some(i64::try_from(new.document.len()).unwrap_or(i64::MAX));
-    let detail = format!("version {version}: {}", new.summary);
-    row.detail = Some(detail.chars().take(1000).collect());
-    let row = chain.link(row);
-    let end = chain.link(chain.blank("end", SystemTime::now()));
-    crate::audit::insert_in(&tx, &[row, end]).await?;
+    let change = Change {
+        writer: new.writer,
+        kind: "policy",
+        by: new.by,
+        outcome: if new.rollback_of.is_some() { "rolled_back" } else { "applied" },
+        digest: Some(sha),
+        size: Some(i64::try_from(new.document.len()).unwrap_or(i64::MAX)),
+        detail: format!("version {version}: {}", new.summary),
+    };
+    crate::audit::insert_in(&tx, &admin::rows(&change)).await?;
     if let Err(e) = publish(version).await {
         // Dropping the transaction rolls it back.
         return Ok(Err(e));

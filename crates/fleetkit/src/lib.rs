@@ -40,6 +40,7 @@ impl Authenticator for HeaderAuth {
             tenant: None,
             claims: std::sync::Arc::default(),
             plan: None,
+            token_id: None,
         })
     }
 }

@@ -95,6 +95,9 @@ pub enum LimitError {
     CapReached { cap: Cap, limit: u64 },
     #[error("session not found")]
     SessionNotFound,
+    /// The principal, or the token the request came with, is revoked (`mcpfleet revoke`).
+    #[error("the token has been revoked")]
+    Revoked,
     #[error("session id already exists")]
     SessionConflict,
     #[error("limits cannot be checked: state store unavailable")]
@@ -172,13 +175,25 @@ pub struct Request<'a> {
     pub task: Option<&'a TaskKey>,
     /// The principal's plan; `None`: the default plan (the flags').
     pub plan: Option<&'a PlanLimits>,
+    /// The id (`jti`) of the token the request came with: a revocation may name it alone.
+    pub token_id: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {
     /// A request of `user` that needs only the bucket.
     #[must_use]
     pub fn new(user: &'a UserKey, peer: Option<IpAddr>) -> Self {
-        Self { user, peer, session: SessionOp::None, slot: None, quota: None, control: false, task: None, plan: None }
+        Self {
+            user,
+            peer,
+            session: SessionOp::None,
+            slot: None,
+            quota: None,
+            control: false,
+            task: None,
+            plan: None,
+            token_id: None,
+        }
     }
 
     /// The same request as a control message (see [`Request::control`]).
@@ -226,6 +241,9 @@ pub struct Limiter {
     leases: Arc<leases::Leases>,
     /// How many replicas share the limits (fleet membership).
     members: Arc<members::Members>,
+    /// The revocations the fleet's registry lists (principal → the token ids revoked, `None` for all, and until
+    /// when, ms): refused here when the store cannot decide, so that failing open never admits them.
+    revoked: Mutex<HashMap<UserKey, Vec<(Option<String>, u64)>>>,
 }
 
 impl fmt::Debug for Limiter {
@@ -251,7 +269,23 @@ impl Limiter {
             local: Mutex::new(HashMap::new()),
             breaker: Breaker::default(),
             epoch: Instant::now(),
+            revoked: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Replaces the revocations known here (the fleet's registry, read by the replica's follower).
+    pub fn set_revoked(&self, known: HashMap<UserKey, Vec<(Option<String>, u64)>>) {
+        *self.revoked.lock().unwrap_or_else(PoisonError::into_inner) = known;
+    }
+
+    /// Whether the registry, as last read here, revokes `user` (or its token `token_id`) now.
+    #[must_use]
+    pub fn known_revoked(&self, user: &UserKey, token_id: Option<&str>) -> bool {
+        let now = mcpfleet_core::time::epoch_ms();
+        let g = self.revoked.lock().unwrap_or_else(PoisonError::into_inner);
+        g.get(user).is_some_and(|r| {
+            r.iter().any(|(j, until)| *until > now && (j.is_none() || j.as_deref() == token_id))
+        })
     }
 
     /// Leaves the fleet (a drain): this replica's membership record goes at once, and is not renewed again.
@@ -353,6 +387,7 @@ impl Limiter {
             release: (!ended.is_empty()).then_some((release_set, ended.as_slice())),
             count_sessions: plan.max_sessions > 0,
             read_task: req.task,
+            token_id: req.token_id,
         };
         match self.store.admit(&a).await {
             Ok(mut r) => {
@@ -435,6 +470,7 @@ impl Limiter {
             None => {}
             Some(Refusal::Bucket) => return refuse(LimitError::RateLimited { retry_after: 1 }),
             Some(Refusal::SessionNotFound) => return refuse(LimitError::SessionNotFound),
+            Some(Refusal::Revoked) => return refuse(LimitError::Revoked),
             Some(Refusal::SessionConflict) => return refuse(LimitError::SessionConflict),
             Some(Refusal::Sessions { .. }) => {
                 self.metrics.decision(Kind::Sessions, "denied");
@@ -484,6 +520,9 @@ impl Limiter {
         source: Option<StateError>,
     ) -> Result<Granted, Refused> {
         let plan = self.plan_of(req);
+        if self.known_revoked(req.user, req.token_id) {
+            return Err(Refused { rate: None, error: LimitError::Revoked });
+        }
         let retry_after = config::whole_secs(self.cfg.breaker_cooldown.as_secs_f64()).max(1);
         let unavailable = |rate| Err(Refused { rate, error: LimitError::Unavailable { retry_after, source } });
         let (Some(b), FailMode::Open) = (bucket, self.cfg.fail_mode) else {
@@ -716,6 +755,28 @@ mod tests {
             Err(Refused { error: LimitError::Unavailable { .. }, rate: Some(_) }) => {}
             other => panic!("session checks fail closed: {other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_open_never_admits_a_principal_known_to_be_revoked() {
+        let store = FakeStore::new();
+        store.down.store(true, Ordering::Relaxed);
+        let open = limiter(store.clone(), LimitsConfig { fail_mode: FailMode::Open, ..cfg(6, 3.0) });
+        let (alice, bob) = (UserKey::new("alice").expect("key"), UserKey::new("bob").expect("key"));
+        let later = mcpfleet_core::time::epoch_ms() + 60_000;
+        open.set_revoked(HashMap::from([
+            (alice.clone(), vec![(None, later)]),
+            (bob.clone(), vec![(Some("t-1".to_owned()), later)]),
+        ]));
+        match open.admit(&Request::new(&alice, None)).await {
+            Err(Refused { error: LimitError::Revoked, .. }) => {}
+            other => panic!("a known revoked principal is refused: {other:?}"),
+        }
+        let with = |jti| Request { token_id: jti, ..Request::new(&bob, None) };
+        assert!(matches!(open.admit(&with(Some("t-1"))).await, Err(Refused { error: LimitError::Revoked, .. })));
+        assert!(open.admit(&with(Some("t-2"))).await.is_ok(), "another token of bob's: the local bucket decides");
+        open.set_revoked(HashMap::from([(alice.clone(), vec![(None, 1)])]));
+        assert!(open.admit(&Request::new(&alice, None)).await.is_ok(), "an ended revocation refuses nothing");
     }
 
     #[tokio::test(start_paused = true)]

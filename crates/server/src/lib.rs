@@ -15,6 +15,7 @@ mod fixtures;
 pub mod lint;
 mod log;
 mod policy;
+mod revoke;
 mod start;
 pub mod testing;
 
@@ -187,7 +188,8 @@ pub(crate) async fn build_state_with(
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
     let policies = Arc::new(Policies::new(cfg.limits.plan(), &tools, policy_metrics));
-    policy::follow(cfg, &store, &policies, &limits, &shutdown)?;
+    let streams = Arc::new(mcpfleet_transport::OpenStreams::default());
+    policy::follow(cfg, &store, &policies, &limits, &streams, &shutdown)?;
     let fatal = database::Fatal::default();
     let audit = match (&db, &cfg.database) {
         (Some(db), Some(dc)) => {
@@ -226,6 +228,7 @@ pub(crate) async fn build_state_with(
         audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
         tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
         policy: policies,
+        streams,
     });
     Ok(Built { state, registry, dev, audit, fatal })
 }

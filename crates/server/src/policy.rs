@@ -30,6 +30,7 @@ pub(crate) fn follow(
     store: &Arc<dyn Store>,
     policies: &Arc<Policies>,
     limits: &Arc<Limiter>,
+    streams: &Arc<mcpfleet_transport::OpenStreams>,
     shutdown: &CancellationToken,
 ) -> Result<(), ServerError> {
     let poll = cfg.policy.poll;
@@ -39,6 +40,7 @@ pub(crate) fn follow(
                 store: store.clone(),
                 policies: policies.clone(),
                 limits: limits.clone(),
+                streams: streams.clone(),
                 poll,
                 shutdown: shutdown.clone(),
             }));
@@ -115,6 +117,7 @@ pub(crate) fn command(name: &str, req: &PolicyRequest) -> i32 {
         PolicyRequest::Diff(a) => with_runtime(name, apply(name, a, false)),
         PolicyRequest::History(settings) => with_runtime(name, history(name, settings)),
         PolicyRequest::Rollback(r) => with_runtime(name, rollback(name, r)),
+        PolicyRequest::Revoke(r) => with_runtime(name, crate::revoke::run(name, r)),
         PolicyRequest::Explain(e) => match load(name, &e.file) {
             Some(p) => {
                 print!("{}", explain(&p, e));

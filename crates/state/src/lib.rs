@@ -20,6 +20,7 @@ mod memory;
 mod metrics;
 mod policy;
 mod redis;
+mod revocation;
 mod stateless;
 mod tasks;
 mod types;
@@ -33,6 +34,7 @@ pub use memory::MemoryStore;
 pub use metrics::StoreMetrics;
 pub use policy::{NewPolicy, POLICY_NOTICE, PolicyStore, PutPolicy, StoredPolicy};
 pub use redis::{RedisConfig, RedisStore, RedisTopology};
+pub use revocation::{Listed, REVOKE_NOTICE, Revocation, RevocationStore};
 pub use stateless::{Claim, ClaimSpec, IdempotencyKey};
 pub use tasks::{
     AfterTake, Asked, CancelOutcome, NewTask, QueueStats, Queued, Requeue, RunCheck, TaskEnd, TaskId, TaskKey,
@@ -310,5 +312,5 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore {}
-impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore> Store for T {}
+pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore {}
+impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore> Store for T {}

@@ -85,6 +85,9 @@ pub struct Admission<'a> {
     /// the index only when this is set (a session opened while the cap was off enters the index on its first touch
     /// that extends its TTL). `true` by [`Admission::new`]; the limiter sets it from its session cap.
     pub count_sessions: bool,
+    /// The id (`jti`) of the token the request came with, if it has one: a revocation of that one token refuses
+    /// it ([`crate::RevocationStore`]).
+    pub token_id: Option<&'a str>,
 }
 
 impl<'a> Admission<'a> {
@@ -99,6 +102,7 @@ impl<'a> Admission<'a> {
             window: None,
             release: None,
             read_task: None,
+            token_id: None,
             count_sessions: true,
         }
     }
@@ -139,6 +143,9 @@ pub enum Refusal {
     Slots { used: u64 },
     /// The window is used up (see the window reading).
     Window,
+    /// The principal, or the token the request came with, is revoked ([`crate::RevocationStore`]): nothing was
+    /// taken.
+    Revoked,
 }
 
 /// The result of one admission.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Every `kind` the Redis store times: its Lua scripts, the plain commands it sends outside them, `WAIT` and
 /// `PING`. Each is exported at 0 from the start; a kind missing here fails a debug build's first use of it.
-const KINDS: [&str; 42] = [
+const KINDS: [&str; 44] = [
     // The session and limit scripts.
     "admit",
     "slot",
@@ -28,6 +28,8 @@ const KINDS: [&str; 42] = [
     "members",
     "layouts",
     "policy",
+    "revoke",
+    "revoked",
     // The task scripts.
     "task_create",
     "task_update",
@@ -168,6 +170,7 @@ mod tests {
             include_str!("redis/link.rs"),
             include_str!("redis/subscriber.rs"),
             include_str!("redis/policy.rs"),
+            include_str!("redis/revocation.rs"),
         ];
         let calls = [".run(\"", ".run_pooled(\"", ".query(\"", ".measured(\""];
         let mut out = BTreeSet::new();

@@ -301,6 +301,7 @@ contract!(
     scripts_reload_after_the_cache_empties,
     membership_records_each_replicas_layout,
     policy_versions_are_stored_and_announced,
+    revocations_refuse_in_the_admission_and_are_listed_and_announced,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2255,4 +2256,52 @@ async fn policy_versions_are_stored_and_announced(kind: Kind) {
     wait_for(&mut on_b, &Ring::Notice("policy:7".to_owned())).await;
     assert_eq!(a.policy_version().await.expect("version"), 7);
     assert_eq!(a.policy().await.expect("policy").expect("in force").text, "v7: doc");
+}
+
+async fn revocations_refuse_in_the_admission_and_are_listed_and_announced(kind: Kind) {
+    use mcpfleet_state::Revocation;
+    let h = Harness::new(kind).await;
+    let s = h.store();
+    let b = h.replica().await;
+    let (alice, bob) = (user("alice"), user("bob"));
+    let spec = BucketSpec { name: "tb".to_owned(), capacity: 10.0, per_second: 1.0 };
+    let mut fleet = b.subscribe_fleet().await.expect("subscribe");
+    let key = session(s, LONG).await;
+    let later = epoch_ms() + 60_000;
+    let revoke = |u: &UserKey, jti: Option<&str>, until| Revocation {
+        user: u.clone(),
+        token_id: jti.map(str::to_owned),
+        until_ms: until,
+        record: format!("{{\"sub\":\"{}\"}}", u.as_str()),
+    };
+    // One token of alice's: that token is refused, her others are not, and nothing is taken from her bucket.
+    s.revoke(&revoke(&alice, Some("t-1"), later)).await.expect("revoke");
+    wait_for(&mut fleet, &Ring::Notice(format!("revoke:{}", alice.as_str()))).await;
+    let with = |jti| Admission { bucket: Some(&spec), token_id: jti, ..admission(&alice) };
+    assert_eq!(admit(s, &with(Some("t-1"))).await.refused, Some(Refusal::Revoked));
+    let r = admit(&*b, &with(Some("t-2"))).await;
+    assert_eq!(r.refused, None);
+    assert!((r.bucket.expect("reading").tokens - 9.0).abs() < 0.1, "the refused admission took nothing");
+    // The whole principal: every token, on every replica; the session it names is not touched.
+    s.revoke(&revoke(&alice, None, later)).await.expect("revoke");
+    assert_eq!(admit(&*b, &with(Some("t-2"))).await.refused, Some(Refusal::Revoked));
+    assert_eq!(admit(s, &with(None)).await.refused, Some(Refusal::Revoked));
+    let touch = Admission { session: SessionOp::Touch(&key.id), ..admission(&alice) };
+    assert_eq!(admit(s, &touch).await.refused, Some(Refusal::Revoked));
+    assert_eq!(admit(s, &Admission { bucket: Some(&spec), ..admission(&bob) }).await.refused, None);
+    // The registry lists both, with their records.
+    let listed = b.revocations().await.expect("list");
+    let fields: Vec<(&str, &str)> = listed.iter().map(|l| (l.user.as_str(), l.field.as_str())).collect();
+    assert_eq!(fields, [(alice.as_str(), "*"), (alice.as_str(), "j:t-1")]);
+    assert_eq!(listed[0].record, format!("{{\"sub\":\"{}\"}}", alice.as_str()));
+    // Lifted: the principal is back, the single token still is not.
+    assert!(b.lift(&alice, None).await.expect("lift"));
+    assert!(!b.lift(&alice, None).await.expect("lift again"), "nothing left to lift");
+    assert_eq!(admit(s, &with(Some("t-2"))).await.refused, None);
+    assert_eq!(admit(s, &with(Some("t-1"))).await.refused, Some(Refusal::Revoked));
+    // A revocation ends by itself at its time.
+    s.revoke(&revoke(&bob, None, epoch_ms() + 300)).await.expect("revoke");
+    assert_eq!(admit(s, &admission(&bob)).await.refused, Some(Refusal::Revoked));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(admit(s, &admission(&bob)).await.refused, None);
 }

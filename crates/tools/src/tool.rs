@@ -462,6 +462,7 @@ mod tests {
             tenant: None,
             claims: std::sync::Arc::default(),
             plan: None,
+            token_id: None,
         })
     }
 

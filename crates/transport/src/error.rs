@@ -74,6 +74,9 @@ pub enum TransportError {
     /// challenge, since no token the caller can get changes it.
     #[error("the plan of this principal does not allow the tool {0}; signing in again does not change that")]
     NotInPlan(String),
+    /// The principal, or its token, is revoked (`mcpfleet revoke`): 401 with an `invalid_token` challenge.
+    #[error("the token has been revoked")]
+    Revoked,
     /// No token verification key has been loaded yet.
     #[error("token verification is temporarily unavailable")]
     AuthUnavailable,
@@ -98,6 +101,7 @@ impl From<LimitError> for TransportError {
     fn from(e: LimitError) -> Self {
         match e {
             LimitError::SessionNotFound => Self::SessionNotFound,
+            LimitError::Revoked => Self::Revoked,
             LimitError::SessionConflict => Self::Unavailable(StateError::Conflict),
             other => Self::Limit(other),
         }
@@ -269,6 +273,7 @@ impl TransportError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Unauthorized { status, .. } => (*status, code::SERVER_ERROR),
             Self::NotInPlan(_) => (StatusCode::FORBIDDEN, code::SERVER_ERROR),
+            Self::Revoked => (StatusCode::UNAUTHORIZED, code::SERVER_ERROR),
             Self::AuthUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Limit(LimitError::Unavailable { .. } | LimitError::Config(_)) => {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)
@@ -352,6 +357,14 @@ impl TransportError {
             }
             Self::Unauthorized { challenge: c, .. } => {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+            }
+            Self::Revoked => {
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(
+                        "Bearer error=\"invalid_token\", error_description=\"the token has been revoked\"",
+                    ),
+                );
             }
             _ => {}
         }

@@ -34,6 +34,7 @@ mod session;
 mod shell;
 mod sse;
 mod stateless;
+mod streams;
 mod tasks;
 mod trace;
 mod well_known;
@@ -46,6 +47,7 @@ pub use mcpfleet_core::ProtocolVersion;
 pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
 pub use origin::HostPattern;
+pub use streams::OpenStreams;
 pub use stateless::mrtr::RequestStateKeys;
 pub use tasks::{EXTENSION as TASKS_EXTENSION, TaskConfig, TaskMetrics, Tasks};
 
@@ -200,6 +202,8 @@ pub struct Shared {
     pub tasks: Arc<Tasks>,
     /// The policy in force (docs/POLICY.md): each caller's plan, the tools it lists, the conditions on its calls.
     pub policy: Arc<policy::Policies>,
+    /// The open streams of each principal here, which a revocation closes.
+    pub streams: Arc<OpenStreams>,
 }
 
 /// Starts this replica's task workers (the 2026-07-28 tasks extension: taking queued tasks, renewing leases,

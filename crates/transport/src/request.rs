@@ -33,7 +33,11 @@ impl<'a> Asker<'a> {
     }
 
     pub(crate) fn request(&self) -> limits::Request<'_> {
-        limits::Request { plan: Some(&self.plan.limits), ..limits::Request::new(&self.caller.user, self.peer) }
+        limits::Request {
+            plan: Some(&self.plan.limits),
+            token_id: self.caller.token_id.as_deref(),
+            ..limits::Request::new(&self.caller.user, self.peer)
+        }
     }
 }
 

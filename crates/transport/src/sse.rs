@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
-use mcpfleet_state::EventId;
+use mcpfleet_state::{EventId, UserKey};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,13 +128,16 @@ struct BodyState {
     _cancel: Option<tokio_util::sync::DropGuard>,
     keep_alive: tokio::time::Interval,
     shutdown: CancellationToken,
+    /// Cancelled when the stream's principal is revoked: the stream ends at once, without `retry:`.
+    watch: crate::streams::StreamWatch,
     retry: Duration,
     done: bool,
 }
 
-/// An SSE response fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle connections get keep-alive comments; on shutdown the stream ends with a
-/// `retry:` hint. The body ends when `rx` closes or yields [`Frame::Retry`].
-pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held) -> Response {
+/// An SSE response of `user`'s fed by `rx`, counted in `mcp_sse_streams_open{kind}` while its body lives. Idle
+/// connections get keep-alive comments; on shutdown the stream ends with a `retry:` hint. The body ends when `rx`
+/// closes or yields [`Frame::Retry`], and at once when `user` is revoked.
+pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held, user: &UserKey) -> Response {
     let (keep_alive, retry) = (app.config.keep_alive, app.config.retry);
     // A feeder that ends the stream itself is waited for; otherwise the body ends it with `retry:`.
     let shutdown = if held.feeder_handles_shutdown { CancellationToken::new() } else { app.shutdown.clone() };
@@ -147,6 +150,7 @@ pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held)
         _cancel: held.cancel_on_drop,
         keep_alive: ka,
         shutdown,
+        watch: app.streams.open(user),
         retry,
         done: false,
     };
@@ -162,6 +166,7 @@ pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held)
                 None => return None,
             },
             () = st.shutdown.cancelled() => { st.done = true; Frame::Retry(st.retry).encode() }
+            () = st.watch.revoked.cancelled() => return None,
             _ = st.keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
         };
         Some((Ok::<_, Infallible>(bytes), st))

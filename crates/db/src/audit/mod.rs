@@ -13,6 +13,7 @@
 //! [`partitions`] creates months ahead and applies retention; [`verify`] walks the chains; [`export`] writes JSON
 //! lines.
 
+pub mod admin;
 pub(crate) mod chain;
 mod export;
 mod metrics;

@@ -88,6 +88,16 @@ pub(super) struct AuthArgs {
     /// without it gets 401. Unset: each principal is its own tenant.
     #[arg(long, env = "MCPFLEET_TENANT_CLAIM")]
     tenant_claim: Option<String>,
+    /// The longest a token may live (exp - iat, or exp - now without iat), like 24h; 0 for no limit. A token that
+    /// lives longer is refused (401), so that a revocation that lasts this long (`mcpfleet revoke`'s default)
+    /// outlives every token it covers. With --auth jwt.
+    #[arg(
+        long,
+        env = "MCPFLEET_MAX_TOKEN_LIFETIME",
+        default_value = "24h",
+        value_parser = super::cli::duration_or_zero("1m", "30d")
+    )]
+    max_token_lifetime: Duration,
     /// The dev issuer's key file, created if missing [default: <tmp>/mcpfleet-dev-key.pem]
     #[arg(long, env = "MCPFLEET_DEV_KEY_FILE")]
     dev_key_file: Option<PathBuf>,
@@ -275,6 +285,7 @@ impl AuthArgs {
             },
             required_scopes: required_scopes.to_vec(),
             tenant_claim: self.tenant_claim.clone(),
+            max_lifetime: (!self.max_token_lifetime.is_zero()).then_some(self.max_token_lifetime),
         };
         let servers =
             if self.authorization_server.is_empty() { vec![issuer] } else { self.authorization_server.clone() };

@@ -20,7 +20,7 @@ mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
-pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest, Rollback};
+pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest, Revoke, RevokeAction, Rollback};
 pub use secret::Secret;
 
 use cli::config_error;
@@ -66,6 +66,9 @@ enum Command {
     /// Policy as data (docs/POLICY.md): plans, the rules that assign them, tenant quotas.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Refuse a principal (or one of its tokens) on every replica within a second, and close its streams;
+    /// --lift ends it, --list shows those in force (docs/POLICY.md).
+    Revoke(Box<policy::RevokeArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -316,6 +319,7 @@ pub fn parse_as<I: IntoIterator<Item = OsString>>(args: I, name: &str, version: 
         }
         Command::Audit(a) => Ok(Parsed::Db(a.into_request()?)),
         Command::Policy(p) => Ok(Parsed::Policy(Box::new(p.into_request()?))),
+        Command::Revoke(r) => Ok(Parsed::Policy(Box::new(r.into_request()?))),
     }
 }
 

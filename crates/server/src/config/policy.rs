@@ -133,6 +133,98 @@ pub(super) struct ExplainArgs {
     args: String,
 }
 
+/// `mcpfleet revoke`: a principal (or one of its tokens) refused by every replica until a time; `--lift` ends it,
+/// `--list` shows the revocations in force.
+#[derive(Debug, clap::Args)]
+pub(super) struct RevokeArgs {
+    /// The principal's subject (`sub`).
+    #[arg(long, required_unless_present = "list")]
+    sub: Option<String>,
+    /// The principal's issuer (`iss`); default: the configured issuer (`--jwt-issuer`).
+    #[arg(long, env = "MCPFLEET_JWT_ISSUER")]
+    iss: Option<String>,
+    /// One token's id (`jti`) instead of the whole principal.
+    #[arg(long)]
+    jti: Option<String>,
+    /// How long, like 2h; default --max-token-lifetime (every token the principal holds has ended by then).
+    #[arg(long = "for", value_parser = duration("1s", "30d"), conflicts_with_all = ["lift", "list"])]
+    duration: Option<Duration>,
+    /// The longest a token may live, as `serve` refuses longer ones: a revocation's default length.
+    #[arg(long, env = "MCPFLEET_MAX_TOKEN_LIFETIME", default_value = "24h", value_parser = super::cli::duration_or_zero("1m", "30d"))]
+    max_token_lifetime: Duration,
+    /// End the revocation of --sub (or of its token --jti).
+    #[arg(long, conflicts_with = "list")]
+    lift: bool,
+    /// List the revocations in force.
+    #[arg(long)]
+    list: bool,
+    /// Who revokes, as the audit trail records it (default: the OS user @ the host).
+    #[arg(long, env = "MCPFLEET_POLICY_BY")]
+    by: Option<String>,
+    /// The OS user, for --by's default.
+    #[arg(long, env = "USER", hide = true)]
+    os_user: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+/// `mcpfleet revoke`'s question.
+#[derive(Debug)]
+pub enum RevokeAction {
+    /// `--list`.
+    List,
+    /// A revocation for `for_` (`--lift`: `None`).
+    Revoke { iss: String, sub: String, jti: Option<String>, for_: Duration },
+    Lift { iss: String, sub: String, jti: Option<String> },
+}
+
+/// `mcpfleet revoke`.
+#[derive(Debug)]
+pub struct Revoke {
+    pub action: RevokeAction,
+    pub redis: RedisConfig,
+    pub by: String,
+    pub database: Option<DbSettings>,
+}
+
+impl RevokeArgs {
+    pub(super) fn into_request(self) -> Result<PolicyRequest, ServerError> {
+        let redis = redis_of(self.store, "revoke")?;
+        let who = || -> Result<(String, String), ServerError> {
+            let iss = self.iss.clone().filter(|i| !i.is_empty()).ok_or_else(|| {
+                config_error("revoke: give --iss (or MCPFLEET_JWT_ISSUER): a subject is one issuer's")
+            })?;
+            Ok((iss, self.sub.clone().unwrap_or_default()))
+        };
+        let action = if self.list {
+            RevokeAction::List
+        } else if self.lift {
+            let (iss, sub) = who()?;
+            RevokeAction::Lift { iss, sub, jti: self.jti.clone() }
+        } else {
+            let (iss, sub) = who()?;
+            let for_ = match (self.duration, self.max_token_lifetime.is_zero()) {
+                (Some(d), _) => d,
+                (None, false) => self.max_token_lifetime,
+                (None, true) => {
+                    return Err(config_error(
+                        "revoke: give --for: with no --max-token-lifetime, no length covers every token",
+                    ));
+                }
+            };
+            RevokeAction::Revoke { iss, sub, jti: self.jti.clone(), for_ }
+        };
+        Ok(PolicyRequest::Revoke(Revoke {
+            action,
+            redis,
+            by: who_by(self.by, self.os_user.as_deref()),
+            database: self.db.settings()?,
+        }))
+    }
+}
+
 /// What `mcpfleet policy …` was asked.
 #[derive(Debug)]
 pub enum PolicyRequest {
@@ -148,6 +240,8 @@ pub enum PolicyRequest {
     Rollback(Rollback),
     /// `policy explain --file FILE --sub S …`.
     Explain(Explain),
+    /// `revoke …`.
+    Revoke(Revoke),
 }
 
 /// `policy apply` and `policy diff`: the document, the store, who, and the database that keeps the history.
@@ -185,7 +279,7 @@ impl PolicyCommand {
             Self::Check { file } => PolicyRequest::Check(file),
             Self::Apply(a) => PolicyRequest::Apply(Apply {
                 redis: redis_of(a.store, "apply")?,
-                by: who(a.by, a.os_user.as_deref()),
+                by: who_by(a.by, a.os_user.as_deref()),
                 database: a.db.settings()?,
                 file: a.file,
             }),
@@ -199,7 +293,7 @@ impl PolicyCommand {
             Self::Rollback(r) => PolicyRequest::Rollback(Rollback {
                 version: r.version,
                 redis: redis_of(r.store, "rollback")?,
-                by: who(r.by, r.os_user.as_deref()),
+                by: who_by(r.by, r.os_user.as_deref()),
                 database: r.db.required()?,
             }),
             Self::Explain(e) => PolicyRequest::Explain(e.into_request()?),
@@ -217,7 +311,7 @@ fn redis_of(store: StoreArgs, command: &str) -> Result<RedisConfig, ServerError>
 }
 
 /// `--by`, or the OS user and the host; at most 200 characters.
-fn who(by: Option<String>, os_user: Option<&str>) -> String {
+fn who_by(by: Option<String>, os_user: Option<&str>) -> String {
     let by = by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(os_user));
     by.chars().take(200).collect()
 }

@@ -5,6 +5,7 @@
 //! [`tasks`], behind a lock of their own.
 
 mod policy;
+mod revocation;
 mod tasks;
 
 use crate::limits::{Admission, Admitted, Refusal, SessionOp, SlotSet, TokenBucket, WindowReading};
@@ -55,6 +56,8 @@ struct Inner {
     idempotency: HashMap<IdempotencyKey, (Record, Instant)>,
     /// The policy version in force, and the fleet's notice channel (see [`policy`]).
     policy: policy::Held,
+    /// Revocations by principal (field → until, ms) and the fleet's registry (see [`revocation`]).
+    revocations: revocation::Held,
 }
 
 #[derive(Debug)]
@@ -384,6 +387,10 @@ impl MemoryStore {
             for t in tokens {
                 slots.remove(t);
             }
+        }
+        if g.revocations.refuses(a.user, a.token_id) {
+            out.refused = Some(Refusal::Revoked);
+            return Ok(out);
         }
         if let Some(b) = a.bucket {
             let entry = g

@@ -15,6 +15,15 @@ pub(super) struct Held {
     fleet: Option<broadcast::Sender<Ring>>,
 }
 
+impl Held {
+    /// Rings the fleet's notice channel, if anyone listens.
+    pub(super) fn announce(&self, message: String) {
+        if let Some(tx) = &self.fleet {
+            let _ = tx.send(Ring::Notice(message));
+        }
+    }
+}
+
 #[async_trait]
 impl PolicyStore for MemoryStore {
     async fn policy_version(&self) -> Result<u64> {
@@ -43,9 +52,7 @@ impl PolicyStore for MemoryStore {
             at_ms,
             summary: new.summary.to_owned(),
         });
-        if let Some(tx) = &held.fleet {
-            let _ = tx.send(Ring::Notice(format!("{}{version}", crate::POLICY_NOTICE)));
-        }
+        held.announce(format!("{}{version}", crate::POLICY_NOTICE));
         Ok(PutPolicy::Stored(version))
     }
 

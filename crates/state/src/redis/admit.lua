@@ -5,11 +5,13 @@
 -- hash tag, so a batch is one slot on Redis Cluster. A batch's admissions share one bucket, slot set, window and
 -- their parameters (the replica batches only admissions that do), and each gets the decision it would get alone,
 -- one after the other: the bucket, the slot count and the window are read once and carried from one to the next.
--- KEYS: bucket, slot set, window, then the user's session index only when the user's sessions are counted for a cap
---       (with no session cap, nothing keeps the index), then session, events, leases for each admission that
---       touches or creates a session, in order (a request without a session, as every 2026-07-28 one, has none).
+-- KEYS: bucket, slot set, window, the user's revocations, then the user's session index only when the user's
+--       sessions are counted for a cap (with no session cap, nothing keeps the index), then session, events, leases
+--       for each admission that touches or creates a session, in order (a request without a session, as every
+--       2026-07-28 one, has none).
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot ttl ms, 5 window limit
---       ('' = no window), 6 window ms, 7 how many admissions; then each admission's: op ('' | 'touch' | 'tap' |
+--       ('' = no window), 6 window ms, 7 the token's revocation field ('j:<jti>', or '-' for a token without an
+--       id), 8 how many admissions; then each admission's: op ('' | 'touch' | 'tap' |
 --       'create'), session id, slot token, and on 'create' only: max sessions (0 = no cap), idle ttl ms, protocol
 --       version, capabilities; then the slot tokens to release (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
@@ -18,7 +20,8 @@
 -- (millionths), wait_ms, pv, caps, lvl, slots, window_used, window_reset_ms (on code 6 only)}, or of six when pv,
 -- caps and window_reset_ms are all empty (a tap, a request without a session): {code, tokens, wait_ms, lvl, slots,
 -- window_used}; code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open
--- sessions), 5 slot cap, 6 window used up.
+-- sessions), 5 slot cap, 6 window used up, 7 revoked (the principal, field '*' of the revocations, or this token:
+-- each field's value is when the revocation ends, in ms; nothing is taken, the releases still apply).
 --
 -- This is the hot path: every tools/call runs it, and one Redis runs it for the whole fleet, one at a time, so it
 -- is written for Redis's instruction count (issues 19 and 32, docs/BENCHMARKS.md). It writes only what changes: a
@@ -35,12 +38,16 @@ local t = call('TIME')
 local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows = string.format('%d', now)
-local m = ARGV[7] + 0
--- The index, when there is one, is the fourth key: the session keys come in threes after it.
-local idx, sk = nil, 4
-if #KEYS % 3 == 1 then idx, sk = KEYS[4], 5 end
+local m = ARGV[8] + 0
+-- The index, when there is one, is the fifth key: the session keys come in threes after it.
+local idx, sk = nil, 5
+if #KEYS % 3 == 2 then idx, sk = KEYS[5], 6 end
 -- Where the releases start: after every admission's arguments (a create carries four more).
-local first, n = 8, #ARGV
+local first, n = 9, #ARGV
+-- A revocation of the principal or of this token refuses every admission of the batch (one read: a key that is
+-- almost always absent).
+local rv = call('HMGET', KEYS[4], '*', ARGV[7])
+local revoked = (rv[1] and rv[1] + 0 > now) or (rv[2] and rv[2] + 0 > now)
 for _ = 1, m do
   if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
 end
@@ -78,7 +85,7 @@ if ARGV[3] ~= '' then scap = ARGV[3] + 0 end
 local wcount, wpend, wres = nil, 0, nil
 -- Each admission's session's new life (ms) when a touch or a create set it: the index outlives the longest.
 local longest = 0
-local a = 8
+local a = 9
 for j = 1, m do
   local op, sid, token = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local tok, wait, slots, wused, wend = '', 0, '', '', ''
@@ -89,6 +96,10 @@ for j = 1, m do
   local code = 0
   -- One pass (repeat ... until true, not indented): a refusal sets the code and leaves with break.
   repeat
+  if revoked then
+    code = 7
+    break
+  end
   if cap then
     if tokens < 1000000 then
       -- Refused: nothing is written, so a flood does not push the refill back.

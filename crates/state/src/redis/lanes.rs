@@ -21,14 +21,16 @@ pub(super) const SHORT_REPLY_LEN: usize = 6;
 pub(super) struct Shared {
     /// Every shared key and argument, end to end: the lane's name.
     pub(super) lane: String,
-    /// The bucket, the slot set, the window and, when the user's sessions are counted, the session index.
+    /// The bucket, the slot set, the window, the revocations and, when the user's sessions are counted, the session
+    /// index.
     pub(super) keys: Vec<String>,
-    /// Capacity, per second, slot cap, slot ttl (ms), window limit, window (ms); `''` for what is off.
-    pub(super) args: [String; 6],
+    /// Capacity, per second, slot cap, slot ttl (ms), window limit, window (ms) (`''` for what is off), and the
+    /// token's revocation field (`j:<jti>`, or `-`).
+    pub(super) args: [String; 7],
 }
 
 impl Shared {
-    pub(super) fn new(keys: Vec<String>, args: [String; 6]) -> Self {
+    pub(super) fn new(keys: Vec<String>, args: [String; 7]) -> Self {
         let mut lane = String::with_capacity(
             keys.iter().map(|k| k.len() + 1).sum::<usize>() + args.iter().map(|a| a.len() + 1).sum::<usize>(),
         );

@@ -27,7 +27,7 @@ impl LimitStore for RedisStore {
         let bucket_key = cat(&[&base, ":", a.bucket.map_or("tb", |b| b.name.as_str())]);
         let slot_key = cat(&[&base, ":", set.suffix()]);
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
-        let mut keys = vec![bucket_key, slot_key, window_key];
+        let mut keys = vec![bucket_key, slot_key, window_key, cat(&[&base, ":rv"])];
         // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle session's
         // bytes). Each key costs Redis about 1k instructions.
         let counted = match a.session {
@@ -51,7 +51,9 @@ impl LimitStore for RedisStore {
             Some(w) => (w.limit.to_string(), ms(w.window).to_string()),
             None => (String::new(), String::new()),
         };
-        let shared = Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms]);
+        let revocation = a.token_id.map_or_else(|| "-".to_owned(), |j| cat(&["j:", j]));
+        let shared =
+            Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
         let (sid, session_keys) = match a.session {
             SessionOp::None => (String::new(), None),
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => {
@@ -96,6 +98,16 @@ impl LimitStore for RedisStore {
             _ => return Err(StateError::Protocol("bad admit reply")),
         };
         let code = int(code)?;
+        if code == 7 {
+            return Ok(Admitted {
+                refused: Some(Refusal::Revoked),
+                bucket: None,
+                session: None,
+                slots_used: None,
+                window: None,
+                task: None,
+            });
+        }
         let refused = match code {
             0 => None,
             1 => Some(Refusal::Bucket),

@@ -19,7 +19,9 @@
 //! | `<p>{fleet}:members` | zset | fleet membership: each replica's id, scored by its record's expiry (ms); renewed every 5 s by `members.lua`, which drops the expired |
 //! | `<p>{fleet}:layout` | hash | each member's declaration of the layout it writes and reads ([`crate::layout`]), written with its record by `members.lua` and read by `layouts.lua` before a replica serves |
 //! | `<p>{fleet}:policy` | hash | the policy version in force ([`crate::PolicyStore`]): `v` (its number), `doc` (the document), `by`, `at` (ms), `sum` (what it changed); written by `policy.lua`, which also rings the notice channel; never expires |
-//! | `<p>{fleet}:nb` | channel | the fleet's notice channel: `policy:<version>` when a version is stored |
+//! | `<p>{fleet}:nb` | channel | the fleet's notice channel: `policy:<version>` when a version is stored, `revoke:<user>` when a revocation is made or lifted |
+//! | `<p>{u:<user>}:rv` | hash | the principal's revocations, read by `admit.lua`: `*` (every token) and `j:<jti>` (one token), each when it ends (ms); lives as long as its longest (`revoke.lua`) |
+//! | `<p>{fleet}:revoked` | hash | the fleet's registry of revocations (`<user>:<field>` → the record `revoke --list` shows), which each replica keeps in memory for when the store is away (`revoked.lua`, which also rings the notice channel) |
 //!
 //! Every script reads the clock with `TIME`. Commands on the hot path go over one shared multiplexed
 //! connection (a [`link::Link`]: standalone, cluster or the master the sentinels name); replays, admin calls and
@@ -42,6 +44,7 @@ mod lanes;
 mod limits;
 mod link;
 mod policy;
+mod revocation;
 mod scripts;
 mod sessions;
 mod subscriber;

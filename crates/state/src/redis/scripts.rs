@@ -26,6 +26,8 @@ pub(super) struct Scripts {
     pub(super) members: Script,
     pub(super) layouts: Script,
     pub(super) policy: Script,
+    pub(super) revoke: Script,
+    pub(super) revoked: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -64,6 +66,8 @@ impl Scripts {
             members: Script::new(include_str!("members.lua")),
             layouts: Script::new(include_str!("layouts.lua")),
             policy: script(include_str!("policy.lua")),
+            revoke: Script::new(include_str!("revoke.lua")),
+            revoked: script(include_str!("revoked.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),

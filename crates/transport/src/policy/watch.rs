@@ -1,13 +1,17 @@
-//! Follows the fleet's policy version in the store ([`follow`]): reads it once before the replica is ready, then
-//! again on every announcement on the fleet's notice channel and every poll interval, in case an announcement was
-//! lost (delivery is at most once). A new version is parsed and checked whole, then swapped in; one that this build
-//! refuses is counted and logged, and the last good version stays in force. With the store away, the replica keeps
-//! the version it has.
+//! Follows the fleet's notices in the store ([`follow`]): the policy version, read once before the replica is
+//! ready, then again on every announcement on the fleet's notice channel and every poll interval, in case an
+//! announcement was lost (delivery is at most once). A new version is parsed and checked whole, then swapped in; one
+//! that this build refuses is counted and logged, and the last good version stays in force. With the store away,
+//! the replica keeps the version it has.
+//!
+//! Revocations ride the same channel: on `revoke:<user>` the principal's open streams here close at once, and the
+//! fleet's registry of revocations is read again (also every poll) into the limiter, which refuses them even when
+//! the store cannot decide.
 
 use super::Policies;
 use mcpfleet_limits::Limiter;
 use mcpfleet_policy::Policy;
-use mcpfleet_state::Store;
+use mcpfleet_state::{REVOKE_NOTICE, Ring, Store, UserKey};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +26,8 @@ pub struct Follower {
     pub policies: Arc<Policies>,
     /// Its cached refusals are cleared when the version changes: a principal's plan may be another one now.
     pub limits: Arc<Limiter>,
+    /// The open streams here, which a revocation closes.
+    pub streams: Arc<crate::OpenStreams>,
     /// How often the version is read without an announcement.
     pub poll: Duration,
     pub shutdown: CancellationToken,
@@ -38,23 +44,57 @@ pub async fn follow(f: Follower) {
             }
         }
         let read = load(&f).await;
+        revocations(&f).await;
         let pause = if read || f.policies.is_loaded() { f.poll } else { FIRST_READ_RETRY };
         let rang = async {
             match sub.as_mut() {
-                Some(s) => s.recv().await.is_some(),
+                Some(s) => s.recv().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             () = f.shutdown.cancelled() => return,
             () = tokio::time::sleep(pause) => {}
-            alive = rang => {
-                if !alive {
-                    sub = None;
+            ring = rang => match ring {
+                None => sub = None,
+                Some(Ring::Notice(msg)) => {
+                    if let Some(user) = msg.strip_prefix(REVOKE_NOTICE).and_then(UserKey::new) {
+                        let closed = f.streams.close(&user);
+                        if closed > 0 {
+                            tracing::info!(user = user.as_str(), closed, "revoked: the principal's open streams here are closed");
+                        }
+                    }
                 }
-            }
+                Some(_) => {}
+            },
         }
     }
+}
+
+/// Reads the fleet's registry of revocations into the limiter (the ones still in force).
+async fn revocations(f: &Follower) {
+    let listed = match f.store.revocations().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the revocations; keeping the ones known");
+            return;
+        }
+    };
+    let now = mcpfleet_core::time::epoch_ms();
+    let mut known: std::collections::HashMap<UserKey, Vec<(Option<String>, u64)>> = std::collections::HashMap::new();
+    for l in listed {
+        let until = serde_json::from_str::<serde_json::Value>(&l.record)
+            .ok()
+            .and_then(|r| r.get("until_ms").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0);
+        let Some(user) = UserKey::new(&l.user) else { continue };
+        if until <= now {
+            continue;
+        }
+        let token = l.field.strip_prefix("j:").map(str::to_owned);
+        known.entry(user).or_default().push((token, until));
+    }
+    f.limits.set_revoked(known);
 }
 
 /// Reads the version in force and installs it if it is new. Returns whether the store answered.

@@ -203,7 +203,7 @@ impl Post<'_> {
         let outcome = Exchange::start(app.clone(), key, self.asker.caller.clone(), &session, call);
         match outcome.await {
             Ok(Outcome::Json(v)) => Ok(axum::Json(v).into_response()),
-            Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", sse::Held::default())),
+            Ok(Outcome::Sse(rx)) => Ok(sse::response(app, rx, "call", sse::Held::default(), &self.asker.caller.user)),
             Err(_) => Err(TransportError::SessionNotFound),
         }
     }
@@ -277,7 +277,7 @@ pub(crate) async fn get(
         let data = crate::ProtocolVersion::parse(&session.protocol_version)
             .is_some_and(crate::ProtocolVersion::primes_with_data);
         let rx = tail::open(&app, key, cursor, data).await?;
-        Ok(sse::response(&app, rx, "listen", sse::Held { slot, ..sse::Held::default() }))
+        Ok(sse::response(&app, rx, "listen", sse::Held { slot, ..sse::Held::default() }, &caller.user))
     }
     .await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;

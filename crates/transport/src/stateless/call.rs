@@ -164,6 +164,7 @@ impl Post<'_> {
                     feeder_handles_shutdown: true,
                     ..sse::Held::default()
                 },
+                &self.asker.caller.user,
             )),
             Err(_) => Err(TransportError::InvalidRequest("the call ended without an answer")),
         }

@@ -64,7 +64,7 @@ impl Post<'_> {
             }
         });
         let held = sse::Held { slot, feeder_handles_shutdown: true, ..sse::Held::default() };
-        Ok(sse::response(app, rx, "subscription", held))
+        Ok(sse::response(app, rx, "subscription", held, &self.asker.caller.user))
     }
 }
 

@@ -34,6 +34,7 @@ pub(crate) fn principal_from(user: &mcpfleet_state::UserKey, s: &str) -> Option<
         // A task's run needs no plan: its plan's checks ran when the task was created.
         claims: std::sync::Arc::default(),
         plan: None,
+        token_id: None,
     })
 }
 
