@@ -34,6 +34,8 @@ mod policy;
 mod policy_fleet;
 #[path = "realistic.rs"]
 mod realistic;
+#[path = "revoke.rs"]
+mod revoke;
 #[path = "rmcp_client.rs"]
 mod rmcp_client;
 #[path = "stateless.rs"]

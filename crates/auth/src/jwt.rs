@@ -269,7 +269,11 @@ impl JwtAuthenticator {
         #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a validated, positive timestamp")]
         let exp = claims.get("exp").and_then(Value::as_f64).map_or(0, |e| e as u64);
         if let Some(max) = self.settings.max_lifetime {
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "checked above: not in the future")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "checked above: not in the future"
+            )]
             let start = claims.get("iat").and_then(Value::as_f64).map_or_else(epoch_secs, |t| t.max(0.0) as u64);
             if exp.saturating_sub(start) > max.as_secs() + leeway {
                 return Err(AuthError::InvalidToken("the token lives longer than this server accepts"));

@@ -225,6 +225,10 @@ pub struct SlotLease {
     token: String,
 }
 
+/// Revocations as a replica knows them: by principal, the token ids revoked (`None`: every token) and until when
+/// (ms since the epoch).
+pub type KnownRevoked = HashMap<UserKey, Vec<(Option<String>, u64)>>;
+
 /// Decides every limit of a replica. Shared by all requests (`Arc`).
 pub struct Limiter {
     store: Arc<dyn LimitStore>,
@@ -243,7 +247,7 @@ pub struct Limiter {
     members: Arc<members::Members>,
     /// The revocations the fleet's registry lists (principal → the token ids revoked, `None` for all, and until
     /// when, ms): refused here when the store cannot decide, so that failing open never admits them.
-    revoked: Mutex<HashMap<UserKey, Vec<(Option<String>, u64)>>>,
+    revoked: Mutex<KnownRevoked>,
 }
 
 impl fmt::Debug for Limiter {
@@ -274,7 +278,7 @@ impl Limiter {
     }
 
     /// Replaces the revocations known here (the fleet's registry, read by the replica's follower).
-    pub fn set_revoked(&self, known: HashMap<UserKey, Vec<(Option<String>, u64)>>) {
+    pub fn set_revoked(&self, known: KnownRevoked) {
         *self.revoked.lock().unwrap_or_else(PoisonError::into_inner) = known;
     }
 
@@ -283,9 +287,8 @@ impl Limiter {
     pub fn known_revoked(&self, user: &UserKey, token_id: Option<&str>) -> bool {
         let now = mcpfleet_core::time::epoch_ms();
         let g = self.revoked.lock().unwrap_or_else(PoisonError::into_inner);
-        g.get(user).is_some_and(|r| {
-            r.iter().any(|(j, until)| *until > now && (j.is_none() || j.as_deref() == token_id))
-        })
+        g.get(user)
+            .is_some_and(|r| r.iter().any(|(j, until)| *until > now && (j.is_none() || j.as_deref() == token_id)))
     }
 
     /// Leaves the fleet (a drain): this replica's membership record goes at once, and is not renewed again.

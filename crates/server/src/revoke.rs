@@ -29,7 +29,8 @@ pub(crate) async fn run(name: &str, r: &Revoke) -> i32 {
             let record = json!({
                 "iss": iss, "sub": sub, "jti": jti, "until_ms": until, "by": r.by, "at_ms": epoch_ms(),
             });
-            let rv = Revocation { user: user.clone(), token_id: jti.clone(), until_ms: until, record: record.to_string() };
+            let rv =
+                Revocation { user: user.clone(), token_id: jti.clone(), until_ms: until, record: record.to_string() };
             if let Err(e) = redis.revoke(&rv).await {
                 eprintln!("{name}: revoke: cannot store it: {e}");
                 return EXIT_UNAVAILABLE;

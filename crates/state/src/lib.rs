@@ -312,5 +312,11 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Everything the transport needs from shared state.
-pub trait Store: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore {}
-impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore> Store for T {}
+pub trait Store:
+    SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore
+{
+}
+impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore>
+    Store for T
+{
+}

@@ -5,8 +5,8 @@
 //! change is announced on the fleet's notice channel (`revoke:<user>`), so that every replica closes the
 //! principal's open streams at once.
 
-use crate::types::UserKey;
 use crate::Result;
+use crate::types::UserKey;
 use async_trait::async_trait;
 
 /// The revocation message on the fleet's notice channel: [`crate::Ring::Notice`] carries `revoke:<user>`.

@@ -47,8 +47,8 @@ pub use mcpfleet_core::ProtocolVersion;
 pub use mcpfleet_limits::Limiter;
 pub use metrics::TransportMetrics;
 pub use origin::HostPattern;
-pub use streams::OpenStreams;
 pub use stateless::mrtr::RequestStateKeys;
+pub use streams::OpenStreams;
 pub use tasks::{EXTENSION as TASKS_EXTENSION, TaskConfig, TaskMetrics, Tasks};
 
 use axum::Router;

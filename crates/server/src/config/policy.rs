@@ -176,8 +176,17 @@ pub enum RevokeAction {
     /// `--list`.
     List,
     /// A revocation for `for_` (`--lift`: `None`).
-    Revoke { iss: String, sub: String, jti: Option<String>, for_: Duration },
-    Lift { iss: String, sub: String, jti: Option<String> },
+    Revoke {
+        iss: String,
+        sub: String,
+        jti: Option<String>,
+        for_: Duration,
+    },
+    Lift {
+        iss: String,
+        sub: String,
+        jti: Option<String>,
+    },
 }
 
 /// `mcpfleet revoke`.

@@ -1,9 +1,9 @@
 //! Revocations in a store one process holds ([`RevocationStore`]): the same contract as Redis's.
 
 use super::MemoryStore;
+use crate::Result;
 use crate::revocation::{Listed, Revocation, RevocationStore};
 use crate::types::UserKey;
-use crate::Result;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 

@@ -52,8 +52,7 @@ impl LimitStore for RedisStore {
             None => (String::new(), String::new()),
         };
         let revocation = a.token_id.map_or_else(|| "-".to_owned(), |j| cat(&["j:", j]));
-        let shared =
-            Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
+        let shared = Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
         let (sid, session_keys) = match a.session {
             SessionOp::None => (String::new(), None),
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => {

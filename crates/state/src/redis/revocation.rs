@@ -3,9 +3,9 @@
 
 use super::RedisStore;
 use super::codec::{cat, int};
+use crate::Result;
 use crate::revocation::{Listed, Revocation, RevocationStore};
 use crate::types::UserKey;
-use crate::Result;
 use async_trait::async_trait;
 use std::collections::HashMap;
 

@@ -81,7 +81,7 @@ async fn revocations(f: &Follower) {
         }
     };
     let now = mcpfleet_core::time::epoch_ms();
-    let mut known: std::collections::HashMap<UserKey, Vec<(Option<String>, u64)>> = std::collections::HashMap::new();
+    let mut known = mcpfleet_limits::KnownRevoked::new();
     for l in listed {
         let until = serde_json::from_str::<serde_json::Value>(&l.record)
             .ok()
