@@ -6,7 +6,7 @@
 //! what the test runs itself (its Redis Sentinel with TLS and an ACL user, its PostgreSQL with TLS required and
 //! the URL naming the CA the chart mounts, nothing at the OTLP endpoint), the listen ports (`0.0.0.0:<containerPort>`
 //! becomes `127.0.0.1:0`, since three replicas share one host) and the mount paths (under a temp dir, in args and
-//! env) are replaced. The migration hook Job runs first, the same way.
+//! env; secrets and ConfigMaps written there) are replaced. The migration hook Job runs first, the same way.
 //!
 //! - `the_chart_boots_the_binary`: three replicas pass readiness at the rendered probes, a `tools/call` goes
 //!   through the round-robin proxy with the Service's DNS name as `Host`, and one replica SIGTERMed with a call
@@ -16,6 +16,9 @@
 //!   prometheus-adapter rule and the KEDA trigger is in a live replica's `/metrics` before any traffic.
 //! - `the_autoscaling_signal_follows_load`: the HPA's per-pod metric (`mcp_tool_calls_in_flight`) under the load
 //!   generator at two levels and after, with what the HPA's formula asks for at each.
+//! - `the_charts_policy_job_applies_its_document_to_every_pod`: with `policy.document`, the hook Job's command
+//!   applies the ConfigMap's document to the fleet's Redis and the database's history; every running pod has it in
+//!   force within 2 s, and its plans decide.
 
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
@@ -141,12 +144,27 @@ impl World {
     /// The rendered pod spec of `kind` as a command: the binary for the image's entrypoint, the args and env as
     /// rendered with the substitutions the module doc lists, and secret volumes written under the temp dir.
     fn command(&self, kind: &str, pod: usize) -> Command {
-        let o = object(&self.objects, kind);
+        self.command_of(object(&self.objects, kind), pod)
+    }
+
+    /// The rendered Job of `component` (`migrate`, `policy`) as a command.
+    fn job(&self, component: &str) -> Command {
+        let o = self
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "Job" && o["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+            .unwrap_or_else(|| panic!("no {component} Job rendered"));
+        self.command_of(o, 0)
+    }
+
+    fn command_of(&self, o: &Value, pod: usize) -> Command {
+        let kind = o["kind"].as_str().expect("kind");
+        let name = o["metadata"]["name"].as_str().expect("name");
         let spec = if kind == "CronJob" { &o["spec"]["jobTemplate"]["spec"] } else { &o["spec"] };
         let spec = &spec["template"]["spec"];
         let c = &spec["containers"][0];
         assert_eq!(c["command"], json!(["/usr/local/bin/mcpfleet"]), "the image's binary");
-        let root = self.dir.path().join(format!("{kind}-{pod}"));
+        let root = self.dir.path().join(format!("{kind}-{name}-{pod}"));
         let mounts: Vec<(String, String)> = c["volumeMounts"]
             .as_array()
             .map(|m| {
@@ -177,6 +195,17 @@ impl World {
                         .expect("write");
                 }
             }
+            if let Some(cm) = volume.get("configMap") {
+                let name = cm["name"].as_str().expect("configMap name");
+                let map = self
+                    .objects
+                    .iter()
+                    .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == name)
+                    .unwrap_or_else(|| panic!("the chart mounts ConfigMap {name}, which it does not render"));
+                for (file, text) in map["data"].as_object().expect("data") {
+                    std::fs::write(dir.join(file), text.as_str().expect("text")).expect("write");
+                }
+            }
         }
         let args: Vec<String> = c["args"]
             .as_array()
@@ -184,7 +213,13 @@ impl World {
             .iter()
             .map(|a| {
                 let a = a.as_str().expect("an arg is a string");
-                let Some((flag, value)) = a.split_once('=') else { return a.to_owned() };
+                let Some((flag, value)) = a.split_once('=') else {
+                    // A path under a mount, as a positional argument (the policy Job's document).
+                    return match mounts.iter().find(|(_, p)| a.starts_with(p.as_str())) {
+                        Some(_) => root.join(a.trim_start_matches('/')).display().to_string(),
+                        None => a.to_owned(),
+                    };
+                };
                 if let Some(v) = self.addresses.get(flag) {
                     return format!("{flag}={v}");
                 }
@@ -294,7 +329,7 @@ async fn status(url: &str) -> Option<u16> {
 /// Runs the migration hook Job's command to its end, then starts `n` pods and waits, as the kubelet would, until
 /// each passes its startup probe and then its readiness probe.
 async fn boot(world: &World, n: usize) -> Vec<Pod> {
-    let job = world.command("Job", 0).output().expect("run the migration Job");
+    let job = world.job("migrate").output().expect("run the migration Job");
     assert!(job.status.success(), "the migration hook Job failed: {}", String::from_utf8_lossy(&job.stderr));
     let c = &world.deployment()["spec"]["template"]["spec"]["containers"][0];
     let pods: Vec<Pod> = (0..n)
@@ -410,6 +445,44 @@ fn flag_secs(spec: &Value, flag: &str) -> u64 {
         .and_then(|v| v.strip_suffix('s'))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{flag} in whole seconds"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_charts_policy_job_applies_its_document_to_every_pod() {
+    let document = "plans:\n  free:\n    quotas:\n      test_simple_text: { limit: 2, window: 60s }\n  pro: {}\n\
+                    assign:\n  - when: 'principal.claims.plan == \"pro\"'\n    plan: pro\ndefault: free\n";
+    let world = World::start(&[("policy.document", json!(document))]).await;
+    let pods = boot(&world, 3).await;
+    let job = world.job("policy").output().expect("run the policy Job");
+    let out = String::from_utf8_lossy(&job.stdout).into_owned();
+    assert!(job.status.success(), "the policy hook Job failed: {out}{}", String::from_utf8_lossy(&job.stderr));
+    assert!(out.contains("applied as version 1 by helm: first version: plans free, pro"), "{out}");
+    let applied = Instant::now();
+    for pod in &pods {
+        let admin = format!("http://{}", pod.ports["admin"]);
+        mcpfleet_fleetkit::eventually(2, "every pod has the chart's policy in force", || async {
+            mcpfleet_fleetkit::scrape(&admin).await.get("mcp_policy_version") == Some(&1.0)
+        })
+        .await;
+    }
+    println!(
+        "deploy: the chart's policy in force on 3 pods {:.0} ms after its Job",
+        applied.elapsed().as_secs_f64() * 1e3
+    );
+    let proxy = RoundRobinProxy::start(pods.iter().map(Pod::base).collect()).await;
+    let mut c = client(&world, "alice");
+    c.initialize(&proxy.url()).await;
+    let calls: Vec<Value> = {
+        let mut v = Vec::new();
+        for id in 1..=3 {
+            v.push(
+                c.request(&proxy.url(), id, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await,
+            );
+        }
+        v
+    };
+    assert!(answered(&calls[0]) && answered(&calls[1]), "{calls:?}");
+    assert_eq!(calls[2]["result"]["isError"], json!(true), "the free plan's 2 a minute: {}", calls[2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -332,6 +332,9 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             if mounts != want or volumes != (wanted_volume if want else []):
                 problems.append(f"{where}: container {c['name']} connects to PostgreSQL: database.caSecret must be mounted at /etc/mcpfleet/database-ca exactly when set")
     for job in find(objects, "Job"):
+        if job["metadata"]["labels"].get("app.kubernetes.io/component") == "policy":
+            problems += policy_job_rules(job, objects, merged)
+            continue
         m, pod = merged["database"]["migrate"], job["spec"]["template"]
         placed = {k: pod["spec"].get(k, v.__class__()) for k, v in (("nodeSelector", {}), ("tolerations", []), ("affinity", {}))}
         if placed != {k: m[k] for k in placed} or pod["metadata"].get("annotations", {}) != m["podAnnotations"]:
@@ -386,6 +389,34 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             problems.append(f"the HPA scales on {hpa_metric_names(hpa)}, not {want}")
         if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
             problems.append("the HPA must stabilise its scale-down")
+    return problems
+
+
+def policy_job_rules(job: dict, objects: list[dict], merged: dict) -> list[str]:
+    """The policy hook Job (docs/POLICY.md): after install and upgrade, `policy apply` of the ConfigMap's document
+    (exactly policy.document), with the replicas' Redis flags and credentials, placed as policy.applyJob says."""
+    problems = []
+    p = merged["policy"]
+    pod = job["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    hooks = job["metadata"].get("annotations", {}).get("helm.sh/hook", "")
+    if set(hooks.split(",")) != {"post-install", "post-upgrade"}:
+        problems.append("the policy Job must be a post-install,post-upgrade hook")
+    if c["args"][:3] != ["policy", "apply", "/etc/mcpfleet/policy/policy.yaml"] or flag(c["args"], "--by") != p["by"]:
+        problems.append("the policy Job must run `mcpfleet policy apply` of its mounted document, --by policy.by")
+    maps = [m for m in find(objects, "ConfigMap") if m["metadata"]["name"].endswith("-policy")]
+    if len(maps) != 1 or maps[0]["data"].get("policy.yaml", "").strip() != p["document"].strip():
+        problems.append("the policy ConfigMap must hold policy.document as policy.yaml")
+    server = find(objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    redis_args = lambda args: [a for a in args if a.startswith("--redis-")]
+    redis_env = lambda env: [e for e in env if e["name"].startswith("MCPFLEET_REDIS_")]
+    if redis_args(c["args"]) != redis_args(server["args"]) or redis_env(c.get("env", [])) != redis_env(server.get("env", [])):
+        problems.append("the policy Job must reach Redis as the replicas do (the same --redis-* flags and credentials)")
+    j = p["applyJob"]
+    placed = {k: pod["spec"].get(k, v.__class__()) for k, v in (("nodeSelector", {}), ("tolerations", []), ("affinity", {}))}
+    annotations = {k: v for k, v in pod["metadata"].get("annotations", {}).items() if k != "mcpfleet.io/policy-sha256"}
+    if placed != {k: j[k] for k in placed} or annotations != j["podAnnotations"]:
+        problems.append("the policy Job's pod must carry policy.applyJob's nodeSelector, tolerations, affinity and podAnnotations")
     return problems
 
 

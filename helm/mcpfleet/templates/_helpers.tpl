@@ -192,3 +192,50 @@ namespace="{{ .Release.Namespace }}",job="{{ include "mcpfleet.fullname" . }}"
 {{- define "mcpfleet.kedaRedisAuthName" -}}
 {{- printf "%s-redis" (include "mcpfleet.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
+
+{{/* The Redis flags of every process that reaches the fleet's Redis: the replicas and the policy Job. */}}
+{{- define "mcpfleet.redisArgs" -}}
+{{- $v := .Values -}}
+- {{ print "--redis-mode=" $v.redis.mode | quote }}
+{{- if ne $v.redis.mode "standalone" }}
+- {{ print "--redis-nodes=" (join "," $v.redis.nodes) | quote }}
+{{- end }}
+{{- if eq $v.redis.mode "sentinel" }}
+- {{ print "--redis-sentinel-master=" $v.redis.sentinelMaster | quote }}
+{{- end }}
+{{- if and $v.redis.tls (ne $v.redis.mode "standalone") }}
+- --redis-tls
+{{- end }}
+{{- if $v.redis.caSecret.existingSecret }}
+- --redis-ca-file=/etc/mcpfleet/redis-ca/{{ $v.redis.caSecret.key }}
+{{- end }}
+- {{ print "--redis-prefix=" $v.redis.prefix | quote }}
+- {{ print "--redis-timeout=" $v.redis.timeout | quote }}
+{{- if not (kindIs "invalid" $v.redis.durableReplicas) }}
+- {{ print "--redis-durable-replicas=" (int64 $v.redis.durableReplicas) | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The Redis credentials in the environment, for the replicas and the policy Job. */}}
+{{- define "mcpfleet.redisEnv" -}}
+{{- $v := .Values -}}
+{{- if eq $v.redis.mode "standalone" }}
+- name: MCPFLEET_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "mcpfleet.secretName" (dict "root" . "ref" $v.redis.urlSecret) }}
+      key: {{ $v.redis.urlSecret.key }}
+{{- end }}
+{{- with $v.redis.username }}
+# The ACL user (--redis-username), in the environment, where KEDA's TriggerAuthentication reads it too.
+- name: MCPFLEET_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- if $v.redis.passwordSecret.existingSecret }}
+- name: MCPFLEET_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.redis.passwordSecret.existingSecret }}
+      key: {{ $v.redis.passwordSecret.key }}
+{{- end }}
+{{- end }}
