@@ -93,12 +93,18 @@ fn policy_explain_names_the_plan_its_rule_its_limits_and_a_calls_verdict() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], r#"plan: enterprise (/assign/0: principal.claims.plan == "enterprise")"#);
     assert!(lines[1].starts_with("limits: rate --rate-per-second, burst --rate-burst; in flight 64;"), "{out}");
-    assert_eq!(lines[2], "call search_docs: allowed");
+    assert!(lines[2].starts_with("tenant quotas: search_docs 1000 per 1h"), "{out}");
+    assert_eq!(lines[3], "call search_docs: allowed");
     // No rule holds: the default plan, its tools, its conditions after validation, and a dry run that only counts.
     let (_, out) =
         explain(&["--sub", "bob", "--claim", "region=us", "--tool", "search_docs", "--args", r#"{"limit":20}"#]);
     assert!(out.starts_with("plan: free (the default: no rule holds)\n"), "{out}");
     assert!(out.contains("quotas search_docs 20 per 1h"), "{out}");
+    assert!(
+        out.contains("tenant quotas: search_docs 1000 per 1h (overridden for acme);")
+            && out.contains("(with 3 replicas and a limit of 1000: slices of 41, at most 123 held unspent)"),
+        "{out}"
+    );
     assert!(out.ends_with(
         "call search_docs: refused by /plans/free/tools/conditions/0: the free plan returns at most 10 results: ask for fewer\n"
     ));

@@ -384,3 +384,52 @@ async fn history_says_who_and_when_rollback_restores_a_version_everywhere_and_au
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("row 1 was altered"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_shared_quota_refuses_its_second_user_once_the_first_spent_it_while_another_tenant_goes_on() {
+    let f = JwtFleet::start(3, &["--tenant-claim", "org"]).await;
+    let proxy = RoundRobinProxy::start(f.fleet.bases()).await;
+    apply(
+        &f,
+        "plans: { free: {} }\ndefault: free\ntenants:\n  quotas:\n    test_simple_text: { limit: 6, window: 60s }\n  overrides:\n    bigco:\n      quotas:\n        test_simple_text: { limit: 100, window: 60s }\n",
+    );
+    converged(&f, 1.0, 10).await;
+    let member = |sub: &str, org: &str| McpClient::new().with_token(&f.token_for(sub).claim("org", json!(org)).sign());
+    let (mut alice, mut bob, mut carol, mut dan) =
+        (member("alice", "acme"), member("bob", "acme"), member("carol", "globex"), member("dan", "bigco"));
+    for c in [&mut alice, &mut bob, &mut carol, &mut dan] {
+        c.initialize(&proxy.url()).await;
+    }
+    // alice spends acme's 6 (across the three replicas); her 7th is refused, naming the shared quota.
+    let mut spent = 0;
+    for i in 0..10 {
+        let r = call(&alice, &proxy.url(), 10 + i, "test_simple_text", json!({})).await;
+        if is_error(&r) {
+            assert!(text_of(&r).contains("by this user's organization (a quota its users share)"), "{r}");
+            break;
+        }
+        spent += 1;
+    }
+    // The documented bound: units leased and unspent on other replicas, at most one slice each (slice(6, 3) = 1).
+    let bound = 3 * mcpfleet_limits::slice(6, 3);
+    assert!((6 - bound..=6).contains(&spent), "alice spent {spent} of 6");
+    // bob, of the same tenant, gets at most what is left unspent on the replicas; then refused everywhere.
+    let mut bobs = 0;
+    for i in 0..6 {
+        if !is_error(&call(&bob, &proxy.url(), 20 + i, "test_simple_text", json!({})).await) {
+            bobs += 1;
+        }
+    }
+    assert_eq!(spent + bobs, 6, "the tenant's 6, never more: alice {spent}, bob {bobs}");
+    for url in f.fleet.urls() {
+        assert!(is_error(&call(&bob, &url, 30, "test_simple_text", json!({})).await), "{url}");
+    }
+    // Another tenant goes on, and an override is its own number.
+    for i in 0..6 {
+        assert!(!is_error(&call(&carol, &proxy.url(), 40 + i, "test_simple_text", json!({})).await));
+    }
+    for i in 0..10 {
+        assert!(!is_error(&call(&dan, &proxy.url(), 50 + i, "test_simple_text", json!({})).await), "bigco has 100");
+    }
+    assert!(f.metric("mcp_limit_decisions_total{kind=\"tenant\",outcome=\"denied\"}").await >= 4.0);
+}

@@ -15,10 +15,12 @@ mod config;
 mod leases;
 pub mod members;
 mod metrics;
+mod tenants;
 
 pub use config::{FailMode, LimitsConfig, PlanLimits, Quota, RateLimit, parse_duration};
 pub use leases::SlotGuard;
 pub use metrics::{Kind, LimitMetrics};
+pub use tenants::{TenantDecision, slice};
 
 use mcpfleet_state::{
     Admission, Admitted, BucketReading, BucketSpec, LimitStore, Refusal, SessionInfo, SessionOp, SlotSet, SlotSpec,
@@ -91,6 +93,9 @@ pub enum LimitError {
     RateLimited { retry_after: u64 },
     #[error("quota for tool {tool} used up ({quota}): retry after {retry_after} s")]
     QuotaExhausted { tool: String, quota: Quota, retry_after: u64 },
+    /// The quota the principal's tenant shares for this tool is used up.
+    #[error("the tenant's quota for tool {tool} used up ({quota}): retry after {retry_after} s")]
+    TenantQuotaExhausted { tool: String, quota: Quota, retry_after: u64 },
     #[error("too many {cap} for this principal (cap {limit})")]
     CapReached { cap: Cap, limit: u64 },
     #[error("session not found")]
@@ -248,6 +253,8 @@ pub struct Limiter {
     /// The revocations the fleet's registry lists (principal → the token ids revoked, `None` for all, and until
     /// when, ms): refused here when the store cannot decide, so that failing open never admits them.
     revoked: Mutex<KnownRevoked>,
+    /// The units of tenants' shared quotas this replica holds.
+    tenants: tenants::TenantLeases,
 }
 
 impl fmt::Debug for Limiter {
@@ -274,7 +281,39 @@ impl Limiter {
             breaker: Breaker::default(),
             epoch: Instant::now(),
             revoked: Mutex::new(HashMap::new()),
+            tenants: tenants::TenantLeases::default(),
         }
+    }
+
+    /// Takes a unit of the quota `tenant`'s principals share for `tool`: locally from this replica's slice, or with
+    /// a lease round trip when it holds none (see [`tenants`]).
+    ///
+    /// # Errors
+    /// [`LimitError::TenantQuotaExhausted`] with the time to come back; [`LimitError::Unavailable`] when the store
+    /// cannot lease (a quota fails closed).
+    pub async fn take_tenant(&self, tenant: &str, tool: &str, quota: Quota) -> Result<(), LimitError> {
+        let replicas = u64::from(self.members.count(self.cfg.replicas));
+        match self.tenants.take(&*self.store, tenant, tool, quota, replicas).await {
+            Ok(TenantDecision::Taken) => {
+                self.metrics.decision(Kind::Tenant, "allowed");
+                Ok(())
+            }
+            Ok(TenantDecision::Exhausted(left)) => {
+                self.metrics.decision(Kind::Tenant, "denied");
+                let retry_after = config::whole_secs(left.as_secs_f64()).max(1);
+                Err(LimitError::TenantQuotaExhausted { tool: tool.to_owned(), quota, retry_after })
+            }
+            Err(e) => {
+                self.metrics.store_failure(if e.is_timeout() { "timeout" } else { "error" });
+                let retry_after = config::whole_secs(self.cfg.breaker_cooldown.as_secs_f64()).max(1);
+                Err(LimitError::Unavailable { retry_after, source: Some(e) })
+            }
+        }
+    }
+
+    /// Gives back a tenant's unit taken for a call that was then refused.
+    pub fn give_back_tenant(&self, tenant: &str, tool: &str) {
+        self.tenants.give_back(tenant, tool);
     }
 
     /// Replaces the revocations known here (the fleet's registry, read by the replica's follower).
@@ -685,6 +724,16 @@ mod tests {
         }
         async fn refund_window(&self, _: &UserKey, _: &str) -> mcpfleet_state::Result<()> {
             Ok(())
+        }
+        async fn lease_window(
+            &self,
+            _: &str,
+            _: &str,
+            want: u64,
+            _: u64,
+            window: Duration,
+        ) -> mcpfleet_state::Result<(u64, Duration)> {
+            Ok((want, window))
         }
     }
 

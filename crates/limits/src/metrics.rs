@@ -12,11 +12,14 @@ pub enum Kind {
     Streams,
     Inflight,
     Tasks,
+    /// A quota a tenant's principals share (decided on a replica's leased units).
+    Tenant,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Self; 6] = [Self::Rate, Self::Quota, Self::Sessions, Self::Streams, Self::Inflight, Self::Tasks];
+    pub const ALL: [Self; 7] =
+        [Self::Rate, Self::Quota, Self::Sessions, Self::Streams, Self::Inflight, Self::Tasks, Self::Tenant];
 
     /// The outcomes [`Limiter`](crate::Limiter) can record for this kind: only the bucket is ever decided from
     /// the over-limit cache or not at all, and the task cap is counted only when the store refuses a task.
@@ -24,7 +27,7 @@ impl Kind {
     pub fn outcomes(self) -> &'static [&'static str] {
         match self {
             Self::Rate => &["allowed", "denied", "denied_cached", "unavailable"],
-            Self::Quota | Self::Sessions | Self::Streams | Self::Inflight => &["allowed", "denied"],
+            Self::Quota | Self::Sessions | Self::Streams | Self::Inflight | Self::Tenant => &["allowed", "denied"],
             Self::Tasks => &["denied"],
         }
     }
@@ -45,6 +48,7 @@ impl Kind {
             Self::Streams => "streams",
             Self::Inflight => "inflight",
             Self::Tasks => "tasks",
+            Self::Tenant => "tenant",
         }
     }
 }

@@ -391,6 +391,9 @@ fn explain(p: &Policy, e: &Explain) -> String {
     if let Some(plan) = p.plans.get(assigned.plan) {
         let _ = writeln!(out, "limits: {}", limits(plan));
     }
+    if let Some(line) = tenants(p) {
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(tool) = &e.tool {
         let view = ToolView { name: tool, annotations: &serde_json::Value::Null };
         let _ = match p.check_call(assigned.plan, &who, &view, &e.args) {
@@ -412,6 +415,28 @@ fn explain(p: &Policy, e: &Explain) -> String {
         };
     }
     out
+}
+
+/// The tenant quotas in one line, with the bound of their leases: each replica leases a slice of a tenant's window
+/// and spends it locally, so a tenant may be refused early by the units other replicas hold unspent.
+fn tenants(p: &Policy) -> Option<String> {
+    let t = &p.tenants;
+    if t.quotas.is_empty() && t.overrides.is_empty() {
+        return None;
+    }
+    let quotas: Vec<String> = t.quotas.iter().map(|(tool, q)| format!("{tool} {q}")).collect();
+    let overrides: Vec<&str> = t.overrides.keys().map(String::as_str).collect();
+    let example = t.quotas.values().next().map(|q| {
+        let slice = mcpfleet_limits::slice(q.limit, 3);
+        format!(" (with 3 replicas and a limit of {}: slices of {slice}, at most {} held unspent)", q.limit, 3 * slice)
+    });
+    Some(format!(
+        "tenant quotas: {}{}; shared by a tenant's users beside each one's own; leased to each replica in slices of \
+         max(1, limit / (8 × replicas)): a tenant may be refused up to one slice per replica early{}",
+        if quotas.is_empty() { "none by default".to_owned() } else { quotas.join(", ") },
+        if overrides.is_empty() { String::new() } else { format!(" (overridden for {})", overrides.join(", ")) },
+        example.unwrap_or_default()
+    ))
 }
 
 /// A plan's limits in one line; what it leaves out is the flag's value, named.

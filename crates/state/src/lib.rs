@@ -269,6 +269,22 @@ pub trait LimitStore: Send + Sync + std::fmt::Debug {
     /// A store failure or timeout.
     async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()>;
 
+    /// Leases up to `want` uses of a window shared by a tenant's principals (`name`, `limit` uses per `window`),
+    /// never more than the window has left: the uses leased, and how long until the window ends. The tenant's
+    /// counter is under a hash tag of its own (`{t:<hash of tenant>}`), never on a request's round trip: a replica
+    /// leases a slice and spends it locally (the limits crate's `TenantLeases`).
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn lease_window(
+        &self,
+        tenant: &str,
+        name: &str,
+        want: u64,
+        limit: u64,
+        window: Duration,
+    ) -> Result<(u64, Duration)>;
+
     /// Fleet membership: renews `replica`'s record for `ttl` (a zero `ttl` removes it: the replica leaves) and
     /// returns how many replicas have a live record. A store one process holds counts that process alone.
     ///

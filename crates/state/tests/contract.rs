@@ -302,6 +302,7 @@ contract!(
     membership_records_each_replicas_layout,
     policy_versions_are_stored_and_announced,
     revocations_refuse_in_the_admission_and_are_listed_and_announced,
+    tenant_windows_lease_what_is_left_to_any_replica,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2304,4 +2305,20 @@ async fn revocations_refuse_in_the_admission_and_are_listed_and_announced(kind: 
     assert_eq!(admit(s, &admission(&bob)).await.refused, Some(Refusal::Revoked));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(admit(s, &admission(&bob)).await.refused, None);
+}
+
+async fn tenant_windows_lease_what_is_left_to_any_replica(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let (a, b) = (h.store(), h.replica().await);
+    let w = Duration::from_millis(400);
+    assert_eq!(a.lease_window("acme", "t", 4, 10, w).await.expect("lease").0, 4);
+    assert_eq!(b.lease_window("acme", "t", 4, 10, w).await.expect("lease").0, 4, "another replica, the same window");
+    let (granted, left) = a.lease_window("acme", "t", 4, 10, w).await.expect("lease");
+    assert_eq!(granted, 2, "never more than the window has left");
+    assert!(left <= w && left > Duration::ZERO, "{left:?}");
+    assert_eq!(b.lease_window("acme", "t", 4, 10, w).await.expect("lease").0, 0);
+    assert_eq!(a.lease_window("globex", "t", 4, 10, w).await.expect("lease").0, 4, "another tenant's window");
+    assert_eq!(a.lease_window("acme", "u", 4, 10, w).await.expect("lease").0, 4, "another tool's window");
+    tokio::time::sleep(w + Duration::from_millis(50)).await;
+    assert_eq!(b.lease_window("acme", "t", 4, 10, w).await.expect("lease").0, 4, "a new window");
 }

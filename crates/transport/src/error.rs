@@ -225,6 +225,7 @@ impl TransportError {
             Self::Limit(
                 LimitError::RateLimited { retry_after }
                 | LimitError::QuotaExhausted { retry_after, .. }
+                | LimitError::TenantQuotaExhausted { retry_after, .. }
                 | LimitError::Unavailable { retry_after, .. },
             ) => Some(*retry_after),
             Self::Limit(LimitError::CapReached { cap: Cap::Streams | Cap::Inflight | Cap::Tasks, .. }) => Some(1),

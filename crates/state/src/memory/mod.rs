@@ -48,6 +48,8 @@ struct Inner {
     buckets: HashMap<(UserKey, String), (TokenBucket, Instant)>,
     /// Fixed windows by (user, name): uses and end.
     windows: HashMap<(UserKey, String), (u64, Instant)>,
+    /// Tenants' shared windows by (tenant, name): uses leased and end.
+    tenant_windows: HashMap<(String, String), (u64, Instant)>,
     /// Leased slots by (user, set): token → lease expiry.
     slots: HashMap<(UserKey, SlotSet), HashMap<String, Instant>>,
     /// Principals' notice channels.
@@ -167,6 +169,7 @@ impl Inner {
         self.doorbells.retain(|_, tx| tx.receiver_count() > 0);
         self.buckets.retain(|_, (_, full)| *full > now);
         self.windows.retain(|_, (_, end)| *end > now);
+        self.tenant_windows.retain(|_, (_, end)| *end > now);
         for set in self.slots.values_mut() {
             set.retain(|_, exp| *exp > now);
         }
@@ -500,6 +503,25 @@ impl LimitStore for MemoryStore {
             slots.remove(t);
         }
         Ok(())
+    }
+
+    async fn lease_window(
+        &self,
+        tenant: &str,
+        name: &str,
+        want: u64,
+        limit: u64,
+        window: Duration,
+    ) -> Result<(u64, Duration)> {
+        let mut g = self.lock();
+        let now = Instant::now();
+        let e = g.tenant_windows.entry((tenant.to_owned(), name.to_owned())).or_insert((0, now + window));
+        if e.1 <= now {
+            *e = (0, now + window);
+        }
+        let grant = want.min(limit.saturating_sub(e.0));
+        e.0 += grant;
+        Ok((grant, e.1 - now))
     }
 
     async fn refund_window(&self, user: &UserKey, name: &str) -> Result<()> {

@@ -178,6 +178,31 @@ impl LimitStore for RedisStore {
         Ok(())
     }
 
+    async fn lease_window(
+        &self,
+        tenant: &str,
+        name: &str,
+        want: u64,
+        limit: u64,
+        window: Duration,
+    ) -> Result<(u64, Duration)> {
+        use sha2::{Digest as _, Sha256};
+        // The tenant's name comes from a token: hashed, it can hold no `{`, `}` or `:`.
+        let tag = mcpfleet_core::hex(&Sha256::digest(tenant.as_bytes())[..12]);
+        let key = cat(&[&self.inner.cfg.prefix, "{t:", &tag, "}:tq:", name]);
+        let mut inv = self.inner.scripts.lease.key(&key);
+        inv.arg(want).arg(limit).arg(ms(window));
+        let reply = self.run_pooled("lease", inv).await?;
+        let Value::Array(v) = reply else { return Err(StateError::Protocol("bad lease reply")) };
+        match v.as_slice() {
+            [granted, ttl] => Ok((
+                u64::try_from(int(granted)?).unwrap_or(0),
+                Duration::from_millis(u64::try_from(int(ttl)?).unwrap_or(0)),
+            )),
+            _ => Err(StateError::Protocol("bad lease reply")),
+        }
+    }
+
     async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<u64> {
         // One key for the fleet, in a slot of its own: a write per replica every few seconds.
         let (members, layout) = self.fleet_keys();

@@ -28,6 +28,7 @@ pub(super) struct Scripts {
     pub(super) policy: Script,
     pub(super) revoke: Script,
     pub(super) revoked: Script,
+    pub(super) lease: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -68,6 +69,7 @@ impl Scripts {
             policy: script(include_str!("policy.lua")),
             revoke: Script::new(include_str!("revoke.lua")),
             revoked: script(include_str!("revoked.lua")),
+            lease: Script::new(include_str!("lease.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),

@@ -110,14 +110,34 @@ impl Post<'_> {
         let idem =
             idempotency::from_params(&self.asker.caller.user, &name, params, &args).map_err(|e| front.bad_key(e))?;
         front.ready(self, &name, &args, params)?;
+        // The quota the caller's tenant shares, beside its own: a unit of this replica's lease (docs/POLICY.md).
+        let tenant =
+            self.asker.caller.tenant.as_deref().and_then(|t| app.policy.tenant_quota(t, &name).map(|q| (t, q)));
+        if let Some((t, q)) = tenant {
+            match app.limits.take_tenant(t, &name, q).await {
+                Ok(()) => {}
+                Err(LimitError::TenantQuotaExhausted { tool, quota, retry_after }) => {
+                    front.admit(self, None, None).await?;
+                    self.record_refused(&name, &args, CallEnd::RefusedByLimit, F::GENERATION);
+                    self.span.error = Some("quota_exhausted".to_owned());
+                    let text = quota_result(&tool, quota, retry_after, self.trace_id, TENANT);
+                    return Err(Early::Answer(Ok(text)));
+                }
+                Err(e) => return Err(TransportError::from(e).into()),
+            }
+        }
         let quota = self.asker.plan.limits.quota_for(&name, app.catalog.tool_quota(&name));
-        match front.admit(self, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await {
+        let admitted = front.admit(self, Some(SlotSet::Calls), quota.map(|q| (name.as_str(), q))).await;
+        if let (Err(_), Some((t, _))) = (&admitted, tenant) {
+            app.limits.give_back_tenant(t, &name);
+        }
+        match admitted {
             Ok((ticket, granted)) => Ok(Cleared { name, args, idem, ticket, granted }),
             Err(TransportError::Limit(LimitError::QuotaExhausted { tool, quota, retry_after })) => {
                 // Not a protocol error: the model reads it, and should ask its user instead of retrying.
                 self.record_refused(&name, &args, CallEnd::RefusedByLimit, F::GENERATION);
                 self.span.error = Some("quota_exhausted".to_owned());
-                Err(Early::Answer(Ok(quota_result(&tool, quota, retry_after, self.trace_id))))
+                Err(Early::Answer(Ok(quota_result(&tool, quota, retry_after, self.trace_id, USER))))
             }
             Err(e @ TransportError::Limit(LimitError::RateLimited { .. } | LimitError::CapReached { .. })) => {
                 self.record_refused(&name, &args, CallEnd::RefusedByLimit, F::GENERATION);
@@ -208,11 +228,15 @@ pub(crate) fn policy_result(tool: &str, message: &str, trace_id: &str) -> Value 
     json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }
 
-/// The `isError` result of a call refused by its tool's quota: it names the tool, the quota and when to come
-/// back, and tells the model to ask its user rather than retry.
-pub(crate) fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str) -> Value {
+/// Whose quota refused a call: the principal's own, or its tenant's, which its users share.
+const USER: &str = "this user";
+const TENANT: &str = "this user's organization (a quota its users share)";
+
+/// The `isError` result of a call refused by its tool's quota (`whose`: [`USER`] or [`TENANT`]): it names the tool,
+/// the quota and when to come back, and tells the model to ask its user rather than retry.
+pub(crate) fn quota_result(tool: &str, quota: limits::Quota, retry_after: u64, trace_id: &str, whose: &str) -> Value {
     let text = format!(
-        "Quota exhausted: the tool {tool} may be called {quota} by this user, and that is used up. It can be \
+        "Quota exhausted: the tool {tool} may be called {quota} by {whose}, and that is used up. It can be \
          called again in {retry_after} s. Do not retry it before then, and do not retry blindly: tell the user, \
          and ask whether to wait or to do something else. Trace id: {trace_id}."
     );

@@ -167,6 +167,15 @@ impl Policies {
         self.current().plan_of(who, &self.metrics)
     }
 
+    /// The quota `tenant`'s principals share for `tool` under the version in force: its override, else the
+    /// document's `tenants.quotas`.
+    #[must_use]
+    pub fn tenant_quota(&self, tenant: &str, tool: &str) -> Option<mcpfleet_core::Quota> {
+        let active = self.current();
+        let t = &active.policy.as_ref()?.tenants;
+        t.overrides.get(tenant).and_then(|o| o.get(tool)).or_else(|| t.quotas.get(tool)).copied()
+    }
+
     /// Whether `plan` lets `who` call `tool` with `args` (validated against the tool's schema). Dry-run conditions
     /// that would refuse are counted and logged, and let the call through.
     ///
