@@ -3,11 +3,13 @@
 targets. Input: the runs' figures, one JSON object per line (mcpfleet-bench --json, plus `pair` and `pg_cpu_ms`).
 With --realistic (SET=realistic), the rows are labelled "WORKLOAD: rmcp" and "WORKLOAD: 1 replica", and the report
 is one table of CPU per op for each workload, rmcp's beside the replica's. With --ladder (SET=ladder), each setup's
-replica CPU per call against rmcp's, and what each step up the ladder adds.
+replica CPU per call against rmcp's, and what each step up the ladder adds. With --policy (SET=policy), one replica
+with a policy of three plans (and revocations in force) against the same replica on the flags alone.
 
     python3 tests/cost-report.py ROWS.jsonl
     python3 tests/cost-report.py --realistic ROWS.jsonl
     python3 tests/cost-report.py --ladder ROWS.jsonl
+    python3 tests/cost-report.py --policy ROWS.jsonl
 """
 import json
 import statistics
@@ -131,6 +133,29 @@ def ladder(path):
               f"{fmt(median_of(ratios), 2)} × | {step} | {step_ratio} |")
 
 
+def policy(path):
+    """SET=policy: every run, then the policy's setup against the flags', within each pair: replica and Redis CPU."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    pairs = sorted({r["pair"] for r in rows})
+    by = {(r["pair"], r["label"]): r for r in rows}
+    print("| pair | setup | calls/s | p50 ms | p99 ms | server CPU ms/call | Redis CPU ms/call | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
+        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{fmt(r['server_cpu_ms_per_call'])} | {fmt(r['redis_cpu_ms_per_call'])} | {errors} |")
+    print()
+    flags, pol = "1 replica, flags", "1 replica, 3-plan policy"
+    print(f"Medians over {len(pairs)} pairs of the per-pair ratios, {pol} / {flags}:")
+    print()
+    print("| figure | per pair | median |")
+    print("|---|---|---|")
+    for name, field in (("replica CPU per call", "server_cpu_ms_per_call"), ("Redis CPU per call", "redis_cpu_ms_per_call")):
+        ratios = [by[(p, pol)][field] / by[(p, flags)][field] for p in pairs
+                  if (p, pol) in by and (p, flags) in by and by[(p, pol)][field] and by[(p, flags)][field]]
+        print(f"| {name} | {' '.join(f'{v:.3f}' for v in ratios)} | {fmt(median_of(ratios), 3)} × |")
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     pairs = sorted({r["pair"] for r in rows})
@@ -190,6 +215,8 @@ if __name__ == "__main__":
         realistic(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "--ladder":
         ladder(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--policy":
+        policy(sys.argv[2])
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

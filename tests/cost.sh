@@ -8,6 +8,7 @@
 #   BASE_BIN=/tmp/mcpfleet-old tests/cost.sh   # each pair also runs "1 replica" and "3 replicas" with that binary
 #   SET=realistic tests/cost.sh         # the realistic work instead (issue 32, target 4; below)
 #   SET=ladder tests/cost.sh            # where the replica's CPU per call goes, part by part (below)
+#   SET=policy tests/cost.sh            # a policy of three plans against the flags alone (issue 34; below)
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -49,6 +50,13 @@
 #   in-memory, JWT and limits     + JWT, the in-flight cap and the quota: the full stack's work, without Redis
 #   1 replica                     + Redis: the full stack (one admit.lua round trip a call, shared by a batch)
 # BASE_BIN does not apply to this set.
+#
+# SET=policy (issue 34): one replica with the full stack ("1 replica" above) on the flags alone, against the same
+# with a policy of three plans in force (applied with `mcpfleet policy apply` under a Redis prefix of its own): the
+# token's plan assigned by CEL rules at verification, the plan's numbers (the flags', out of reach) in the admission,
+# a CEL condition on the tool's every call, and three other principals revoked (the admission reads the
+# revocations in its round trip either way). The report: the per-pair ratios of replica and Redis CPU per call.
+# BASE_BIN does not apply to this set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-5}"
@@ -56,8 +64,8 @@ SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 SET="${SET:-trivial}"
-[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder ]] ||
-  { echo "SET is trivial, realistic or ladder, not $SET" >&2; exit 64; }
+[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder || "$SET" == policy ]] ||
+  { echo "SET is trivial, realistic, ladder or policy, not $SET" >&2; exit 64; }
 
 . tests/bench-lib.sh
 bench_setup
@@ -71,6 +79,38 @@ LIMITS=(--auth dev --dev-key-file "$KEY" --max-inflight-per-user 100000 --quota 
 FULL=(--redis-url "$REDIS_URL" "${LIMITS[@]}")
 ROWS="${ROWS:-$TMP/rows.jsonl}"
 : >"$ROWS"
+
+# SET=policy: three plans, the bench principal on the default one with the flags' numbers and a condition on the
+# tool; applied, with three revocations, under a prefix of its own (the flags' runs must not follow it).
+if [[ "$SET" == policy ]]; then
+  cat >"$TMP/policy.yaml" <<'YAML'
+plans:
+  free:
+    inflight: 100000
+    quotas: { test_simple_text: { limit: 1000000000, window: 1h } }
+    tools:
+      conditions:
+        - tool: test_simple_text
+          when: 'principal.subject != "blocked"'
+          message: 'blocked'
+  pro:
+    inflight: 100000
+    rate: { per_second: 1000, burst: 2000 }
+  enterprise:
+    inflight: 100000
+    sessions: 1000
+assign:
+  - when: 'principal.claims.plan == "enterprise"'
+    plan: enterprise
+  - when: 'principal.claims.plan == "pro" && principal.issuer == "urn:mcpfleet:dev"'
+    plan: pro
+default: free
+YAML
+  "$BIN" policy apply "$TMP/policy.yaml" --redis-url "$REDIS_URL" --redis-prefix pol: --by bench >&2
+  for who in mallory trudy eve; do
+    "$BIN" revoke --sub "$who" --iss urn:mcpfleet:dev --redis-url "$REDIS_URL" --redis-prefix pol: --by bench >&2
+  done
+fi
 
 # The realistic set: the workloads, and the load generator's flags for each.
 WORKLOADS=(progress blob stateless resume task)
@@ -111,6 +151,7 @@ measure() {
     rmcp)
       rmcp_start
       args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
+    "1 replica, 3-plan policy") start_replica "${FULL[@]}" --redis-prefix pol: ;;
     "1 replica"*) start_replica "${FULL[@]}" ;;
     "in-memory, no auth") start_replica ;;
     "in-memory, JWT and limits") start_replica "${LIMITS[@]}" ;;
@@ -149,9 +190,11 @@ if [[ "$SET" == realistic ]]; then
   MEASURE=measure_work
 fi
 [[ "$SET" == ladder ]] && SETUPS=("rmcp" "in-memory, no auth" "in-memory, JWT and limits" "1 replica")
+[[ "$SET" == policy ]] && SETUPS=("1 replica, flags" "1 replica, 3-plan policy")
 what=test_simple_text
 [[ "$SET" == realistic ]] && what="the realistic set (${WORKLOADS[*]})"
 [[ "$SET" == ladder ]] && what="test_simple_text, the full stack part by part"
+[[ "$SET" == policy ]] && what="test_simple_text, the flags against a policy of three plans"
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, $what, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
@@ -167,5 +210,6 @@ done
 case "$SET" in
   realistic) python3 tests/cost-report.py --realistic "$ROWS" ;;
   ladder) python3 tests/cost-report.py --ladder "$ROWS" ;;
+  policy) python3 tests/cost-report.py --policy "$ROWS" ;;
   *) python3 tests/cost-report.py "$ROWS" ;;
 esac
