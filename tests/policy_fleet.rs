@@ -27,6 +27,26 @@ assign:
 default: free
 "#;
 
+/// Two plans: free lists two tools, with a condition on one and a dry run on the other; staff has everything.
+const PLANS_WITH_TOOLS: &str = r#"plans:
+  free:
+    tools:
+      allow: [test_simple_text, test_countdown]
+      conditions:
+        - tool: test_countdown
+          when: 'args.count <= 10'
+          message: 'The free plan counts to 10 at most: ask for fewer.'
+        - tool: test_simple_text
+          when: 'principal.claims.region == "eu"'
+          message: 'EU only'
+          mode: dry-run
+  staff: {}
+assign:
+  - when: 'principal.claims.staff == true'
+    plan: staff
+default: free
+"#;
+
 /// `mcpfleet policy <verb> FILE --redis-url URL [extra]` of a file holding `text`: exit code, stdout, stderr.
 fn policy(verb: &str, redis: &str, text: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -112,6 +132,21 @@ async fn a_version_applied_moves_a_principal_to_another_plan_on_every_replica_wi
         }
     }
     assert!(applied.elapsed() < Duration::from_secs(2));
+    // explain without --file: the version in force.
+    let out = Command::new(server_bin())
+        .args(["policy", "explain", "--sub", "alice", "--redis-url", &f.redis.url(), "--tool", "test_simple_text"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.starts_with("version 2 (applied by ops@test)\nplan: pro (/assign/0: principal.subject == \"alice\")\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("quotas test_simple_text 100 per 1m") && text.ends_with("call test_simple_text: allowed\n"),
+        "{text}"
+    );
     // No restart, no dropped stream: her GET stream still carries what the session is told.
     let r = call(&alice, &proxy.url(), 30, "test_trigger_tool_change", json!({})).await;
     assert!(!is_error(&r), "{r}");
@@ -137,27 +172,7 @@ async fn a_version_applied_moves_a_principal_to_another_plan_on_every_replica_wi
 async fn plans_hide_and_refuse_tools_and_their_conditions_refuse_valid_calls_while_dry_runs_only_count() {
     let f = JwtFleet::start(3, &[]).await;
     let proxy = RoundRobinProxy::start(f.fleet.bases()).await;
-    apply(
-        &f,
-        r#"plans:
-  free:
-    tools:
-      allow: [test_simple_text, test_countdown]
-      conditions:
-        - tool: test_countdown
-          when: 'args.count <= 10'
-          message: 'The free plan counts to 10 at most: ask for fewer.'
-        - tool: test_simple_text
-          when: 'principal.claims.region == "eu"'
-          message: 'EU only'
-          mode: dry-run
-  staff: {}
-assign:
-  - when: 'principal.claims.staff == true'
-    plan: staff
-default: free
-"#,
-    );
+    apply(&f, PLANS_WITH_TOOLS);
     converged(&f, 1.0, 10).await;
     let mut alice = McpClient::new().with_token(&f.token_for("alice").claim("region", json!("us")).sign());
     alice.initialize(&proxy.url()).await;
@@ -204,6 +219,21 @@ default: free
     assert_eq!(f.metric(would).await, 3.0);
     assert_eq!(f.metric(refused).await, 2.0);
     assert_eq!(f.metric(allow).await, 1.0);
+
+    // A version that changes what alice's plan lists: her 2025 GET stream is told, and her next list has it.
+    let mut get = SseStream::new(alice.get(&proxy.url(), None).await);
+    get.next(Duration::from_secs(5)).await.unwrap().expect("priming event");
+    let (_, out, err) = policy(
+        "apply",
+        &f.redis.url(),
+        &PLANS_WITH_TOOLS
+            .replace("[test_simple_text, test_countdown]", "[test_simple_text, test_countdown, test_image_content]"),
+        &[],
+    );
+    assert!(out.contains("applied as version 2"), "{out}{err}");
+    get.until_method("notifications/tools/list_changed", Duration::from_secs(5)).await.unwrap();
+    let listed = alice.request(&proxy.url(), 20, "tools/list", json!({})).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 3, "{listed}");
 
     // The staff plan has no conditions and every tool.
     let mut staff = McpClient::new().with_token(&f.token_for("sam").claim("staff", json!(true)).sign());

@@ -63,11 +63,27 @@ impl Expr {
     }
 }
 
+thread_local! {
+    /// CEL's standard library, built once per thread: `cel::Context::default()` builds it on every call, which cost
+    /// more than the evaluation itself (measured: `SET=policy tests/cost.sh`, docs/BENCHMARKS.md).
+    static STDLIB: Arc<cel::Env> = Arc::new(cel::Env::stdlib());
+}
+
+/// A fresh context over the standard library, for one evaluation.
+fn context() -> cel::Context<'static> {
+    cel::Context::Root {
+        functions: Default::default(),
+        variables: Default::default(),
+        resolver: None,
+        env: STDLIB.with(Arc::clone),
+    }
+}
+
 impl Policy {
     /// The plan of `who`: the first enforced rule whose `when` holds, else the default.
     #[must_use]
     pub fn assign(&self, who: &Subject<'_>) -> Assigned<'_> {
-        let mut ctx = cel::Context::default();
+        let mut ctx = context();
         ctx.add_variable_from_value("principal", principal(who));
         let mut would = Vec::new();
         for (i, rule) in self.assign.iter().enumerate() {
@@ -96,7 +112,7 @@ impl Policy {
         if p.allow.as_ref().is_some_and(|allow| !allow.iter().any(|t| t == tool.name)) {
             return CallVerdict::NotAllowed;
         }
-        let mut ctx = cel::Context::default();
+        let mut ctx = context();
         ctx.add_variable_from_value("principal", principal(who));
         ctx.add_variable_from_value(
             "tool",

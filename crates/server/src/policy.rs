@@ -118,13 +118,7 @@ pub(crate) fn command(name: &str, req: &PolicyRequest) -> i32 {
         PolicyRequest::History(settings) => with_runtime(name, history(name, settings)),
         PolicyRequest::Rollback(r) => with_runtime(name, rollback(name, r)),
         PolicyRequest::Revoke(r) => with_runtime(name, crate::revoke::run(name, r)),
-        PolicyRequest::Explain(e) => match load(name, &e.file) {
-            Some(p) => {
-                print!("{}", explain(&p, e));
-                0
-            }
-            None => EXIT_CONFIG,
-        },
+        PolicyRequest::Explain(e) => with_runtime(name, explain_command(name, e)),
         PolicyRequest::Check(path) => {
             let shown = path.display();
             match load(name, path) {
@@ -374,6 +368,45 @@ fn load(name: &str, path: &Path) -> Option<Policy> {
     let shown = path.display();
     let text = read(path).map_err(|e| eprintln!("{name}: policy {shown}: cannot read it: {e}")).ok()?;
     Policy::parse(&text).map_err(|e| eprintln!("{name}: policy {shown}: {e}")).ok()
+}
+
+/// `policy explain`: of `--file`, or of the version in force in the fleet's Redis.
+async fn explain_command(name: &str, e: &Explain) -> i32 {
+    let policy = match (&e.file, &e.redis) {
+        (Some(file), _) => match load(name, file) {
+            Some(p) => p,
+            None => return EXIT_CONFIG,
+        },
+        (None, Some(redis)) => {
+            let stored = match RedisStore::connect(redis.clone()).await {
+                Ok(r) => r.policy().await,
+                Err(err) => Err(err),
+            };
+            match stored {
+                Ok(Some(s)) => match Policy::parse(&s.text) {
+                    Ok(p) => {
+                        println!("version {} (applied by {})", s.version, s.by);
+                        p
+                    }
+                    Err(err) => {
+                        eprintln!("{name}: policy explain: version {} is refused by this build: {err}", s.version);
+                        return EXIT_CONFIG;
+                    }
+                },
+                Ok(None) => {
+                    println!("no version applied: the flags are the one plan");
+                    return 0;
+                }
+                Err(err) => {
+                    eprintln!("{name}: policy explain: cannot read the version in force: {err}");
+                    return EXIT_UNAVAILABLE;
+                }
+            }
+        }
+        (None, None) => return EXIT_CONFIG,
+    };
+    print!("{}", explain(&policy, e));
+    0
 }
 
 /// What `policy explain` prints: the plan and the rule that picked it, the plan's limits, and a call's verdict.

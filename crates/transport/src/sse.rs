@@ -119,6 +119,9 @@ pub(crate) struct Held {
     pub(crate) cancel_on_drop: Option<tokio_util::sync::DropGuard>,
     /// The feeder ends the stream itself on shutdown (with a final response) instead of the body's `retry:`.
     pub(crate) feeder_handles_shutdown: bool,
+    /// A 2025 `GET` stream: `notifications/tools/list_changed` when a policy version changes what its principal's
+    /// plan lists.
+    pub(crate) list: Option<crate::policy::listed::ListWatch>,
 }
 
 struct BodyState {
@@ -130,6 +133,7 @@ struct BodyState {
     shutdown: CancellationToken,
     /// Cancelled when the stream's principal is revoked: the stream ends at once, without `retry:`.
     watch: crate::streams::StreamWatch,
+    list: Option<crate::policy::listed::ListWatch>,
     retry: Duration,
     done: bool,
 }
@@ -151,6 +155,7 @@ pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held,
         keep_alive: ka,
         shutdown,
         watch: app.streams.open(user),
+        list: held.list,
         retry,
         done: false,
     };
@@ -167,6 +172,12 @@ pub(crate) fn response(app: &AppState, rx: Feed, kind: &'static str, held: Held,
             },
             () = st.shutdown.cancelled() => { st.done = true; Frame::Retry(st.retry).encode() }
             () = st.watch.revoked.cancelled() => return None,
+            data = async {
+                match st.list.as_mut() {
+                    Some(l) => l.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => Frame::Unsequenced { data }.encode(),
             _ = st.keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
         };
         Some((Ok::<_, Infallible>(bytes), st))

@@ -112,9 +112,9 @@ pub(super) struct DiffArgs {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ExplainArgs {
-    /// The document (YAML or JSON) to explain.
+    /// The document (YAML or JSON) to explain; without it, the version in force in the fleet's Redis.
     #[arg(long)]
-    file: PathBuf,
+    file: Option<PathBuf>,
     /// The principal's subject (`sub`).
     #[arg(long)]
     sub: String,
@@ -131,6 +131,8 @@ pub(super) struct ExplainArgs {
     /// The call's arguments, a JSON object (with --tool).
     #[arg(long, default_value = "{}", requires = "tool")]
     args: String,
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 /// `mcpfleet revoke`: a principal (or one of its tokens) refused by every replica until a time; `--lift` ends it,
@@ -274,7 +276,9 @@ pub struct Rollback {
 /// `policy explain`'s question: the document, the principal, and optionally a call.
 #[derive(Debug)]
 pub struct Explain {
-    pub file: PathBuf,
+    /// `--file`; `None`: the version in force in `redis`.
+    pub file: Option<PathBuf>,
+    pub redis: Option<RedisConfig>,
     pub sub: String,
     pub iss: String,
     pub claims: serde_json::Map<String, serde_json::Value>,
@@ -350,6 +354,12 @@ impl ExplainArgs {
             Ok(serde_json::Value::Object(args)) => args,
             _ => return Err(config_error("policy explain: --args is not a JSON object")),
         };
-        Ok(Explain { file: self.file, sub: self.sub, iss: self.iss, claims, tool: self.tool, args })
+        let redis = self.store.into_config()?.redis;
+        if self.file.is_none() && redis.is_none() {
+            return Err(config_error(
+                "policy explain: give --file, or the fleet's Redis (--redis-url) for the version in force",
+            ));
+        }
+        Ok(Explain { file: self.file, redis, sub: self.sub, iss: self.iss, claims, tool: self.tool, args })
     }
 }

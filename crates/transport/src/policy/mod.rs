@@ -7,6 +7,7 @@
 //! principal it caches carries its plan (`Principal::plan`) and the claims the policy reads; a principal whose plan
 //! is of another version (or that no authenticator assigned: `--auth none`) is assigned here, per request.
 
+pub(crate) mod listed;
 mod metrics;
 pub mod watch;
 

@@ -277,7 +277,8 @@ pub(crate) async fn get(
         let data = crate::ProtocolVersion::parse(&session.protocol_version)
             .is_some_and(crate::ProtocolVersion::primes_with_data);
         let rx = tail::open(&app, key, cursor, data).await?;
-        Ok(sse::response(&app, rx, "listen", sse::Held { slot, ..sse::Held::default() }, &caller.user))
+        let list = Some(crate::policy::listed::ListWatch::new(&app.policy, &caller));
+        Ok(sse::response(&app, rx, "listen", sse::Held { slot, list, ..sse::Held::default() }, &caller.user))
     }
     .await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
