@@ -83,6 +83,8 @@ pub enum Mode {
 pub struct Expr {
     pub source: String,
     pub program: Arc<cel::Program>,
+    /// The variables it uses (of `principal`, `tool`, `args`): an evaluation builds only these.
+    pub uses: Vec<String>,
 }
 
 impl fmt::Debug for Expr {
@@ -322,7 +324,8 @@ fn compile(source: &str, pointer: &str, variables: &[&str]) -> Result<Expr, Poli
             message: format!("uses {v:?}, which this rule does not have (it has: {})", variables.join(", ")),
         });
     }
-    Ok(Expr { source: source.to_owned(), program: Arc::new(program) })
+    let uses = free.into_iter().collect();
+    Ok(Expr { source: source.to_owned(), program: Arc::new(program), uses })
 }
 
 /// A message on one line, at most 400 characters (errors are one line everywhere).

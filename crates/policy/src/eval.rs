@@ -112,14 +112,22 @@ impl Policy {
         if p.allow.as_ref().is_some_and(|allow| !allow.iter().any(|t| t == tool.name)) {
             return CallVerdict::NotAllowed;
         }
+        // Only the variables the plan's conditions use are built (each is a map to allocate, on every call).
+        let uses = |v: &str| p.conditions.iter().any(|c| c.when.uses.iter().any(|u| u == v));
         let mut ctx = context();
-        ctx.add_variable_from_value("principal", principal(who));
-        ctx.add_variable_from_value(
-            "tool",
-            to_cel(&serde_json::json!({ "name": tool.name, "annotations": tool.annotations })),
-        );
-        let args: HashMap<String, cel::Value> = args.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
-        ctx.add_variable_from_value("args", args);
+        if uses("principal") {
+            ctx.add_variable_from_value("principal", principal(who));
+        }
+        if uses("tool") {
+            ctx.add_variable_from_value(
+                "tool",
+                to_cel(&serde_json::json!({ "name": tool.name, "annotations": tool.annotations })),
+            );
+        }
+        if uses("args") {
+            let args: HashMap<String, cel::Value> = args.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            ctx.add_variable_from_value("args", args);
+        }
         let mut would_refuse = Vec::new();
         for (i, c) in p.conditions.iter().enumerate() {
             if c.tool.as_deref().is_some_and(|t| t != tool.name) || c.when.holds(&ctx) == Ok(true) {
