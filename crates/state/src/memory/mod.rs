@@ -4,6 +4,7 @@
 //! Sessions, event logs, routing, limits and idempotency records are here, behind one lock; durable tasks are in
 //! [`tasks`], behind a lock of their own.
 
+mod fleet;
 mod policy;
 mod revocation;
 mod tasks;
@@ -56,10 +57,10 @@ struct Inner {
     notices: HashMap<UserKey, broadcast::Sender<Ring>>,
     /// Idempotency records and their expiry.
     idempotency: HashMap<IdempotencyKey, (Record, Instant)>,
-    /// The policy version in force, and the fleet's notice channel (see [`policy`]).
-    policy: policy::Held,
-    /// Revocations by principal (field → until, ms) and the fleet's registry (see [`revocation`]).
-    revocations: revocation::Held,
+    /// The policy version in force, and the fleet's notice channel (see [`fleet`]).
+    policy: fleet::PolicyHeld,
+    /// Revocations by principal (field → until, ms) and the fleet's registry (see [`fleet`]).
+    revocations: fleet::RevocationsHeld,
 }
 
 #[derive(Debug)]

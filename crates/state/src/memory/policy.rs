@@ -3,26 +3,9 @@
 
 use super::{MemoryStore, MemorySubscription};
 use crate::policy::{NewPolicy, PolicyStore, PutPolicy, StoredPolicy};
-use crate::types::Ring;
 use crate::{Result, Subscription};
 use async_trait::async_trait;
 use tokio::sync::broadcast;
-
-/// The version in force and the fleet's notice channel.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    current: Option<StoredPolicy>,
-    fleet: Option<broadcast::Sender<Ring>>,
-}
-
-impl Held {
-    /// Rings the fleet's notice channel, if anyone listens.
-    pub(super) fn announce(&self, message: String) {
-        if let Some(tx) = &self.fleet {
-            let _ = tx.send(Ring::Notice(message));
-        }
-    }
-}
 
 #[async_trait]
 impl PolicyStore for MemoryStore {

@@ -5,24 +5,6 @@ use crate::Result;
 use crate::revocation::{Listed, Revocation, RevocationStore};
 use crate::types::UserKey;
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap};
-
-/// Revocations by principal (field → until, ms), and the registry (`<user>:<field>` → record).
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    by_user: HashMap<UserKey, HashMap<String, u64>>,
-    registry: BTreeMap<String, String>,
-}
-
-impl Held {
-    /// Whether `user` (or its token `token_id`) is revoked now.
-    pub(super) fn refuses(&self, user: &UserKey, token_id: Option<&str>) -> bool {
-        let Some(fields) = self.by_user.get(user) else { return false };
-        let now = mcpfleet_core::time::epoch_ms();
-        let live = |f: &str| fields.get(f).is_some_and(|until| *until > now);
-        live("*") || token_id.is_some_and(|j| live(&Revocation::field(Some(j))))
-    }
-}
 
 #[async_trait]
 impl RevocationStore for MemoryStore {
