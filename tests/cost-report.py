@@ -45,6 +45,16 @@ RMCP_NA = {
 }
 
 
+def print_runs(rows):
+    """Every run, one row each."""
+    print("| pair | setup | calls/s | p50 ms | p99 ms | server CPU ms/call | Redis CPU ms/call | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
+        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{fmt(r['server_cpu_ms_per_call'])} | {fmt(r['redis_cpu_ms_per_call'])} | {errors} |")
+
+
 def median_of(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -108,12 +118,7 @@ def ladder(path):
     pairs = sorted({r["pair"] for r in rows})
     by = {(r["pair"], r["label"]): r for r in rows}
     setups = [s for s in dict.fromkeys(r["label"] for r in rows if r["pair"] == pairs[0])]
-    print("| pair | setup | calls/s | p50 ms | p99 ms | server CPU ms/call | Redis CPU ms/call | errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
-        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{fmt(r['server_cpu_ms_per_call'])} | {fmt(r['redis_cpu_ms_per_call'])} | {errors} |")
+    print_runs(rows)
     print()
     print(f"Medians over {len(pairs)} pairs (ratios and differences taken within each pair):")
     print()
@@ -138,12 +143,7 @@ def policy(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     pairs = sorted({r["pair"] for r in rows})
     by = {(r["pair"], r["label"]): r for r in rows}
-    print("| pair | setup | calls/s | p50 ms | p99 ms | server CPU ms/call | Redis CPU ms/call | errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        errors = ", ".join(f"{k}: {n}" for k, n in r["errors"].items()) or "none"
-        print(f"| {r['pair']} | {r['label']} | {r['calls_per_sec']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{fmt(r['server_cpu_ms_per_call'])} | {fmt(r['redis_cpu_ms_per_call'])} | {errors} |")
+    print_runs(rows)
     print()
     flags, pol = "1 replica, flags", "1 replica, 3-plan policy"
     print(f"Medians over {len(pairs)} pairs of the per-pair ratios, {pol} / {flags}:")

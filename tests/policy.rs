@@ -72,11 +72,12 @@ fn policy_check_refuses_with_exit_64_and_the_pointer() {
     );
 }
 
-/// `mcpfleet policy explain --file FILE ARGS…` of the second example of docs/POLICY.md: exit code and stdout.
+/// `mcpfleet policy explain --file FILE ARGS…` of the example of docs/POLICY.md with tenants: exit code and stdout.
 fn explain(args: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("policy.yaml");
-    std::fs::write(&file, &documented()[1]).unwrap();
+    let example = documented().into_iter().find(|d| d.contains("tenants:")).unwrap();
+    std::fs::write(&file, example).unwrap();
     let out = Command::new(mcpfleet_fleetkit::server_bin())
         .args(["policy", "explain", "--file"])
         .arg(&file)

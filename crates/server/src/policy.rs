@@ -156,21 +156,10 @@ async fn apply(name: &str, a: &Apply, store: bool) -> i32 {
     let shown = a.file.display();
     let Some(new) = load(name, &a.file) else { return EXIT_CONFIG };
     let Ok(text) = read(&a.file) else { return EXIT_CONFIG };
-    let redis = match RedisStore::connect(a.redis.clone()).await {
+    let (redis, current, old) = match in_force(name, &a.redis, &format!("policy {shown}")).await {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("{name}: policy {shown}: the store does not answer: {e}");
-            return EXIT_UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
-    let current = match redis.policy().await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{name}: policy {shown}: cannot read the version in force: {e}");
-            return EXIT_UNAVAILABLE;
-        }
-    };
-    let old = current.as_ref().and_then(|c| Policy::parse(&c.text).ok());
     let expected = current.as_ref().map_or(0, |c| c.version);
     let changes = new.changes(old.as_ref());
     if !store {
@@ -195,6 +184,25 @@ async fn apply(name: &str, a: &Apply, store: bool) -> i32 {
         }
         Err(code) => code,
     }
+}
+
+/// The store, the version in force there, and that version checked by this build (`None` if none, or refused).
+/// Exit 69, the reason printed after `what`, when the store does not answer.
+async fn in_force(
+    name: &str,
+    redis: &mcpfleet_state::RedisConfig,
+    what: &str,
+) -> Result<(RedisStore, Option<mcpfleet_state::StoredPolicy>, Option<Policy>), i32> {
+    let store = RedisStore::connect(redis.clone()).await.map_err(|e| {
+        eprintln!("{name}: {what}: the store does not answer: {e}");
+        EXIT_UNAVAILABLE
+    })?;
+    let current = store.policy().await.map_err(|e| {
+        eprintln!("{name}: {what}: cannot read the version in force: {e}");
+        EXIT_UNAVAILABLE
+    })?;
+    let checked = current.as_ref().and_then(|c| Policy::parse(&c.text).ok());
+    Ok((store, current, checked))
 }
 
 /// A version to put in force.
@@ -332,21 +340,10 @@ async fn rollback(name: &str, r: &Rollback) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let redis = match RedisStore::connect(r.redis.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{name}: policy rollback: the store does not answer: {e}");
-            return EXIT_UNAVAILABLE;
-        }
+    let (redis, current, old) = match in_force(name, &r.redis, "policy rollback").await {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let current = match redis.policy().await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{name}: policy rollback: cannot read the version in force: {e}");
-            return EXIT_UNAVAILABLE;
-        }
-    };
-    let old = current.as_ref().and_then(|c| Policy::parse(&c.text).ok());
     let summary = format!("rollback to version {}: {}", r.version, target.summary(old.as_ref()));
     let summary: String = summary.chars().take(400).collect();
     let expected = current.as_ref().map_or(0, |c| c.version);

@@ -73,16 +73,38 @@ pub(super) enum PolicyCommand {
 pub(super) struct ApplyArgs {
     /// The document (YAML or JSON).
     file: PathBuf,
-    /// Who applies it, as the version's history and the audit record it (default: the OS user @ the host).
+    #[command(flatten)]
+    change: ChangeArgs,
+}
+
+/// What every command that changes the fleet's policy or revocations takes: who, the fleet's Redis, the database.
+#[derive(Debug, clap::Args)]
+pub(super) struct ChangeArgs {
+    #[command(flatten)]
+    who: WhoArgs,
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+/// Who makes a change, as the history and the audit trail record it.
+#[derive(Debug, clap::Args)]
+pub(super) struct WhoArgs {
+    /// Who makes the change, as the history and the audit trail record it (default: the OS user @ the host).
     #[arg(long, env = "MCPFLEET_POLICY_BY")]
     by: Option<String>,
     /// The OS user, for --by's default.
     #[arg(long, env = "USER", hide = true)]
     os_user: Option<String>,
-    #[command(flatten)]
-    store: StoreArgs,
-    #[command(flatten)]
-    db: DbArgs,
+}
+
+impl WhoArgs {
+    /// `--by`, or the OS user and the host; at most 200 characters.
+    fn name(self) -> String {
+        let by = self.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(self.os_user.as_deref()));
+        by.chars().take(200).collect()
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -90,16 +112,8 @@ pub(super) struct RollbackArgs {
     /// The version to apply again (as `policy history` lists it).
     #[arg(value_parser = clap::value_parser!(i64).range(1..))]
     version: i64,
-    /// Who rolls back (default: the OS user @ the host).
-    #[arg(long, env = "MCPFLEET_POLICY_BY")]
-    by: Option<String>,
-    /// The OS user, for --by's default.
-    #[arg(long, env = "USER", hide = true)]
-    os_user: Option<String>,
     #[command(flatten)]
-    store: StoreArgs,
-    #[command(flatten)]
-    db: DbArgs,
+    change: ChangeArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,16 +174,8 @@ pub(super) struct RevokeArgs {
     /// List the revocations in force.
     #[arg(long)]
     list: bool,
-    /// Who revokes, as the audit trail records it (default: the OS user @ the host).
-    #[arg(long, env = "MCPFLEET_POLICY_BY")]
-    by: Option<String>,
-    /// The OS user, for --by's default.
-    #[arg(long, env = "USER", hide = true)]
-    os_user: Option<String>,
     #[command(flatten)]
-    store: StoreArgs,
-    #[command(flatten)]
-    db: DbArgs,
+    change: ChangeArgs,
 }
 
 /// `mcpfleet revoke`'s question.
@@ -202,7 +208,7 @@ pub struct Revoke {
 
 impl RevokeArgs {
     pub(super) fn into_request(self) -> Result<PolicyRequest, ServerError> {
-        let redis = redis_of(self.store, "revoke")?;
+        let redis = redis_of(self.change.store, "revoke")?;
         let who = || -> Result<(String, String), ServerError> {
             let iss = self.iss.clone().filter(|i| !i.is_empty()).ok_or_else(|| {
                 config_error("revoke: give --iss (or MCPFLEET_JWT_ISSUER): a subject is one issuer's")
@@ -230,8 +236,8 @@ impl RevokeArgs {
         Ok(PolicyRequest::Revoke(Revoke {
             action,
             redis,
-            by: who_by(self.by, self.os_user.as_deref()),
-            database: self.db.settings()?,
+            by: self.change.who.name(),
+            database: self.change.db.settings()?,
         }))
     }
 }
@@ -291,9 +297,9 @@ impl PolicyCommand {
         Ok(match self {
             Self::Check { file } => PolicyRequest::Check(file),
             Self::Apply(a) => PolicyRequest::Apply(Apply {
-                redis: redis_of(a.store, "apply")?,
-                by: who_by(a.by, a.os_user.as_deref()),
-                database: a.db.settings()?,
+                redis: redis_of(a.change.store, "apply")?,
+                by: a.change.who.name(),
+                database: a.change.db.settings()?,
                 file: a.file,
             }),
             Self::Diff(d) => PolicyRequest::Diff(Apply {
@@ -305,9 +311,9 @@ impl PolicyCommand {
             Self::History { db } => PolicyRequest::History(db.required()?),
             Self::Rollback(r) => PolicyRequest::Rollback(Rollback {
                 version: r.version,
-                redis: redis_of(r.store, "rollback")?,
-                by: who_by(r.by, r.os_user.as_deref()),
-                database: r.db.required()?,
+                redis: redis_of(r.change.store, "rollback")?,
+                by: r.change.who.name(),
+                database: r.change.db.required()?,
             }),
             Self::Explain(e) => PolicyRequest::Explain(e.into_request()?),
         })
@@ -321,12 +327,6 @@ fn redis_of(store: StoreArgs, command: &str) -> Result<RedisConfig, ServerError>
             "policy {command}: give the fleet's Redis (--redis-url, or --redis-nodes): the version in force lives there"
         ))
     })
-}
-
-/// `--by`, or the OS user and the host; at most 200 characters.
-fn who_by(by: Option<String>, os_user: Option<&str>) -> String {
-    let by = by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| default_by(os_user));
-    by.chars().take(200).collect()
 }
 
 /// The OS user and the host: `$USER@hostname`.
