@@ -2,7 +2,7 @@
 //! 401 `invalid_token`, closes its open streams (a 2025 GET stream and a 2026-07-28 `subscriptions/listen`),
 //! refuses its resumptions, leaves everyone else alone, is listed, audited and lifted; one token can be revoked
 //! alone; and with the store away under `--rate-fail-mode open` a replica still refuses the principals it knows to
-//! be revoked.
+//! be revoked, and keeps the policy version it had.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -140,11 +140,35 @@ async fn failing_open_a_replica_still_refuses_the_principals_it_knows_are_revoke
         async move { c.request(&url, 1, "tools/list", json!({})).await.0 }
     };
     assert_eq!(list(&alice).await, 200);
+    // A policy in force, so that the replica has a version to keep while Redis is away.
+    let doc = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(doc.path(), "plans: { free: {} }\ndefault: free\n").unwrap();
+    let applied = Command::new(server_bin())
+        .args(["policy", "apply"])
+        .arg(doc.path())
+        .args(["--redis-url", &f.redis.url()])
+        .output()
+        .unwrap();
+    stdout(&applied);
     stdout(&revoke(&f, &["--sub", "alice"], None));
     // The replica has read the registry (the announcement, or the poll) before Redis goes away.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     f.redis.signal("-STOP");
     let statuses = (list(&alice).await, list(&bob).await);
+    // The replica keeps the version it had, and counts the reads that failed (one every --policy-poll).
+    let admin = f.fleet.replicas[0].admin();
+    let kept = async {
+        for _ in 0..40 {
+            let m = mcpfleet_fleetkit::scrape(&admin).await;
+            if m.get("mcp_policy_load_failures_total{reason=\"store\"}").copied().unwrap_or(0.0) >= 1.0 {
+                return m.get("mcp_policy_version").copied();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+    .await;
     f.redis.signal("-CONT");
     assert_eq!(statuses, (401, 200), "the store away: bob passes on the local bucket, alice never");
+    assert_eq!(kept, Some(1.0), "the version in force stays while Redis is away, and the failed reads are counted");
 }
