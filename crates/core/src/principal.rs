@@ -74,6 +74,9 @@ pub struct PlanTag {
     pub version: u64,
     /// The plan's name.
     pub plan: Arc<str>,
+    /// The verdicts of the plan's conditions that depend on the principal alone, decided at assignment, by
+    /// condition (`None`: decided per call).
+    pub decided: Arc<[Option<bool>]>,
 }
 
 /// Gives a verified principal its plan, once per token and policy version: the authenticator calls it with the

@@ -98,8 +98,25 @@ impl Policy {
         Assigned { plan: &self.default, rule: None, would }
     }
 
+    /// The verdicts of plan `plan`'s conditions that depend on the principal alone (their expressions use no
+    /// variable but `principal`), decided once for `who`, by condition: `Some(holds)`, or `None` for a condition
+    /// that needs the call. Kept with the principal's plan when its token is verified, so that those conditions
+    /// cost nothing per call ([`Policy::check_call`]).
+    #[must_use]
+    pub fn decide(&self, plan: &str, who: &Subject<'_>) -> Vec<Option<bool>> {
+        let Some(p) = self.plans.get(plan) else { return Vec::new() };
+        let decidable = |c: &crate::Condition| c.when.uses.iter().all(|u| u == "principal");
+        if !p.conditions.iter().any(decidable) {
+            return vec![None; p.conditions.len()];
+        }
+        let mut ctx = context();
+        ctx.add_variable_from_value("principal", principal(who));
+        p.conditions.iter().map(|c| decidable(c).then(|| c.when.holds(&ctx) == Ok(true))).collect()
+    }
+
     /// Whether plan `plan` lets `who` call `tool` with `args` (already validated against the tool's schema). A plan
-    /// that does not exist allows nothing.
+    /// that does not exist allows nothing. `decided`: verdicts from [`Policy::decide`] for this principal and plan
+    /// (empty: none), used instead of evaluating those conditions again.
     #[must_use]
     pub fn check_call(
         &self,
@@ -107,13 +124,18 @@ impl Policy {
         who: &Subject<'_>,
         tool: &ToolView<'_>,
         args: &serde_json::Map<String, Value>,
+        decided: &[Option<bool>],
     ) -> CallVerdict<'_> {
         let Some(p) = self.plans.get(plan) else { return CallVerdict::NotAllowed };
         if p.allow.as_ref().is_some_and(|allow| !allow.iter().any(|t| t == tool.name)) {
             return CallVerdict::NotAllowed;
         }
-        // Only the variables the plan's conditions use are built (each is a map to allocate, on every call).
-        let uses = |v: &str| p.conditions.iter().any(|c| c.when.uses.iter().any(|u| u == v));
+        let known = |i: usize| decided.get(i).copied().flatten();
+        let applies = |c: &crate::Condition| c.tool.as_deref().is_none_or(|t| t == tool.name);
+        // Only the variables the conditions left to evaluate use are built (each is a map to allocate, per call).
+        let pending: Vec<usize> =
+            (0..p.conditions.len()).filter(|&i| applies(&p.conditions[i]) && known(i).is_none()).collect();
+        let uses = |v: &str| pending.iter().any(|&i| p.conditions[i].when.uses.iter().any(|u| u == v));
         let mut ctx = context();
         if uses("principal") {
             ctx.add_variable_from_value("principal", principal(who));
@@ -130,7 +152,7 @@ impl Policy {
         }
         let mut would_refuse = Vec::new();
         for (i, c) in p.conditions.iter().enumerate() {
-            if c.tool.as_deref().is_some_and(|t| t != tool.name) || c.when.holds(&ctx) == Ok(true) {
+            if !applies(c) || known(i).unwrap_or_else(|| c.when.holds(&ctx) == Ok(true)) {
                 continue;
             }
             match c.mode {
@@ -229,27 +251,51 @@ default: free
         let who = Subject { issuer: "i", subject: "bob", claims: &c };
         let search = ToolView { name: "search", annotations: &Value::Null };
         assert_eq!(
-            p.check_call("free", &who, &search, &args(json!({ "limit": 10 }))),
+            p.check_call("free", &who, &search, &args(json!({ "limit": 10 })), &[]),
             CallVerdict::Allowed { would_refuse: vec![1] },
             "the dry run would refuse (not EU), and lets it through"
         );
         assert_eq!(
-            p.check_call("free", &who, &search, &args(json!({}))),
+            p.check_call("free", &who, &search, &args(json!({})), &[]),
             CallVerdict::Allowed { would_refuse: vec![1] }
         );
         assert_eq!(
-            p.check_call("free", &who, &search, &args(json!({ "limit": 11 }))),
+            p.check_call("free", &who, &search, &args(json!({ "limit": 11 })), &[]),
             CallVerdict::Refused { condition: 0, message: "at most 10 on the free plan" }
         );
         // A value the expression cannot compare: refused (fail closed).
         assert!(matches!(
-            p.check_call("free", &who, &search, &args(json!({ "limit": "ten" }))),
+            p.check_call("free", &who, &search, &args(json!({ "limit": "ten" })), &[]),
             CallVerdict::Refused { .. }
         ));
         let other = ToolView { name: "delete", annotations: &Value::Null };
-        assert_eq!(p.check_call("free", &who, &other, &args(json!({}))), CallVerdict::NotAllowed);
-        assert_eq!(p.check_call("pro", &who, &other, &args(json!({}))), CallVerdict::Allowed { would_refuse: vec![] });
-        assert_eq!(p.check_call("gold", &who, &other, &args(json!({}))), CallVerdict::NotAllowed);
+        assert_eq!(p.check_call("free", &who, &other, &args(json!({})), &[]), CallVerdict::NotAllowed);
+        assert_eq!(
+            p.check_call("pro", &who, &other, &args(json!({})), &[]),
+            CallVerdict::Allowed { would_refuse: vec![] }
+        );
+        assert_eq!(p.check_call("gold", &who, &other, &args(json!({})), &[]), CallVerdict::NotAllowed);
+    }
+
+    #[test]
+    fn conditions_on_the_principal_alone_are_decided_once_and_used_as_decided() {
+        let p = Policy::parse(DOC).expect("accepted");
+        let (eu, us) = (claims(json!({ "region": "eu" })), claims(json!({ "region": "us" })));
+        let who = |c| Subject { issuer: "i", subject: "bob", claims: c };
+        // Condition 0 reads args (left for the call); condition 1 reads the principal only.
+        assert_eq!(p.decide("free", &who(&eu)), vec![None, Some(true)]);
+        assert_eq!(p.decide("free", &who(&us)), vec![None, Some(false)]);
+        assert_eq!(p.decide("pro", &who(&us)), Vec::<Option<bool>>::new());
+        let search = ToolView { name: "search", annotations: &Value::Null };
+        // What was decided stands for the call, whatever the principal presented then.
+        assert_eq!(
+            p.check_call("free", &who(&us), &search, &args(json!({ "limit": 5 })), &[None, Some(true)]),
+            CallVerdict::Allowed { would_refuse: vec![] }
+        );
+        assert_eq!(
+            p.check_call("free", &who(&eu), &search, &args(json!({ "limit": 11 })), &[None, Some(true)]),
+            CallVerdict::Refused { condition: 0, message: "at most 10 on the free plan" }
+        );
     }
 
     #[test]

@@ -426,7 +426,7 @@ fn explain(p: &Policy, e: &Explain) -> String {
     }
     if let Some(tool) = &e.tool {
         let view = ToolView { name: tool, annotations: &serde_json::Value::Null };
-        let _ = match p.check_call(assigned.plan, &who, &view, &e.args) {
+        let _ = match p.check_call(assigned.plan, &who, &view, &e.args, &[]) {
             CallVerdict::Allowed { would_refuse } => {
                 let mut line = format!("call {tool}: allowed");
                 for i in would_refuse {

@@ -197,7 +197,12 @@ impl Policies {
         let annotations = self.annotations.get(tool).unwrap_or(&Value::Null);
         let subject = Subject { issuer: &who.issuer, subject: &who.subject, claims: &who.claims };
         let view = ToolView { name: tool, annotations };
-        match policy.check_call(name, &subject, &view, args) {
+        // The conditions decided when the token was verified, under this version and plan.
+        let decided = match &who.plan {
+            Some(t) if t.version == active.version && *t.plan == **name => &t.decided[..],
+            _ => &[],
+        };
+        match policy.check_call(name, &subject, &view, args, decided) {
             CallVerdict::Allowed { would_refuse } => {
                 for i in would_refuse {
                     let rule = format!("tools.conditions.{i}");
@@ -226,12 +231,14 @@ impl Assigner for Policies {
     fn assign(&self, principal: &mut Principal, claims: &JsonObject) {
         let active = self.current();
         let Some(policy) = &active.policy else {
-            principal.plan = Some(PlanTag { version: active.version, plan: Arc::from("") });
+            principal.plan = Some(PlanTag { version: active.version, plan: Arc::from(""), decided: Arc::default() });
             return;
         };
         principal.claims = Arc::new(policy.claims.keep(claims));
         let plan = active.assign(principal, &self.metrics);
-        principal.plan = Some(PlanTag { version: active.version, plan: Arc::from(plan.label()) });
+        let subject = Subject { issuer: &principal.issuer, subject: &principal.subject, claims: &principal.claims };
+        let decided = policy.decide(plan.label(), &subject).into();
+        principal.plan = Some(PlanTag { version: active.version, plan: Arc::from(plan.label()), decided });
     }
 }
 
