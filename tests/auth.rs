@@ -178,6 +178,10 @@ async fn every_bad_credential_gets_its_challenge() {
         ("missing aud", good().without_claim("aud").sign()),
         ("missing sub", good().without_claim("sub").sign()),
         ("missing exp", good().without_claim("exp").sign()),
+        ("lives longer than --max-token-lifetime (24 h)", good().claim("exp", json!(epoch_secs() + 48 * 3600)).sign()),
+        ("no iat, and expires beyond --max-token-lifetime", {
+            good().without_claim("iat").claim("exp", json!(epoch_secs() + 25 * 3600)).sign()
+        }),
         ("typ JWT (policy at+jwt)", good().header("typ", json!("JWT")).sign()),
         ("no typ", good().without_header("typ").sign()),
         ("alg none", good().unsigned("none")),

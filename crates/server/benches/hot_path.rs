@@ -104,7 +104,9 @@ fn main() {
             .arg("https://mcp.test/mcp")
             .start()
             .await;
-        let token = |k: &TestKey| Some(k.token(&issuer.id(), "bench").claim("exp", json!(u64::MAX / 2)).sign());
+        // Valid for the whole run, and within the server's --max-token-lifetime (24 h).
+        let exp = mcpfleet_core::time::epoch_secs() + 12 * 3600;
+        let token = |k: &TestKey| Some(k.token(&issuer.id(), "bench").claim("exp", json!(exp)).sign());
         let setups = [
             ("1 replica, in-memory", memory.urls(), None),
             ("1 replica, Redis", one.urls(), None),
