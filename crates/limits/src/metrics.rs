@@ -112,7 +112,7 @@ impl LimitMetrics {
             decisions: IntCounterVec::new(
                 Opts::new(
                     "mcp_limit_decisions_total",
-                    "Limit decisions by kind (rate, quota, sessions, streams, inflight, tasks) and outcome: allowed, denied \
+                    "Limit decisions by kind (rate, quota, tenant, sessions, streams, inflight, tasks) and outcome: allowed, denied \
                      (by the shared state), denied_cached (refused locally until a known time, no store call), \
                      unavailable (the store could not decide: 503).",
                 ),
@@ -198,8 +198,9 @@ mod tests {
         LimitMetrics::register(&registry).expect("register");
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("encode");
         let lines = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix) && l.ends_with(" 0")).count();
-        // rate: 4 outcomes; quota, sessions, streams, inflight: 2 each; tasks: denied only.
-        assert_eq!(lines("mcp_limit_decisions_total{"), 13, "{text}");
+        // rate: 4 outcomes; quota, sessions, streams, inflight, tenant: 2 each; tasks: denied only.
+        assert_eq!(lines("mcp_limit_decisions_total{"), 15, "{text}");
+        assert!(text.contains(r#"mcp_limit_decisions_total{kind="tenant",outcome="denied"} 0"#));
         assert!(text.contains(r#"mcp_limit_decisions_total{kind="tasks",outcome="denied"} 0"#));
         assert!(!text.contains(r#"mcp_limit_decisions_total{kind="tasks",outcome="allowed"}"#));
         assert_eq!(lines("mcp_limit_near_limit_total{"), 4);
