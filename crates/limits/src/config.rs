@@ -49,19 +49,9 @@ pub enum FailMode {
 /// Every limit, as the operator configured it.
 #[derive(Clone, Debug)]
 pub struct LimitsConfig {
-    /// `None`: no bucket (`--rate-burst 0`).
-    pub rate: Option<RateLimit>,
-    /// The operator's quotas by tool (`--quota TOOL=LIMIT/WINDOW`), over the tools' own; `None` lifts a tool's
-    /// quota (`--quota TOOL=off`).
-    pub quotas: BTreeMap<String, Option<Quota>>,
-    /// Open sessions per principal; 0 means no cap.
-    pub max_sessions: u64,
-    /// Open SSE streams (GET) per principal; 0 means no cap.
-    pub max_streams: u64,
-    /// Tool calls in flight per principal; 0 means no cap.
-    pub max_inflight: u64,
-    /// Open tasks (tasks extension) per principal; 0 means no cap.
-    pub max_tasks: u64,
+    /// The numbers of the flags (`--rate-*`, `--quota`, `--max-*-per-user`): the default plan, and what a policy's
+    /// plan leaves out.
+    pub plan: PlanLimits,
     pub fail_mode: FailMode,
     /// How many replicas share the limits: the fail-open bucket is capacity ÷ replicas.
     pub replicas: u32,
@@ -76,9 +66,10 @@ pub struct LimitsConfig {
 /// (docs/POLICY.md), where a number the plan leaves out is the flag's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanLimits {
-    /// `None`: no bucket.
+    /// `None`: no bucket (`--rate-burst 0`).
     pub rate: Option<RateLimit>,
-    /// Quotas by tool, over the tools' own; `None` lifts a tool's quota.
+    /// Quotas by tool, over the tools' own (`--quota TOOL=LIMIT/WINDOW`); `None` lifts a tool's quota
+    /// (`--quota TOOL=off`).
     pub quotas: BTreeMap<String, Option<Quota>>,
     /// Open sessions; 0 means no cap.
     pub max_sessions: u64,
@@ -101,30 +92,17 @@ impl PlanLimits {
     }
 }
 
-impl LimitsConfig {
-    /// The default plan: the numbers of the flags.
-    #[must_use]
-    pub fn plan(&self) -> PlanLimits {
-        PlanLimits {
-            rate: self.rate,
-            quotas: self.quotas.clone(),
-            max_sessions: self.max_sessions,
-            max_streams: self.max_streams,
-            max_inflight: self.max_inflight,
-            max_tasks: self.max_tasks,
-        }
-    }
-}
-
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            rate: Some(RateLimit { burst: 60, per_second: 1.0 }),
-            quotas: BTreeMap::new(),
-            max_sessions: 64,
-            max_streams: 16,
-            max_inflight: 16,
-            max_tasks: 32,
+            plan: PlanLimits {
+                rate: Some(RateLimit { burst: 60, per_second: 1.0 }),
+                quotas: BTreeMap::new(),
+                max_sessions: 64,
+                max_streams: 16,
+                max_inflight: 16,
+                max_tasks: 32,
+            },
             fail_mode: FailMode::Closed,
             replicas: 1,
             slot_ttl: Duration::from_secs(6),

@@ -11,15 +11,21 @@
 //! tools, auth or Redis: it speaks the state crate's traits,
 //! and the transport turns its refusals into statuses and headers.
 
+mod breaker;
+mod cap;
+use breaker::Breaker;
 mod config;
 mod leases;
 pub mod members;
 mod metrics;
+mod revoked;
 mod tenants;
 
+pub use cap::Cap;
 pub use config::{FailMode, LimitsConfig, PlanLimits, Quota, RateLimit, parse_duration};
 pub use leases::SlotGuard;
 pub use metrics::{Kind, LimitMetrics};
+pub use revoked::KnownRevoked;
 pub use tenants::{TenantDecision, slice};
 
 use mcpfleet_state::{
@@ -29,7 +35,7 @@ use mcpfleet_state::{
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -40,49 +46,6 @@ const SLOT_RECHECK: [Duration; 4] =
 
 /// The most principals the local caches remember; beyond it, expired entries go, then everything.
 const CACHE_CAP: usize = 65_536;
-
-/// The caps a principal can reach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cap {
-    Sessions,
-    Streams,
-    Inflight,
-    /// Open (not yet ended) tasks of the tasks extension.
-    Tasks,
-}
-
-impl fmt::Display for Cap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Sessions => "open sessions",
-            Self::Streams => "open SSE streams",
-            Self::Inflight => "tool calls in flight",
-            Self::Tasks => "open tasks",
-        })
-    }
-}
-
-impl Cap {
-    /// The flag that sets this cap.
-    #[must_use]
-    pub fn flag(self) -> &'static str {
-        match self {
-            Self::Sessions => "--max-sessions-per-user",
-            Self::Streams => "--max-streams-per-user",
-            Self::Inflight => "--max-inflight-per-user",
-            Self::Tasks => "--max-tasks-per-user",
-        }
-    }
-
-    fn kind(self) -> Kind {
-        match self {
-            Self::Sessions => Kind::Sessions,
-            Self::Streams => Kind::Streams,
-            Self::Inflight => Kind::Inflight,
-            Self::Tasks => Kind::Tasks,
-        }
-    }
-}
 
 /// Why a limit refused, or could not decide. Only the transport turns these into HTTP and JSON-RPC.
 #[derive(Debug, thiserror::Error)]
@@ -230,16 +193,10 @@ pub struct SlotLease {
     token: String,
 }
 
-/// Revocations as a replica knows them: by principal, the token ids revoked (`None`: every token) and until when
-/// (ms since the epoch).
-pub type KnownRevoked = HashMap<UserKey, Vec<(Option<String>, u64)>>;
-
 /// Decides every limit of a replica. Shared by all requests (`Arc`).
 pub struct Limiter {
     store: Arc<dyn LimitStore>,
     cfg: LimitsConfig,
-    /// The default plan (the flags').
-    plan: PlanLimits,
     metrics: LimitMetrics,
     /// Principals (and peers) refused by their bucket, until when.
     denied: Mutex<HashMap<UserKey, HashMap<String, Instant>>>,
@@ -250,9 +207,9 @@ pub struct Limiter {
     leases: Arc<leases::Leases>,
     /// How many replicas share the limits (fleet membership).
     members: Arc<members::Members>,
-    /// The revocations the fleet's registry lists (principal → the token ids revoked, `None` for all, and until
-    /// when, ms): refused here when the store cannot decide, so that failing open never admits them.
-    revoked: Mutex<KnownRevoked>,
+    /// The revocations the fleet's registry lists: refused here when the store cannot decide, so that failing open
+    /// never admits them.
+    revoked: revoked::Revoked,
     /// The units of tenants' shared quotas this replica holds.
     tenants: tenants::TenantLeases,
 }
@@ -273,14 +230,13 @@ impl Limiter {
             leases: leases::Leases::start(store.clone(), cfg.slot_ttl),
             members: members::Members::start(store.clone(), metrics.replicas_gauge()),
             store,
-            plan: cfg.plan(),
             cfg,
             metrics,
             denied: Mutex::new(HashMap::new()),
             local: Mutex::new(HashMap::new()),
             breaker: Breaker::default(),
             epoch: Instant::now(),
-            revoked: Mutex::new(HashMap::new()),
+            revoked: revoked::Revoked::default(),
             tenants: tenants::TenantLeases::default(),
         }
     }
@@ -318,16 +274,13 @@ impl Limiter {
 
     /// Replaces the revocations known here (the fleet's registry, read by the replica's follower).
     pub fn set_revoked(&self, known: KnownRevoked) {
-        *self.revoked.lock().unwrap_or_else(PoisonError::into_inner) = known;
+        self.revoked.set(known);
     }
 
     /// Whether the registry, as last read here, revokes `user` (or its token `token_id`) now.
     #[must_use]
     pub fn known_revoked(&self, user: &UserKey, token_id: Option<&str>) -> bool {
-        let now = mcpfleet_core::time::epoch_ms();
-        let g = self.revoked.lock().unwrap_or_else(PoisonError::into_inner);
-        g.get(user)
-            .is_some_and(|r| r.iter().any(|(j, until)| *until > now && (j.is_none() || j.as_deref() == token_id)))
+        self.revoked.refuses(user, token_id)
     }
 
     /// Leaves the fleet (a drain): this replica's membership record goes at once, and is not renewed again.
@@ -343,7 +296,7 @@ impl Limiter {
     /// The default plan: the numbers of the flags.
     #[must_use]
     pub fn default_plan(&self) -> &PlanLimits {
-        &self.plan
+        &self.cfg.plan
     }
 
     /// Records that the store refused a task at the plan's cap (`limit`), and says why.
@@ -356,7 +309,7 @@ impl Limiter {
     /// The `RateLimit-Policy` header value of the default plan, when it has a bucket.
     #[must_use]
     pub fn policy_header(&self) -> Option<String> {
-        self.plan.rate.map(|r| r.status(0, 0).policy_header())
+        self.cfg.plan.rate.map(|r| r.status(0, 0).policy_header())
     }
 
     /// Forgets every principal refused until a known time: their plans may have changed (a new policy version).
@@ -365,7 +318,7 @@ impl Limiter {
     }
 
     fn plan_of<'r>(&'r self, req: &Request<'r>) -> &'r PlanLimits {
-        req.plan.unwrap_or(&self.plan)
+        req.plan.unwrap_or(&self.cfg.plan)
     }
 
     fn bucket(&self, req: &Request<'_>) -> Option<BucketSpec> {
@@ -631,37 +584,6 @@ impl Limiter {
     }
 }
 
-/// Stops calling a failing store for a moment: after `breaker_threshold` failures in a row, admissions skip the
-/// store for `breaker_cooldown`, then try again.
-#[derive(Debug, Default)]
-struct Breaker {
-    failures: AtomicU32,
-    open_until: Mutex<Option<Instant>>,
-}
-
-impl Breaker {
-    fn is_open(&self, now: Instant) -> bool {
-        let g = self.open_until.lock().unwrap_or_else(PoisonError::into_inner);
-        g.is_some_and(|t| t > now)
-    }
-
-    fn failure(&self, now: Instant, cfg: &LimitsConfig) {
-        if self.failures.fetch_add(1, Ordering::Relaxed) + 1 >= cfg.breaker_threshold {
-            *self.open_until.lock().unwrap_or_else(PoisonError::into_inner) = Some(now + cfg.breaker_cooldown);
-            tracing::warn!(
-                cooldown_ms = cfg.breaker_cooldown.as_millis(),
-                "limits store failing; circuit breaker open"
-            );
-        }
-    }
-
-    fn success(&self) {
-        if self.failures.swap(0, Ordering::Relaxed) > 0 {
-            *self.open_until.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        }
-    }
-}
-
 /// 144 random bits, base64url: a slot's token.
 fn random_token() -> String {
     use base64::Engine as _;
@@ -673,7 +595,7 @@ fn random_token() -> String {
 mod tests {
     use super::*;
     use mcpfleet_state::{Admitted, BucketReading};
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A store that answers from a scripted bucket on tokio's (paused) clock, or fails; it counts its calls.
     #[derive(Debug)]
@@ -742,7 +664,8 @@ mod tests {
     }
 
     fn cfg(burst: u32, per_second: f64) -> LimitsConfig {
-        LimitsConfig { rate: Some(RateLimit { burst, per_second }), ..LimitsConfig::default() }
+        let d = LimitsConfig::default();
+        LimitsConfig { plan: PlanLimits { rate: Some(RateLimit { burst, per_second }), ..d.plan }, ..d }
     }
 
     async fn passes(l: &Limiter, user: &UserKey) -> Result<RateStatus, u64> {

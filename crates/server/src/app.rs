@@ -188,10 +188,10 @@ impl Server {
                     self.name
                 )));
             }
-            return CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.quotas.keys());
+            return CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.plan.quotas.keys());
         }
         let catalog = Combined { tools: self.registry, rest: self.catalog, instructions: self.instructions };
-        CheckedCatalog::new(Arc::new(catalog), cfg.limits.quotas.keys())
+        CheckedCatalog::new(Arc::new(catalog), cfg.limits.plan.quotas.keys())
     }
 }
 

@@ -187,7 +187,7 @@ pub(crate) async fn build_state_with(
     }
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
-    let policies = Arc::new(Policies::new(cfg.limits.plan(), &tools, policy_metrics));
+    let policies = Arc::new(Policies::new(cfg.limits.plan.clone(), &tools, policy_metrics));
     let streams = Arc::new(mcpfleet_transport::OpenStreams::default());
     policy::follow(cfg, &store, &policies, &limits, &streams, &shutdown)?;
     let fatal = database::Fatal::default();

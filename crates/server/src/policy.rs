@@ -154,8 +154,7 @@ fn with_runtime(name: &str, f: impl std::future::Future<Output = i32>) -> i32 {
 /// answer, 75 when another version was applied meanwhile (run it again).
 async fn apply(name: &str, a: &Apply, store: bool) -> i32 {
     let shown = a.file.display();
-    let Some(new) = load(name, &a.file) else { return EXIT_CONFIG };
-    let Ok(text) = read(&a.file) else { return EXIT_CONFIG };
+    let Some((text, new)) = load_text(name, &a.file) else { return EXIT_CONFIG };
     let (redis, current, old) = match in_force(name, &a.redis, &format!("policy {shown}")).await {
         Ok(r) => r,
         Err(code) => return code,
@@ -362,9 +361,15 @@ const EXIT_TEMPFAIL: i32 = 75;
 
 /// The checked document in `path`, or `None` once the refusal is printed (one line on stderr).
 fn load(name: &str, path: &Path) -> Option<Policy> {
+    load_text(name, path).map(|(_, p)| p)
+}
+
+/// The text of `path` and its checked document, or `None` once the refusal is printed.
+fn load_text(name: &str, path: &Path) -> Option<(String, Policy)> {
     let shown = path.display();
     let text = read(path).map_err(|e| eprintln!("{name}: policy {shown}: cannot read it: {e}")).ok()?;
-    Policy::parse(&text).map_err(|e| eprintln!("{name}: policy {shown}: {e}")).ok()
+    let policy = Policy::parse(&text).map_err(|e| eprintln!("{name}: policy {shown}: {e}")).ok()?;
+    Some((text, policy))
 }
 
 /// `policy explain`: of `--file`, or of the version in force in the fleet's Redis.

@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(metrics.ready_gauge().get(), 0);
         let keys = Arc::new(Keys(AtomicBool::new(false)));
         let policy = Arc::new(Policies::new(
-            mcpfleet_limits::LimitsConfig::default().plan(),
+            mcpfleet_limits::LimitsConfig::default().plan,
             &[],
             crate::policy::PolicyMetrics::unregistered().expect("metrics"),
         ));

@@ -5,6 +5,15 @@ use crate::ServerError;
 use mcpfleet_limits::parse_duration;
 use std::time::Duration;
 
+/// This machine's host name (`/proc/sys/kernel/hostname`, the pod's name in Kubernetes); `None` when unknown.
+pub(super) fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
 /// A one-line [`ServerError::Config`] (exit code 64) with this reason.
 pub(super) fn config_error(msg: impl Into<String>) -> ServerError {
     ServerError::Config(msg.into())

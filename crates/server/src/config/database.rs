@@ -122,11 +122,7 @@ impl ServeDbArgs {
         let Some(settings) = self.db.settings()? else { return Ok(None) };
         let replica = match self.replica_id {
             Some(r) => r,
-            None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_owned())
-                .ok()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| "replica".to_owned()),
+            None => super::cli::hostname().unwrap_or_else(|| "replica".to_owned()),
         };
         if replica.is_empty() || replica.len() > 100 || !replica.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(config_error("--replica-id must be 1 to 100 visible ASCII characters"));

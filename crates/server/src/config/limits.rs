@@ -4,7 +4,7 @@
 use super::cli::config_error;
 use crate::ServerError;
 use clap::ValueEnum;
-use mcpfleet_limits::{FailMode, LimitsConfig, Quota, RateLimit};
+use mcpfleet_limits::{FailMode, LimitsConfig, PlanLimits, Quota, RateLimit};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -70,13 +70,15 @@ impl LimitsArgs {
     /// A malformed `--quota`, or a tool named twice.
     pub(super) fn into_config(self, slot_ttl: Duration) -> Result<LimitsConfig, ServerError> {
         Ok(LimitsConfig {
-            rate: (self.rate_burst > 0)
-                .then_some(RateLimit { burst: self.rate_burst, per_second: self.rate_per_second }),
-            quotas: quotas(&self.quota)?,
-            max_sessions: self.max_sessions_per_user,
-            max_streams: self.max_streams_per_user,
-            max_inflight: self.max_inflight_per_user,
-            max_tasks: self.max_tasks_per_user,
+            plan: PlanLimits {
+                rate: (self.rate_burst > 0)
+                    .then_some(RateLimit { burst: self.rate_burst, per_second: self.rate_per_second }),
+                quotas: quotas(&self.quota)?,
+                max_sessions: self.max_sessions_per_user,
+                max_streams: self.max_streams_per_user,
+                max_inflight: self.max_inflight_per_user,
+                max_tasks: self.max_tasks_per_user,
+            },
             fail_mode: match self.rate_fail_mode {
                 RateFailMode::Closed => FailMode::Closed,
                 RateFailMode::Open => FailMode::Open,
@@ -129,12 +131,12 @@ mod tests {
     #[test]
     fn the_defaults_and_the_slot_lease() {
         let l = serve(&["--lease-ttl", "1500ms"]).unwrap().limits;
-        assert_eq!(l.rate, Some(RateLimit { burst: 300, per_second: 20.0 }));
-        assert_eq!((l.max_sessions, l.max_streams, l.max_inflight, l.replicas), (64, 16, 16, 1));
+        assert_eq!(l.plan.rate, Some(RateLimit { burst: 300, per_second: 20.0 }));
+        assert_eq!((l.plan.max_sessions, l.plan.max_streams, l.plan.max_inflight, l.replicas), (64, 16, 16, 1));
         assert_eq!(l.fail_mode, FailMode::Closed);
         assert_eq!(l.slot_ttl, Duration::from_millis(1500));
         let off = serve(&["--rate-burst", "0", "--rate-fail-mode", "open", "--replicas", "3"]).unwrap().limits;
-        assert_eq!((off.rate, off.fail_mode, off.replicas), (None, FailMode::Open, 3));
+        assert_eq!((off.plan.rate, off.fail_mode, off.replicas), (None, FailMode::Open, 3));
     }
 
     #[test]

@@ -332,11 +332,10 @@ fn redis_of(store: StoreArgs, command: &str) -> Result<RedisConfig, ServerError>
 /// The OS user and the host: `$USER@hostname`.
 fn default_by(user: Option<&str>) -> String {
     let user = user.filter(|u| !u.is_empty()).unwrap_or("unknown");
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
-    if host.is_empty() { user.to_owned() } else { format!("{user}@{host}") }
+    match super::cli::hostname() {
+        Some(host) => format!("{user}@{host}"),
+        None => user.to_owned(),
+    }
 }
 
 impl ExplainArgs {

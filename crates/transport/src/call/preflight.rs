@@ -10,7 +10,6 @@ use crate::AppState;
 use crate::error::{TransportError, auth_rejection};
 use crate::idempotency::{self, Idempotent};
 use crate::mcp;
-use crate::policy::CallRefusal;
 use crate::request::{Post, Result};
 use async_trait::async_trait;
 use mcpfleet_limits::{self as limits, Granted, LimitError};
@@ -99,9 +98,7 @@ impl Post<'_> {
             return Err(Early::Answer(Ok(invalid_result(&name, &invalid))));
         }
         // The plan's conditions read the validated arguments. A refusal is admitted as an invalid call is.
-        if let Err(CallRefusal::Condition { message }) =
-            app.policy.check_call(&self.asker.plan, self.asker.caller, &name, &args)
-        {
+        if let Err(message) = app.policy.check_call(&self.asker.plan, self.asker.caller, &name, &args) {
             front.admit(self, None, None).await?;
             self.record_refused(&name, &args, CallEnd::RefusedByPolicy, F::GENERATION);
             self.span.error = Some("refused_by_policy".to_owned());

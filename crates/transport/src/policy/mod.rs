@@ -59,15 +59,6 @@ pub struct Active {
     anonymous: OnceLock<Arc<Plan>>,
 }
 
-/// A call refused by its plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallRefusal {
-    /// The plan does not list the tool: refused like a missing scope (403), before its arguments are read.
-    NotAllowed,
-    /// A condition refused it after validation: an `isError` result with the condition's message.
-    Condition { message: String },
-}
-
 /// The policy of this replica: the version in force, swapped whole.
 #[derive(Debug)]
 pub struct Policies {
@@ -177,16 +168,13 @@ impl Policies {
         t.overrides.get(tenant).and_then(|o| o.get(tool)).or_else(|| t.quotas.get(tool)).copied()
     }
 
-    /// Whether `plan` lets `who` call `tool` with `args` (validated against the tool's schema). Dry-run conditions
-    /// that would refuse are counted and logged, and let the call through.
+    /// Whether the conditions of `plan` let `who` call `tool` with `args` (validated against the tool's schema;
+    /// the plan's `tools.allow` was checked before the arguments were read). Dry-run conditions that would refuse
+    /// are counted and logged, and let the call through.
     ///
     /// # Errors
-    /// The [`CallRefusal`], counted in `mcp_policy_refusals_total`.
-    pub fn check_call(&self, plan: &Plan, who: &Principal, tool: &str, args: &JsonObject) -> Result<(), CallRefusal> {
-        if !plan.allows(tool) {
-            self.metrics.refused(plan.label(), "tools.allow");
-            return Err(CallRefusal::NotAllowed);
-        }
+    /// The refusal's message (what the model reads), counted in `mcp_policy_refusals_total`.
+    pub fn check_call(&self, plan: &Plan, who: &Principal, tool: &str, args: &JsonObject) -> Result<(), String> {
         let Some(name) = &plan.name else { return Ok(()) };
         let active = self.current();
         let Some(policy) = &active.policy else { return Ok(()) };
@@ -211,13 +199,15 @@ impl Policies {
                 }
                 Ok(())
             }
+            // The version changed since the plan was read, and its plan no longer lists the tool: refused (fail
+            // closed), as the next call will be before its arguments are read.
             CallVerdict::NotAllowed => {
                 self.metrics.refused(name, "tools.allow");
-                Err(CallRefusal::NotAllowed)
+                Err("The plan of this user does not allow this tool.".to_owned())
             }
             CallVerdict::Refused { condition, message } => {
                 self.metrics.refused(name, &format!("tools.conditions.{condition}"));
-                Err(CallRefusal::Condition { message: message.to_owned() })
+                Err(message.to_owned())
             }
         }
     }
