@@ -84,7 +84,7 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     assert_eq!(parts.trim(), "3");
     // Current: a no-op.
     let o = mcpfleet(&["migrate", "--database-url", &url]);
-    assert_eq!(text(&o).0.trim(), "nothing to apply: the schema is at version 3");
+    assert_eq!(text(&o).0.trim(), "nothing to apply: the schema is at version 4");
 
     // --migrate-on-start migrates an empty database and serves.
     pg.create_database("auto");

@@ -30,7 +30,8 @@ tools=.tools
 node_missing=0
 for f in .bin/node @modelcontextprotocol/conformance/dist/index.js conformance-2026/dist/index.js \
          @modelcontextprotocol/sdk/package.json @modelcontextprotocol/client/package.json \
-         @modelcontextprotocol/inspector/package.json puppeteer-core/package.json esbuild/package.json; do
+         @modelcontextprotocol/inspector/package.json puppeteer-core/package.json esbuild/package.json \
+         oidc-provider/package.json jose/package.json; do
   [ -e "$tools/node_modules/$f" ] || node_missing=1
 done
 if [ "$node_missing" = 1 ] || ! "$tools/node_modules/.bin/node" --version 2>/dev/null | grep -q '^v22\.'; then

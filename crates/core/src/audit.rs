@@ -29,7 +29,41 @@ pub struct AuditRecord {
     pub generation: &'static str,
 }
 
+/// What kind of downstream event a [`DownstreamRecord`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DownstreamEvent {
+    /// A token exchange (RFC 8693) sent to an authorization server (audit kind `exchange`).
+    Exchange,
+    /// A third party's authorization for a user: started, completed, refreshed or dropped (audit kind
+    /// `authorize`).
+    Authorization,
+}
+
+/// One downstream event: who, which downstream, how it ended, and how long the token lives. Never a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownstreamRecord {
+    pub at: SystemTime,
+    pub event: DownstreamEvent,
+    /// The downstream's configured name.
+    pub downstream: String,
+    /// `issued`, `refused`, `unavailable`, `invalid_response` (an exchange).
+    pub outcome: &'static str,
+    /// The principal's opaque key.
+    pub principal: String,
+    pub client_id: Option<String>,
+    /// How long the request to the authorization server took.
+    pub duration: Duration,
+    /// The W3C trace id of the call that needed the token.
+    pub trace_id: String,
+    /// The lifetime of the token issued, when one was.
+    pub lifetime: Option<Duration>,
+}
+
 /// Where audit records go. `record` must return at once: it queues the record or counts it as dropped.
 pub trait AuditSink: Send + Sync + std::fmt::Debug {
     fn record(&self, record: AuditRecord);
+
+    /// Keeps a downstream event (docs/DOWNSTREAM.md); returns at once, like [`record`](Self::record). The default
+    /// keeps nothing.
+    fn record_downstream(&self, _record: DownstreamRecord) {}
 }

@@ -1,7 +1,8 @@
 //! mcpfleet-core is the shared vocabulary of every other crate: who is calling ([`UserKey`], [`Principal`],
 //! [`Scopes`]), what a tool may cost ([`Quota`], and the flag syntax of quotas and durations), which protocol
 //! revision a request speaks ([`ProtocolVersion`]), JSON-RPC error [`code`]s, and JSON as requests carry it
-//! ([`JsonObject`], [`parse_strict`]), the audit record of a call ([`AuditRecord`], [`AuditSink`]), and how bytes
+//! ([`JsonObject`], [`parse_strict`]), the audit records of a call and of a downstream token ([`AuditRecord`],
+//! [`DownstreamRecord`], [`AuditSink`]), and how bytes
 //! are spelled in hex ([`hex`]), and how text goes into markup ([`escape_markup`]).
 //!
 //! It owns no behaviour that needs a runtime: it must not depend on tokio, axum, Redis or any other mcpfleet
@@ -19,7 +20,7 @@ pub mod time;
 mod user;
 mod version;
 
-pub use audit::{AuditRecord, AuditSink};
+pub use audit::{AuditRecord, AuditSink, DownstreamEvent, DownstreamRecord};
 pub use hex::hex;
 pub use json::{JsonObject, parse_strict};
 pub use markup::escape_markup;

@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "reference", sql: include_str!("../../../migrations/0001_reference.sql") },
     Migration { version: 2, name: "audit", sql: include_str!("../../../migrations/0002_audit.sql") },
     Migration { version: 3, name: "policy", sql: include_str!("../../../migrations/0003_policy.sql") },
+    Migration { version: 4, name: "downstream", sql: include_str!("../../../migrations/0004_downstream.sql") },
 ];
 
 /// The key of the advisory lock `migrate` holds (`hashtext('mcpfleet.migrate')` would do; a constant is plainer).

@@ -31,8 +31,11 @@
 //! | `confirm_refund_draft` | `tools:write` | `draft_id` only (server-minted) | destructive, idempotent |
 //! | `export_report` | `tools:read` | `report_id`, `format` ∈ {csv, json}; 5 per hour | read-only, idempotent |
 //! | `get_ticket` | `tools:read` | `ticket_id`, or `project` + `number`, never both | read-only, idempotent |
+//!
+//! With `--downstreams`, the tools of [`downstream`] that call another API for the caller join them.
 
 mod demo;
+pub mod downstream;
 mod pg;
 mod repo;
 
@@ -95,6 +98,7 @@ pub fn cases(tool: &str) -> Option<Vec<Case>> {
         "confirm_refund_draft" => include_str!("../cases/confirm_refund_draft.json"),
         "export_report" => include_str!("../cases/export_report.json"),
         "get_ticket" => include_str!("../cases/get_ticket.json"),
+        "upcoming_events" => include_str!("../cases/upcoming_events.json"),
         _ => return None,
     };
     let all: Vec<Value> = serde_json::from_str(raw).ok()?;
@@ -135,6 +139,20 @@ pub fn catalog(repo: Arc<dyn Repository>) -> Result<Registry, String> {
         .register(ConfirmRefundDraft(repo.clone()))?
         .register(ExportReport(repo.clone()))?
         .register(GetTicket(repo))?;
+    Ok(r)
+}
+
+/// [`catalog`], with the downstream tools whose downstream is among `downstreams` (the names the server's
+/// `--downstreams` document configures; see [`downstream`]).
+///
+/// # Errors
+/// A tool that does not register (a bug of its own).
+pub fn catalog_with_downstreams<'a>(
+    repo: Arc<dyn Repository>,
+    downstreams: impl IntoIterator<Item = &'a str>,
+) -> Result<Registry, String> {
+    let mut r = catalog(repo)?;
+    downstream::register(&mut r, downstreams)?;
     Ok(r)
 }
 

@@ -36,7 +36,8 @@ pub(crate) fn catalog(
                 )),
                 None => Arc::new(mcpfleet_reference::MemoryRepo::new()),
             };
-            Arc::new(mcpfleet_reference::catalog(repo).map_err(ServerError::Config)?)
+            let downstreams = cfg.downstreams.iter().flatten().map(|d| d.name.as_str());
+            Arc::new(mcpfleet_reference::catalog_with_downstreams(repo, downstreams).map_err(ServerError::Config)?)
         }
     })
 }

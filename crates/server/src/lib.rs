@@ -197,6 +197,18 @@ pub(crate) async fn build_state_with(
         }
         _ => None,
     };
+    let audit_sink = audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>);
+    let downstreams = match &cfg.downstreams {
+        Some(resolved) => {
+            let names = resolved.iter().map(|r| r.name.as_str());
+            let metrics = mcpfleet_downstream::DownstreamMetrics::register(&registry, names)
+                .map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
+            let ds = mcpfleet_downstream::Downstreams::new(resolved.clone(), metrics, audit_sink.clone())
+                .map_err(|e| ServerError::Config(format!("--downstreams: {e}")))?;
+            Some(Arc::new(ds))
+        }
+        None => None,
+    };
     let mut transport = cfg.transport.clone();
     if let Some(pr) = &mut transport.protected_resource {
         // scopes_supported: the endpoint's, every tool's and the operator's, sorted and deduplicated.
@@ -225,10 +237,11 @@ pub(crate) async fn build_state_with(
         metrics: transport_metrics,
         limits,
         validator,
-        audit: audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>),
+        audit: audit_sink,
         tasks: Arc::new(mcpfleet_transport::Tasks::new(cfg.transport.tasks.clone(), task_metrics)),
         policy: policies,
         streams,
+        downstreams,
     });
     Ok(Built { state, registry, dev, audit, fatal })
 }

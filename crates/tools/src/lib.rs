@@ -10,6 +10,7 @@
 //! the state crate, so a tool runs the same on any replica. It takes [`Principal`], [`Scopes`] and [`Quota`] from
 //! `mcpfleet-core`, and must not depend on auth, limits, state, axum, HTTP, Redis or the transport.
 
+pub mod downstream;
 mod empty;
 pub mod envelope;
 pub mod headers;
@@ -61,6 +62,10 @@ pub enum ToolError {
     /// the only thing shown; `detail` (the driver's message) goes to the log line of the call, never to the model.
     #[error("{name} is unavailable right now; try again in a minute")]
     Dependency { name: &'static str, detail: String },
+    /// A downstream token or request failed ([`downstream::DownstreamError`]): its message is shown, with the
+    /// trace id.
+    #[error(transparent)]
+    Downstream(#[from] downstream::DownstreamError),
 }
 
 /// When a call of a tool becomes a durable task (the 2026-07-28 `io.modelcontextprotocol/tasks` extension). The
@@ -129,6 +134,34 @@ pub trait ToolContext: Send + Sync {
 
     /// Fires when the client cancels this call or its session ends.
     fn cancelled(&self) -> CancellationToken;
+
+    /// An access token for the downstream the operator named `name`, issued for the verified caller
+    /// (docs/DOWNSTREAM.md). The default, for contexts without downstream access, answers
+    /// [`DownstreamError::Unsupported`](downstream::DownstreamError::Unsupported).
+    async fn downstream_token(&self, _name: &str) -> Result<downstream::DownstreamToken, ToolError> {
+        Err(downstream::DownstreamError::Unsupported.into())
+    }
+
+    /// Sends `request` to the downstream named `name` with a token for the caller; use it through
+    /// [`downstream`](trait.ToolContext.html#method.downstream). On a 401 the token is dropped and the request is
+    /// sent once more with a fresh one. The default answers
+    /// [`DownstreamError::Unsupported`](downstream::DownstreamError::Unsupported).
+    async fn downstream_send(
+        &self,
+        _name: &str,
+        _request: downstream::DownstreamRequest,
+    ) -> Result<downstream::DownstreamResponse, ToolError> {
+        Err(downstream::DownstreamError::Unsupported.into())
+    }
+}
+
+impl dyn ToolContext + '_ {
+    /// The downstream the operator named `name`, for requests with the caller's token for it attached:
+    /// `cx.downstream("calendar").get_json("/events", &[("days", "7")]).await?`.
+    #[must_use]
+    pub fn downstream<'a>(&'a self, name: &'a str) -> downstream::Downstream<'a> {
+        downstream::Downstream::new(self, name)
+    }
 }
 
 /// Everything the server offers to a session.

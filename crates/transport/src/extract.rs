@@ -35,6 +35,26 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// The caller's own bearer token, carried to a tool's context only when downstreams are configured (it is the
+/// `subject_token` of a token exchange, docs/DOWNSTREAM.md); `None` otherwise. Extracted after [`Caller`], so the
+/// token has been verified.
+pub(crate) struct Subject(pub Option<mcpfleet_downstream::SubjectToken>);
+
+impl FromRequestParts<AppState> for Subject {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        if app.downstreams.is_none() {
+            return Ok(Self(None));
+        }
+        let raw = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+        Ok(Self(raw.filter(|t| !t.is_empty()).map(mcpfleet_downstream::SubjectToken::new)))
+    }
+}
+
 /// One header that must appear at most once and be visible ASCII.
 fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
     let mut all = headers.get_all(name).iter();

@@ -18,6 +18,7 @@ mod admin;
 mod backoff;
 mod call;
 mod dev_oauth;
+mod downstream;
 mod drain;
 mod error;
 mod extract;
@@ -204,6 +205,9 @@ pub struct Shared {
     pub policy: Arc<policy::Policies>,
     /// The open streams of each principal here, which a revocation closes.
     pub streams: Arc<OpenStreams>,
+    /// The downstream APIs tools may call for the caller (`--downstreams`, docs/DOWNSTREAM.md); `None`: none, and
+    /// the caller's token is never carried past authentication.
+    pub downstreams: Option<Arc<mcpfleet_downstream::Downstreams>>,
 }
 
 /// Starts this replica's task workers (the 2026-07-28 tasks extension: taking queued tasks, renewing leases,

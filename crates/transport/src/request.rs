@@ -24,12 +24,20 @@ pub(crate) struct Asker<'a> {
     /// The caller's plan under the policy in force, resolved once per request.
     pub(crate) plan: Arc<Plan>,
     peer: Option<IpAddr>,
+    /// The caller's token, for a tool's downstream tokens (only when downstreams are configured).
+    pub(crate) subject: Option<mcpfleet_downstream::SubjectToken>,
 }
 
 impl<'a> Asker<'a> {
     pub(crate) fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
         let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
-        Self { caller, plan: app.policy.plan_of(caller), peer }
+        Self { caller, plan: app.policy.plan_of(caller), peer, subject: None }
+    }
+
+    /// The same asker, with the caller's token for downstream exchanges.
+    pub(crate) fn with_subject(mut self, subject: Option<mcpfleet_downstream::SubjectToken>) -> Self {
+        self.subject = subject;
+        self
     }
 
     pub(crate) fn request(&self) -> limits::Request<'_> {

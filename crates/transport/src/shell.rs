@@ -4,7 +4,7 @@
 //! the headers and the body.
 
 use crate::error::TransportError;
-use crate::extract::{Caller, McpHeaders, Message, Rpc};
+use crate::extract::{Caller, McpHeaders, Message, Rpc, Subject};
 use crate::mcp;
 use crate::metrics::method_label;
 use crate::observe::{RequestIds, with_info};
@@ -22,10 +22,11 @@ pub(crate) async fn post(
     Extension(ids): Extension<RequestIds>,
     peer: Option<Extension<PeerAddr>>,
     Caller(caller): Caller,
+    Subject(subject): Subject,
     h: McpHeaders,
     rpc: Result<Rpc, TransportError>,
 ) -> Response {
-    let asker = Asker::new(&app, &caller, peer);
+    let asker = Asker::new(&app, &caller, peer).with_subject(subject);
     let (message, duplicate) = match rpc {
         Ok(Rpc(m, duplicate)) => (m, duplicate),
         Err(e) => {

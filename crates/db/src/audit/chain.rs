@@ -30,7 +30,8 @@ pub struct Row {
     pub result_bytes: Option<i64>,
     pub generation: Option<Cow<'static, str>>,
     pub dropped: Option<i64>,
-    /// What a `policy` or `revoke` row records (migration 0003); `None` for the kinds before it.
+    /// What a `policy`, `revoke`, `exchange` or `authorize` row records (migrations 0003, 0004); `None` for the
+    /// kinds before them.
     pub detail: Option<String>,
     pub prev_hash: [u8; 32],
     pub hash: [u8; 32],
@@ -44,6 +45,8 @@ pub(crate) fn kind(s: &str) -> &'static str {
         "end" => "end",
         "policy" => "policy",
         "revoke" => "revoke",
+        "exchange" => "exchange",
+        "authorize" => "authorize",
         _ => "?",
     }
 }

@@ -27,7 +27,7 @@ pub use verify::{ChainReport, Finding, Report, verify};
 
 use crate::{Database, DbError};
 use chain::Chain;
-use mcpfleet_core::{AuditRecord, AuditSink};
+use mcpfleet_core::{AuditRecord, AuditSink, DownstreamEvent, DownstreamRecord};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -267,8 +267,10 @@ impl Writer {
     }
 }
 
-impl AuditSink for Writer {
-    fn record(&self, r: AuditRecord) {
+impl Writer {
+    /// Queues the row `fill` makes of a blank one of `kind`, behind a `dropped` row when records were dropped
+    /// since the last one queued; counts it as dropped when the buffer is full or the writer closed.
+    fn queue(&self, kind: &'static str, at: SystemTime, fill: impl FnOnce(&mut Row)) {
         let mut q = self.lock();
         // Room for the record, and for the `dropped` row in front of it when there is one to write.
         let need = if q.dropped > 0 { 2 } else { 1 };
@@ -278,22 +280,14 @@ impl AuditSink for Writer {
             return;
         }
         if q.dropped > 0 {
-            let mut gap = q.chain.blank("dropped", r.at);
+            let mut gap = q.chain.blank("dropped", at);
             gap.dropped = Some(i64::try_from(q.dropped).unwrap_or(i64::MAX));
             let gap = q.chain.link(gap);
             q.rows.push_back(gap);
             q.dropped = 0;
         }
-        let mut row = q.chain.blank("call", r.at);
-        row.principal = Some(r.principal);
-        row.client_id = r.client_id;
-        row.tool = Some(r.tool);
-        row.outcome = Some(std::borrow::Cow::Borrowed(r.outcome));
-        row.duration_us = Some(i64::try_from(r.duration.as_micros()).unwrap_or(i64::MAX));
-        row.trace_id = Some(r.trace_id);
-        row.args_sha256 = Some(r.args_sha256);
-        row.result_bytes = r.result_bytes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        row.generation = Some(std::borrow::Cow::Borrowed(r.generation));
+        let mut row = q.chain.blank(kind, at);
+        fill(&mut row);
         let row = q.chain.link(row);
         q.rows.push_back(row);
         let depth = q.rows.len();
@@ -302,6 +296,42 @@ impl AuditSink for Writer {
         if depth == self.cfg.batch {
             self.bell.notify_one();
         }
+    }
+}
+
+fn micros_of(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl AuditSink for Writer {
+    fn record(&self, r: AuditRecord) {
+        self.queue("call", r.at, |row| {
+            row.principal = Some(r.principal);
+            row.client_id = r.client_id;
+            row.tool = Some(r.tool);
+            row.outcome = Some(std::borrow::Cow::Borrowed(r.outcome));
+            row.duration_us = Some(micros_of(r.duration));
+            row.trace_id = Some(r.trace_id);
+            row.args_sha256 = Some(r.args_sha256);
+            row.result_bytes = r.result_bytes.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+            row.generation = Some(std::borrow::Cow::Borrowed(r.generation));
+        });
+    }
+
+    fn record_downstream(&self, r: DownstreamRecord) {
+        let kind = match r.event {
+            DownstreamEvent::Exchange => "exchange",
+            DownstreamEvent::Authorization => "authorize",
+        };
+        self.queue(kind, r.at, |row| {
+            row.principal = Some(r.principal);
+            row.client_id = r.client_id;
+            row.tool = Some(r.downstream);
+            row.outcome = Some(std::borrow::Cow::Borrowed(r.outcome));
+            row.duration_us = Some(micros_of(r.duration));
+            row.trace_id = Some(r.trace_id);
+            row.detail = r.lifetime.map(|l| format!("lifetime {}s", l.as_secs()));
+        });
     }
 }
 

@@ -11,6 +11,7 @@
 mod auth;
 mod cli;
 mod database;
+mod downstream;
 mod limits;
 mod policy;
 mod secret;
@@ -153,6 +154,8 @@ struct ServeArgs {
     database: database::ServeDbArgs,
     #[command(flatten)]
     policy: policy::ServePolicyArgs,
+    #[command(flatten)]
+    downstreams: downstream::DownstreamArgs,
 }
 
 /// The format of log lines on stderr.
@@ -227,6 +230,8 @@ pub struct Config {
     pub database: Option<DatabaseConfig>,
     /// Where the policy document comes from: the store, or `--policy FILE` (docs/POLICY.md).
     pub policy: PolicyFollow,
+    /// `--downstreams FILE`, its secrets read (docs/DOWNSTREAM.md); `None`: tools reach no downstream.
+    pub downstreams: Option<Vec<mcpfleet_downstream::Resolved>>,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,
@@ -331,6 +336,7 @@ impl ServeArgs {
         let identity = self.auth.into_config(self.listen, self.dev, &mut warnings)?;
         let store = self.store.into_config()?;
         let policy = self.policy.into_config(store.redis.is_some())?;
+        let downstreams = self.downstreams.into_config(matches!(identity.auth, AuthConfig::None))?;
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
         let mut transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
         transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
@@ -365,6 +371,7 @@ impl ServeArgs {
             limits,
             database,
             policy,
+            downstreams,
             warnings,
         })
     }

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use mcpfleet_state::{
     AppendOptions, EventId, LeaseToken, OpenStream, Ring, SessionInfo, SessionKey, StateError, Subscription,
 };
+use mcpfleet_tools::downstream::{DownstreamRequest, DownstreamResponse, DownstreamToken};
 use mcpfleet_tools::{JsonObject, LOG_LEVELS, ToolContext, ToolError};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub(crate) struct Exchange {
     app: AppState,
     key: SessionKey,
     principal: Principal,
+    subject: Option<mcpfleet_downstream::SubjectToken>,
     /// The request's trace id, in the audit event and in `isError` results.
     trace_id: String,
     /// The call's MCP span, ended by the call's audit record.
@@ -90,6 +92,8 @@ pub(crate) struct CallRequest<'a> {
     pub(crate) trace_id: String,
     /// The call's MCP span; the exchange ends it when the call ends.
     pub(crate) span: opentelemetry::Context,
+    /// The caller's token, for the tool's downstream exchanges (only with downstreams configured).
+    pub(crate) subject: Option<mcpfleet_downstream::SubjectToken>,
     /// The caller's in-flight slot, freed when the call ends.
     pub(crate) slot: Option<mcpfleet_limits::SlotGuard>,
     /// The call used one unit of its tool's quota (given back if the tool refuses the arguments).
@@ -107,7 +111,8 @@ impl Exchange {
         session: &SessionInfo,
         call: CallRequest<'_>,
     ) -> oneshot::Receiver<Outcome> {
-        let CallRequest { id: request_id, params, name, args, trace_id, span, slot, quota_charged, idem } = call;
+        let CallRequest { id: request_id, params, name, args, trace_id, span, subject, slot, quota_charged, idem } =
+            call;
         let (tx, rx) = oneshot::channel();
         let progress_token = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
         let min_log_level =
@@ -116,6 +121,7 @@ impl Exchange {
             app,
             key,
             principal,
+            subject,
             trace_id,
             span,
             request_id,
@@ -135,6 +141,16 @@ impl Exchange {
         let calls = ex.app.calls.clone();
         calls.spawn(crate::call::drive(ex, crate::call::Admitted { name, args, slot, quota_charged, idem }));
         rx
+    }
+
+    /// Whose downstream tokens this call's tool asks for.
+    fn downstream_who(&self) -> crate::downstream::Who<'_> {
+        crate::downstream::Who {
+            app: &self.app,
+            principal: &self.principal,
+            subject: self.subject.as_ref(),
+            trace_id: &self.trace_id,
+        }
     }
 
     fn response(&self, result: Result<Value, (i64, String)>) -> Value {
@@ -478,6 +494,14 @@ impl ToolContext for Exchange {
 
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+
+    async fn downstream_token(&self, name: &str) -> Result<DownstreamToken, ToolError> {
+        self.downstream_who().token(name).await
+    }
+
+    async fn downstream_send(&self, name: &str, request: DownstreamRequest) -> Result<DownstreamResponse, ToolError> {
+        self.downstream_who().send(name, request).await
     }
 }
 

@@ -196,6 +196,7 @@ impl Post<'_> {
             args,
             trace_id: self.trace_id.to_owned(),
             span: self.span.take().unwrap_or_default(),
+            subject: self.asker.subject.clone(),
             slot,
             quota_charged: granted.quota.is_some(),
             idem,

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use axum::response::{IntoResponse, Response};
 use mcpfleet_limits as limits;
 use mcpfleet_state::SlotSet;
+use mcpfleet_tools::downstream::{DownstreamRequest, DownstreamResponse, DownstreamToken};
 use mcpfleet_tools::{JsonObject, TaskMode, ToolContext, ToolError};
 use serde_json::Value;
 use std::sync::Arc;
@@ -121,6 +122,7 @@ impl Post<'_> {
         let call = Arc::new(Call {
             app: app.clone(),
             principal: caller.clone(),
+            subject: self.asker.subject.clone(),
             trace_id: self.trace_id.to_owned(),
             span: self.span.take().unwrap_or_default(),
             request_id: id.clone(),
@@ -234,6 +236,8 @@ enum Out {
 struct Call {
     app: AppState,
     principal: Principal,
+    /// The caller's token, for the tool's downstream exchanges (only with downstreams configured).
+    subject: Option<mcpfleet_downstream::SubjectToken>,
     trace_id: String,
     span: opentelemetry::Context,
     request_id: Value,
@@ -273,6 +277,16 @@ struct ToTask {
 }
 
 impl Call {
+    /// Whose downstream tokens this call's tool asks for.
+    fn downstream_who(&self) -> crate::downstream::Who<'_> {
+        crate::downstream::Who {
+            app: &self.app,
+            principal: &self.principal,
+            subject: self.subject.as_ref(),
+            trace_id: &self.trace_id,
+        }
+    }
+
     /// The tool's outcome as this round's result (see [`Inputs::decide`]); tool failures become `isError`
     /// results as in the session generation.
     fn finish(&self, r: std::result::Result<Value, ToolError>, tool: &str) -> std::result::Result<Value, Done> {
@@ -573,5 +587,17 @@ impl ToolContext for Call {
 
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+
+    async fn downstream_token(&self, name: &str) -> std::result::Result<DownstreamToken, ToolError> {
+        self.downstream_who().token(name).await
+    }
+
+    async fn downstream_send(
+        &self,
+        name: &str,
+        request: DownstreamRequest,
+    ) -> std::result::Result<DownstreamResponse, ToolError> {
+        self.downstream_who().send(name, request).await
     }
 }

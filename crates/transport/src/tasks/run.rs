@@ -7,6 +7,7 @@ use crate::call::{CallEnd, CallSink, Finished, Identity, Interrupt};
 use crate::idempotency::Ran;
 use crate::{AppState, Principal, mcp};
 use async_trait::async_trait;
+use mcpfleet_tools::downstream::{DownstreamRequest, DownstreamResponse, DownstreamToken};
 use mcpfleet_tools::{JsonObject, ToolContext, ToolError};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -37,6 +38,13 @@ pub(crate) struct TaskRun {
     pub(crate) cancel: CancellationToken,
     /// How many input requests of each kind the tool made without a key: `<kind>-<n>`, stable across runs.
     pub(crate) counts: Mutex<HashMap<&'static str, u32>>,
+}
+
+impl TaskRun {
+    /// Whose downstream tokens this run's tool asks for: no caller's request, so no token to exchange.
+    fn downstream_who(&self) -> crate::downstream::Who<'_> {
+        crate::downstream::Who { app: &self.app, principal: &self.principal, subject: None, trace_id: &self.trace_id }
+    }
 }
 
 impl std::fmt::Debug for TaskRun {
@@ -147,5 +155,13 @@ impl ToolContext for TaskRun {
 
     fn cancelled(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+
+    async fn downstream_token(&self, name: &str) -> Result<DownstreamToken, ToolError> {
+        self.downstream_who().token(name).await
+    }
+
+    async fn downstream_send(&self, name: &str, request: DownstreamRequest) -> Result<DownstreamResponse, ToolError> {
+        self.downstream_who().send(name, request).await
     }
 }
