@@ -14,6 +14,8 @@ mod database;
 mod deploy;
 #[path = "dev_oauth.rs"]
 mod dev_oauth;
+#[path = "downstream.rs"]
+mod downstream;
 #[path = "fleet.rs"]
 mod fleet;
 #[path = "greet.rs"]

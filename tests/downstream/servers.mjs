@@ -2,7 +2,7 @@
 // server and a downstream API, each a process of its own, so a test can stop one and keep the other.
 //
 //   node servers.mjs as  --port P --subject-jwks URL --subject-issuer ISS --subject-audience AUD
-//                        --audience AUD2 --scope S --ttl SECS --secret SECRET --client-jwk JSON
+//                        --audience AUD2 --scope S --ttl SECS --secret SECRET --client-jwk JSON --key-file F
 //   node servers.mjs api --port P --as-issuer ISS --audience AUD2
 //
 // `as` is `oidc-provider` (npm, a certified OpenID provider) with RFC 8693 token exchange registered as a grant:
@@ -16,6 +16,7 @@
 //
 // Each prints one line, `ready <json>`, on stdout when it listens.
 
+import { readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { importPkg } from '../interop/node/lib.mjs';
@@ -38,8 +39,15 @@ function json(res, status, body) {
 
 async function authorizationServer() {
   const issuer = `http://127.0.0.1:${port}`;
-  const { privateKey } = await generateKeyPair('ES256', { extractable: true });
-  const signing = { ...(await exportJWK(privateKey)), kid: 'as-1', alg: 'ES256', use: 'sig' };
+  // One signing key for the server's life, kept in --key-file across restarts (the API caches the JWKS).
+  let signing;
+  try {
+    signing = JSON.parse(readFileSync(args['key-file'], 'utf8'));
+  } catch {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true });
+    signing = { ...(await exportJWK(privateKey)), kid: 'as-1', alg: 'ES256', use: 'sig' };
+    writeFileSync(args['key-file'], JSON.stringify(signing));
+  }
   const subjectKeys = createRemoteJWKSet(new URL(args['subject-jwks']));
   const ttl = Number(args.ttl ?? 300);
   const allowedScopes = new Set((args.scope ?? '').split(' ').filter(Boolean));

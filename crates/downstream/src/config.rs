@@ -211,7 +211,13 @@ impl Document {
             pointer: String::new(),
             expected: "a schema this build can compile".to_owned(),
         })?;
-        if let Some(e) = v.iter_errors(value).next() {
+        // An unknown key is named first: a misspelt key also makes a required one missing, and the misspelling is
+        // the place to fix.
+        let errors: Vec<_> = v.iter_errors(value).collect();
+        let unknown = errors
+            .iter()
+            .position(|e| matches!(e.kind(), jsonschema::error::ValidationErrorKind::AdditionalProperties { .. }));
+        if let Some(e) = unknown.or((!errors.is_empty()).then_some(0)).map(|i| &errors[i]) {
             let mut pointer = e.instance_path().as_str().to_owned();
             if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind()
                 && let Some(key) = unexpected.first()
@@ -219,7 +225,7 @@ impl Document {
                 pointer = format!("{pointer}/{}", escape(key));
                 return Err(OAuthError::Schema { pointer, expected: "no such key here".to_owned() });
             }
-            return Err(OAuthError::Schema { pointer, expected: mcpfleet_tools::validate::expected(&e) });
+            return Err(OAuthError::Schema { pointer, expected: mcpfleet_tools::validate::expected(e) });
         }
         let doc = Self::deserialize(value)
             .map_err(|e| OAuthError::Schema { pointer: String::new(), expected: e.to_string() })?;

@@ -13,6 +13,7 @@
 mod client;
 pub mod issuer;
 mod netns;
+pub mod oauth;
 mod postgres;
 mod proxy;
 mod redis;
@@ -25,6 +26,7 @@ mod tls;
 pub use client::{McpClient, SseEvent, SseStream, StatelessClient, data_messages, progress_values, response_of};
 pub use issuer::{Issuer, TestKey, TokenBuilder};
 pub use netns::{LabSite, NetLab};
+pub use oauth::{AuthServer, AuthServerSetup, DownstreamApi};
 pub use postgres::PostgresServer;
 pub use proxy::RoundRobinProxy;
 pub use redis::RedisServer;

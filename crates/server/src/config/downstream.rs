@@ -27,8 +27,9 @@ fn read_secret(r: &SecretRef) -> Result<String, String> {
         SecretRef::Env(name) => std::env::var(name).map_err(|_| "not set".to_owned())?,
         SecretRef::File(path) => std::fs::read_to_string(path).map_err(|e| e.kind().to_string())?,
     };
-    let value = value.strip_suffix('\n').unwrap_or(&value).strip_suffix('\r').unwrap_or(&value).to_owned();
-    if value.is_empty() { Err("empty".to_owned()) } else { Ok(value) }
+    let line = value.strip_suffix('\n').unwrap_or(&value);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    if line.is_empty() { Err("empty".to_owned()) } else { Ok(line.to_owned()) }
 }
 
 impl DownstreamArgs {
