@@ -57,6 +57,7 @@ impl NodeServer {
             line.clear();
             if out.read_line(&mut line).expect("read node's stdout") == 0 {
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("{} exited before it was ready", self.role);
             }
             if let Some(json) = line.trim().strip_prefix("ready ") {
@@ -73,6 +74,7 @@ impl NodeServer {
             }
         }
         let _ = child.kill();
+        let _ = child.wait();
         panic!("{} was not ready within 30 s", self.role);
     }
 
@@ -125,7 +127,10 @@ pub struct AuthServerSetup<'a> {
 /// `oidc-provider` with token exchange: its token endpoint is `<base>/token`, its JWKS `<base>/jwks`. Its signing
 /// key is kept in a file of its own, so it signs with the same key after [`NodeServer::start_again`].
 #[derive(Debug)]
-pub struct AuthServer(pub NodeServer, tempfile::TempDir);
+pub struct AuthServer(
+    pub NodeServer,
+    #[expect(dead_code, reason = "held for the key file, until dropped")] tempfile::TempDir,
+);
 
 impl AuthServer {
     #[must_use]
