@@ -322,3 +322,102 @@ async fn a_downstreams_document_the_server_cannot_use_exits_64_with_its_place() 
     assert!(err.contains("/downstreams/calendar/exchange/client/secret: file /nonexistent/s"), "{err}");
     assert!(!err.contains(SECRET));
 }
+
+/// A tool writer's tools for the context API: `calendar_claims` reads the token `cx.downstream_token` gives (and
+/// returns its claims, never the token); `calendar_digest` always runs as a task, where there is no caller's
+/// request to exchange.
+mod writer {
+    use base64::Engine as _;
+    use mcpfleet_tools::schemars::{self, JsonSchema};
+    use mcpfleet_tools::{Registry, TaskMode, TaskSupport, Tool, ToolContext, ToolError, ToolInfo, ToolOutput};
+    use serde::Deserialize;
+    use serde_json::{Value, json};
+
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct NoArgs {}
+
+    pub struct Claims;
+    pub struct Digest;
+
+    #[mcpfleet_tools::async_trait]
+    impl Tool for Claims {
+        type Args = NoArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("calendar_claims").read_only()
+        }
+        async fn call(&self, _: NoArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            let token = cx.downstream_token("calendar").await?;
+            assert!(!format!("{token:?}").contains("eyJ"), "a token's Debug never shows it");
+            let payload = token.secret().split('.').nth(1).unwrap_or_default();
+            let claims: Value = serde_json::from_slice(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap_or_default(),
+            )
+            .unwrap_or_default();
+            let unknown = cx.downstream_token("mail").await.err().map(|e| e.to_string());
+            Ok(ToolOutput::text("claims").with_structured(json!({
+                "sub": claims["sub"], "aud": claims["aud"], "iss": claims["iss"], "unknown": unknown,
+            })))
+        }
+    }
+
+    #[mcpfleet_tools::async_trait]
+    impl Tool for Digest {
+        type Args = NoArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("calendar_digest").task(TaskSupport { mode: TaskMode::Always, rerunnable: false })
+        }
+        async fn call(&self, _: NoArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            let events = cx.downstream("calendar").get_json("/events", &[("days", "7")]).await?;
+            Ok(ToolOutput::text(events.to_string()))
+        }
+    }
+
+    pub fn catalog() -> Registry {
+        let mut r = Registry::new();
+        r.register(Claims).unwrap().register(Digest).unwrap();
+        r
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_s_context_gives_the_caller_s_downstream_token_and_a_task_run_a_typed_refusal() {
+    let parts = Parts::start(Duration::from_secs(300)).await;
+    let redis = RedisServer::start();
+    let doc = parts.document("fleet-basic", "");
+    let f = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .jwt(&parts.issuer)
+        .arg("--downstreams")
+        .arg(doc)
+        .catalog(std::sync::Arc::new(writer::catalog()))
+        .start()
+        .await;
+    let urls = f.urls();
+    let frank = StatelessClient::new()
+        .with_token(&parts.token("frank"))
+        .with_capabilities(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
+
+    let r = frank.call(&urls[0], 1, "calendar_claims", json!({}), json!({})).await;
+    let claims = &r["result"]["structuredContent"];
+    assert_eq!(claims["sub"], "frank", "{r}");
+    assert_eq!(claims["aud"], AUDIENCE, "{r}");
+    assert_eq!(claims["iss"], json!(parts.auth.issuer()), "issued by the authorization server, not the caller's: {r}");
+    assert_eq!(claims["unknown"], "mail is not a service this server is configured to reach");
+
+    // Queued as a task, run on a worker of either replica: no caller's request there, so a typed refusal.
+    let created = frank.call(&urls[1], 2, "calendar_digest", json!({}), json!({})).await;
+    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned();
+    let done = frank.poll_task(&urls, &task, 15, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let t = text(&done["result"]);
+    assert!(
+        t.starts_with(
+            "calendar can only be reached while the caller's request is open; this tool cannot use it in a task. \
+             Trace id: "
+        ),
+        "{t}"
+    );
+    assert_eq!(parts.exchanges().await["by_subject"]["frank"], 1, "the task made no exchange");
+}
