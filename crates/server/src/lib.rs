@@ -23,7 +23,7 @@ pub use app::{App, Server};
 pub use mcpfleet_tools::schemars::{self, JsonSchema};
 pub use mcpfleet_tools::{
     Annotations, Catalog, JsonObject, Principal, Quota, Registry, Scopes, TaskMode, TaskSupport, Tool, ToolContext,
-    ToolError, ToolInfo, ToolOutput, async_trait, envelope,
+    ToolError, ToolInfo, ToolOutput, async_trait, downstream, envelope,
 };
 pub use mcpfleet_transport::{AppState, serve};
 /// The allocator the `mcpfleet` binary uses; a tool writer's binary takes it in two lines (`#[global_allocator]`).

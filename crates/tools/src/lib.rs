@@ -1,12 +1,14 @@
 //! mcpfleet-tools is the closed-tool framework: the [`Catalog`] trait (everything the server offers: tools,
 //! resources, prompts and completions), the [`ToolContext`] a running tool sees, [`Tool`] and [`Registry`], the
 //! schema lint ([`lint`]) and the argument validator ([`validate`]) that the server runs on every catalog, the
-//! untrusted-content [`envelope`], the tool parameters carried in HTTP headers ([`headers`]) and [`EmptyCatalog`].
+//! untrusted-content [`envelope`], the tool parameters carried in HTTP headers ([`headers`]), what a tool sees of the
+//! downstream APIs it calls for the user ([`downstream`]: plain data, no HTTP) and [`EmptyCatalog`].
 //! It holds no catalog: the reference tools live in `mcpfleet-reference`, the conformance and open fixtures in
 //! `mcpfleet-fixtures`, and this crate must never depend on either, so the framework never compiles a fixture.
 //!
 //! A tool sees the world only through [`ToolContext`]: the verified [`Principal`] that called it, progress,
-//! logging, server→client requests and notifications to its session. The transport implements that context over
+//! logging, server→client requests, notifications to its session, and tokens and requests for the downstreams the
+//! operator named. The transport implements that context over
 //! the state crate, so a tool runs the same on any replica. It takes [`Principal`], [`Scopes`] and [`Quota`] from
 //! `mcpfleet-core`, and must not depend on auth, limits, state, axum, HTTP, Redis or the transport.
 

@@ -6,7 +6,8 @@
 //! Both share the JSON-RPC envelope, Origin/Host checks, the bearer challenges and RFC 9728 metadata of the auth
 //! crate's verdicts, per-tool scope checks, idempotency keys (`idempotency`), the admission of every request
 //! through the limits crate (and its `RateLimit` headers), and the mapping of every error to an HTTP status and
-//! JSON-RPC code.
+//! JSON-RPC code. A tool's downstream tokens (`--downstreams`) come from `mcpfleet-downstream`, which the contexts
+//! here call with the caller's token, carried past authentication only when downstreams are configured.
 //!
 //! It keeps no per-session state: a session, an idempotency record, a notice channel and a task live in the state
 //! crate's [`Store`], so any replica serves any message. A replica holds only its open streams, its in-flight calls
