@@ -20,10 +20,12 @@ pub mod config;
 mod error;
 mod exchange;
 mod metrics;
+mod vault;
 
 pub use config::{Document, Resolved, SecretRef};
 pub use error::OAuthError;
 pub use metrics::DownstreamMetrics;
+pub use vault::Vault;
 
 use cache::{Cache, Key};
 use client::Client;

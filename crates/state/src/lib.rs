@@ -14,6 +14,7 @@
 
 mod error;
 pub mod eviction;
+mod grants;
 pub mod layout;
 mod limits;
 mod memory;
@@ -26,6 +27,7 @@ mod tasks;
 mod types;
 
 pub use error::StateError;
+pub use grants::GrantStore;
 pub use limits::{
     Admission, Admitted, BucketReading, BucketSpec, Refusal, SessionOp, SlotSet, SlotSpec, TokenBucket, WindowReading,
     WindowSpec,
@@ -329,10 +331,27 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug {
 
 /// Everything the transport needs from shared state.
 pub trait Store:
-    SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore
+    SessionStore
+    + EventStore
+    + Router
+    + LimitStore
+    + IdempotencyStore
+    + TaskStore
+    + PolicyStore
+    + RevocationStore
+    + GrantStore
 {
 }
-impl<T: SessionStore + EventStore + Router + LimitStore + IdempotencyStore + TaskStore + PolicyStore + RevocationStore>
-    Store for T
+impl<
+    T: SessionStore
+        + EventStore
+        + Router
+        + LimitStore
+        + IdempotencyStore
+        + TaskStore
+        + PolicyStore
+        + RevocationStore
+        + GrantStore,
+> Store for T
 {
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Every `kind` the Redis store times: its Lua scripts, the plain commands it sends outside them, `WAIT` and
 /// `PING`. Each is exported at 0 from the start; a kind missing here fails a debug build's first use of it.
-const KINDS: [&str; 45] = [
+const KINDS: [&str; 46] = [
     // The session and limit scripts.
     "admit",
     "slot",
@@ -31,6 +31,7 @@ const KINDS: [&str; 45] = [
     "revoke",
     "revoked",
     "lease",
+    "grant",
     // The task scripts.
     "task_create",
     "task_update",

@@ -303,6 +303,7 @@ contract!(
     policy_versions_are_stored_and_announced,
     revocations_refuse_in_the_admission_and_are_listed_and_announced,
     tenant_windows_lease_what_is_left_to_any_replica,
+    grants_are_per_user_and_downstream_locked_once_and_taken_once,
 );
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2321,4 +2322,48 @@ async fn tenant_windows_lease_what_is_left_to_any_replica(kind: Kind) {
     assert_eq!(a.lease_window("acme", "u", 4, 10, w).await.expect("lease").0, 4, "another tool's window");
     tokio::time::sleep(w + Duration::from_millis(50)).await;
     assert_eq!(b.lease_window("acme", "t", 4, 10, w).await.expect("lease").0, 4, "a new window");
+}
+
+async fn grants_are_per_user_and_downstream_locked_once_and_taken_once(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let a = h.store();
+    let b = h.replica().await;
+    let (alice, bob) = (user(&format!("alice-{}", next())), user(&format!("bob-{}", next())));
+    let ttl = Duration::from_secs(60);
+    assert_eq!(a.grant(&alice, "tickets").await.expect("grant"), None);
+    a.put_grant(&alice, "tickets", b"sealed-1\x00\xff", ttl).await.expect("put");
+    assert_eq!(b.grant(&alice, "tickets").await.expect("grant").as_deref(), Some(&b"sealed-1\x00\xff"[..]));
+    assert_eq!(b.grant(&bob, "tickets").await.expect("grant"), None, "another user's is not served");
+    assert_eq!(b.grant(&alice, "calendar").await.expect("grant"), None, "another downstream's is not served");
+    // A 401 on an old grant never drops the one a refresh stored meanwhile.
+    b.put_grant(&alice, "tickets", b"sealed-2", ttl).await.expect("put");
+    assert!(!a.drop_grant(&alice, "tickets", Some(b"sealed-1\x00\xff")).await.expect("drop"));
+    assert!(a.drop_grant(&alice, "tickets", Some(b"sealed-2")).await.expect("drop"));
+    assert_eq!(b.grant(&alice, "tickets").await.expect("grant"), None);
+    a.put_grant(&alice, "tickets", b"sealed-3", Duration::from_millis(150)).await.expect("put");
+    assert!(b.grant(&alice, "tickets").await.expect("grant").is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.grant(&alice, "tickets").await.expect("grant"), None, "a grant lives its TTL");
+
+    // One refresh at a time, across replicas; only the holder releases; an abandoned lock expires.
+    assert!(a.lock_grant(&alice, "tickets", "replica-a", Duration::from_millis(300)).await.expect("lock"));
+    assert!(!b.lock_grant(&alice, "tickets", "replica-b", ttl).await.expect("lock"));
+    assert!(b.lock_grant(&bob, "tickets", "replica-b", ttl).await.expect("lock"), "bob's lock is his own");
+    b.unlock_grant(&alice, "tickets", "replica-b").await.expect("unlock");
+    assert!(!b.lock_grant(&alice, "tickets", "replica-b", ttl).await.expect("lock"), "not released by another");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(b.lock_grant(&alice, "tickets", "replica-b", ttl).await.expect("lock"), "expired");
+    b.unlock_grant(&alice, "tickets", "replica-b").await.expect("unlock");
+    assert!(a.lock_grant(&alice, "tickets", "replica-a", ttl).await.expect("lock"), "released");
+
+    // An authorization in progress: read on any replica, taken once.
+    let id = format!("az-{}", next());
+    a.put_authorization(&id, r#"{"user":"alice"}"#, ttl).await.expect("put");
+    assert_eq!(b.authorization(&id).await.expect("read").as_deref(), Some(r#"{"user":"alice"}"#));
+    assert_eq!(b.take_authorization(&id).await.expect("take").as_deref(), Some(r#"{"user":"alice"}"#));
+    assert_eq!(a.take_authorization(&id).await.expect("take"), None, "single use");
+    assert_eq!(a.authorization(&id).await.expect("read"), None);
+    a.put_authorization(&id, "short", Duration::from_millis(100)).await.expect("put");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(b.take_authorization(&id).await.expect("take"), None, "expired");
 }

@@ -5,6 +5,7 @@
 //! [`tasks`], behind a lock of their own.
 
 mod fleet;
+mod grants;
 mod policy;
 mod revocation;
 mod tasks;
@@ -61,6 +62,8 @@ struct Inner {
     policy: fleet::PolicyHeld,
     /// Revocations by principal (field → until, ms) and the fleet's registry (see [`fleet`]).
     revocations: fleet::RevocationsHeld,
+    /// URL-mode grants, their refresh locks and the authorizations in progress (see [`grants`]).
+    grants: grants::GrantsHeld,
 }
 
 #[derive(Debug)]

@@ -39,6 +39,7 @@
 mod batch;
 mod codec;
 mod config;
+mod grants;
 mod idempotency;
 mod known;
 mod lanes;

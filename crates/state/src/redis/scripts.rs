@@ -29,6 +29,7 @@ pub(super) struct Scripts {
     pub(super) revoke: Script,
     pub(super) revoked: Script,
     pub(super) lease: Script,
+    pub(super) grant: Script,
 }
 
 /// The command a script rings a channel with: sharded on a cluster, where a classic `PUBLISH` would be broadcast to
@@ -70,6 +71,7 @@ impl Scripts {
             revoke: Script::new(include_str!("revoke.lua")),
             revoked: script(include_str!("revoked.lua")),
             lease: Script::new(include_str!("lease.lua")),
+            grant: Script::new(include_str!("grant.lua")),
             cancel: script(include_str!("cancel.lua")),
             cancelled: Script::new(include_str!("cancelled.lua")),
             set_level: Script::new(include_str!("set_level.lua")),
