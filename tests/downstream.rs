@@ -421,3 +421,327 @@ async fn a_tool_s_context_gives_the_caller_s_downstream_token_and_a_task_run_a_t
     );
     assert_eq!(parts.exchanges().await["by_subject"]["frank"], 1, "the task made no exchange");
 }
+
+/// The key ring of the URL-mode tests: one key, `k1`.
+const GRANT_KEY: [u8; 32] = [7; 32];
+
+fn grant_key_flag() -> String {
+    use base64::Engine as _;
+    format!("k1:{}", base64::engine::general_purpose::STANDARD.encode(GRANT_KEY))
+}
+
+/// A URL-mode downstream, `forge`: a third party with its own authorization server and API.
+struct Forge {
+    auth: AuthServer,
+    api: DownstreamApi,
+}
+
+const FORGE: &str = "https://forge.test";
+
+impl Parts {
+    /// A second authorization server and API, for `forge`; and a document with `forge` (URL mode) beside
+    /// `calendar`.
+    fn forge(&self) -> (Forge, String) {
+        let client_key = TestKey::load("ec-1", "fleet-jwt-1", jsonwebtoken::Algorithm::ES256);
+        let auth = AuthServer::start(&AuthServerSetup {
+            subject_issuer: &self.issuer,
+            subject_audience: mcpfleet_fleetkit::issuer::AUDIENCE,
+            audience: FORGE,
+            scope: "repo",
+            ttl: Duration::from_secs(300),
+            secret: SECRET,
+            client_jwk: client_key.jwk(true),
+        });
+        let api = DownstreamApi::start(&auth.issuer(), FORGE);
+        let dir = self.dir.path().display();
+        let extra = format!(
+            "  forge:\n    base_url: {api}/\n    authorization_code:\n      authorization_endpoint: {base}/auth\n      \
+             token_endpoint: {base}/token\n      client: {{ id: fleet-post, auth: client_secret_post, secret: {{ file: \
+             {dir}/secret }} }}\n      scope: [repo]\n",
+            api = api.url(),
+            base = auth.issuer(),
+        );
+        let doc = self.document("fleet-basic", &extra);
+        (Forge { auth, api }, doc)
+    }
+
+    /// A real token of `forge`'s authorization server for `sub` (had by exchange, as the test's shortcut to what
+    /// a user's consent would give).
+    async fn forge_token(&self, forge: &Forge, sub: &str) -> (String, u64) {
+        let subject = self.token(sub);
+        let form = [
+            ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
+            ("subject_token", subject.as_str()),
+            ("subject_token_type", "urn:ietf:params:oauth:token-type:access_token"),
+            ("audience", FORGE),
+        ];
+        let body: String = form.iter().map(|(k, v)| format!("{k}={}", urlencode(v))).collect::<Vec<_>>().join("&");
+        let r: Value = reqwest::Client::new()
+            .post(forge.auth.token_endpoint())
+            .basic_auth("fleet-basic", Some(SECRET))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (r["access_token"].as_str().unwrap().to_owned(), r["expires_in"].as_u64().unwrap())
+    }
+}
+
+/// Stores a sealed grant for `sub` at `forge`, as the callback would.
+async fn seed_grant(redis: &RedisServer, issuer: &Issuer, sub: &str, token: &str, expires_in: u64) -> Vec<u8> {
+    use mcpfleet_state::GrantStore as _;
+    let user = mcpfleet_core::user_key(&issuer.id(), sub);
+    let vault = mcpfleet_downstream::Vault::new(vec![("k1".to_owned(), GRANT_KEY.to_vec())]).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let plain = json!({ "a": token, "e": now + expires_in * 1000 }).to_string();
+    let sealed = vault.seal(user.as_str(), "forge", plain.as_bytes()).unwrap();
+    let store = mcpfleet_state::RedisStore::connect(mcpfleet_state::RedisConfig::new(redis.url())).await.unwrap();
+    store.put_grant(&user, "forge", &sealed, Duration::from_secs(3600)).await.unwrap();
+    sealed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_mode_downstream_asks_each_client_the_way_it_can_and_uses_the_sealed_grant() {
+    let parts = Parts::start(Duration::from_secs(300)).await;
+    let (forge, doc) = parts.forge();
+    let redis = RedisServer::start();
+    let key = grant_key_flag();
+    let f = parts.fleet(3, &redis, &doc, &["--downstream-key", &key]).await;
+    let proxy = RoundRobinProxy::start(f.bases()).await;
+    let args = json!({ "name": "list_repositories", "arguments": { "limit": 5 } });
+
+    // 2025-11-25 with elicitation.url: the -32042 error, naming the fleet's start page by a single-use id.
+    let mut alice = McpClient::new().with_token(&parts.token("alice"));
+    alice.initialize_with(&proxy.url(), json!({ "elicitation": { "url": {} } })).await;
+    let r = alice.request(&proxy.url(), 1, "tools/call", args.clone()).await;
+    assert_eq!(r["error"]["code"], -32042, "{r}");
+    let e = &r["error"]["data"]["elicitations"][0];
+    assert_eq!(e["mode"], "url", "{r}");
+    let id = e["elicitationId"].as_str().unwrap();
+    assert_eq!(id.len(), 43, "256 random bits: {id}");
+    assert_eq!(e["url"], format!("https://mcp.test/downstream/start/{id}"), "no credential, no personal data: {r}");
+    assert!(e["message"].as_str().unwrap().contains("forge"));
+    let stored: Value = serde_json::from_str(&redis.raw(&["GET", &format!("mcp:{{az:{id}}}")])).unwrap();
+    assert_eq!(stored["subject"], "alice", "bound to the principal that asked: {stored}");
+    assert_eq!(stored["issuer"], json!(parts.issuer.id()));
+    assert_eq!(stored["client"], "test-client");
+    assert!(stored["session"].is_string(), "the session to tell when it completes: {stored}");
+    let ttl: i64 = redis.raw(&["PTTL", &format!("mcp:{{az:{id}}}")]).trim().parse().unwrap();
+    assert!((1..=600_000).contains(&ttl), "expires in minutes: {ttl}");
+
+    // A client that cannot do URL mode is told so, plainly.
+    let mut plain = McpClient::new().with_token(&parts.token("alice"));
+    plain.initialize(&proxy.url()).await;
+    let r = plain.request(&proxy.url(), 2, "tools/call", args.clone()).await;
+    let t = r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(t.starts_with("forge needs the user's own authorization, which this client cannot ask for"), "{t}");
+
+    // 2026-07-28 with elicitation.url: an input request, asked again while the user has not finished, up to three.
+    let bob = StatelessClient::new()
+        .with_token(&parts.token("bob"))
+        .with_capabilities(json!({ "elicitation": { "url": {} } }));
+    let mut params = json!({});
+    for round in 1..=3 {
+        let r = bob.call(&proxy.url(), round, "list_repositories", json!({ "limit": 5 }), params.clone()).await;
+        let res = &r["result"];
+        assert_eq!(res["resultType"], "input_required", "round {round}: {r}");
+        let key = format!("authorize-forge-{round}");
+        let ask = &res["inputRequests"][&key];
+        assert_eq!(ask["method"], "elicitation/create", "{r}");
+        assert_eq!(ask["params"]["mode"], "url");
+        assert!(ask["params"]["url"].as_str().unwrap().starts_with("https://mcp.test/downstream/start/"));
+        let mut answers = params["inputResponses"].as_object().cloned().unwrap_or_default();
+        answers.insert(key, json!({ "action": "accept" }));
+        params = json!({ "inputResponses": answers, "requestState": res["requestState"] });
+    }
+    let r = bob.call(&proxy.url(), 4, "list_repositories", json!({ "limit": 5 }), params).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text(&r["result"]).starts_with("the user has not finished authorizing forge; ask them to"), "{r}");
+    let declined = bob.call(&proxy.url(), 5, "list_repositories", json!({ "limit": 5 }), json!({})).await;
+    let state = declined["result"]["requestState"].clone();
+    let answers = json!({ "authorize-forge-1": { "action": "decline" } });
+    let r = bob
+        .call(
+            &proxy.url(),
+            6,
+            "list_repositories",
+            json!({ "limit": 5 }),
+            json!({ "inputResponses": answers, "requestState": state }),
+        )
+        .await;
+    assert!(text(&r["result"]).starts_with("the user declined to authorize forge"), "{r}");
+
+    // With a grant stored (sealed: the value in Redis is not the token), every replica uses it.
+    let (token, life) = parts.forge_token(&forge, "alice").await;
+    let sealed = seed_grant(&redis, &parts.issuer, "alice", &token, life).await;
+    let user = mcpfleet_core::user_key(&parts.issuer.id(), "alice");
+    let at_rest = redis.raw(&["GET", &format!("mcp:{{u:{}}}:dg:forge", user.as_str())]);
+    assert!(!at_rest.contains(&token[..40]) && !at_rest.contains("eyJ"), "ciphertext at rest");
+    assert!(sealed.starts_with(b"g1"));
+    for id in 10..13 {
+        let r = alice.request(&proxy.url(), id, "tools/call", args.clone()).await;
+        assert_eq!(r["result"]["structuredContent"]["subject"], "alice", "{r}");
+    }
+    // bob has none: alice's grant is never his.
+    let r = bob.call(&proxy.url(), 7, "list_repositories", json!({ "limit": 5 }), json!({})).await;
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+
+    // The third party refuses alice's token: the grant is dropped and she is asked again.
+    forge.api.reject("alice", 1).await;
+    let r = alice.request(&proxy.url(), 20, "tools/call", args.clone()).await;
+    assert_eq!(r["error"]["code"], -32042, "{r}");
+    assert_eq!(redis.raw(&["EXISTS", &format!("mcp:{{u:{}}}:dg:forge", user.as_str())]).trim(), "0");
+    let grants = |event: &str| format!("mcp_downstream_grants_total{{downstream=\"forge\",event=\"{event}\"}}");
+    assert_eq!(metric(&f, &grants("dropped")).await, 1.0);
+    assert!(metric(&f, &grants("asked")).await >= 8.0);
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Runs `tests/downstream/consent.mjs`: a person in Chromium opening `url`, signing in to the fleet as `who`, and
+/// consenting at the third party; its report.
+fn consent_in_browser(url: &str, who: &str) -> Value {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let node = root.join(".tools/node_modules/.bin/node");
+    assert!(node.exists(), "{} is missing: run tests/run-all.sh", node.display());
+    let out = Command::new(node)
+        .arg(root.join("tests/downstream/consent.mjs"))
+        .args(["--url", url, "--as", who])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["consent"] == true)
+        .unwrap_or_else(|| panic!("no report: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_retry_succeeds_on_a_third() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev_key = dir.path().join("dev.key");
+    let redis = RedisServer::start();
+    // The pages are reached through a proxy that pins each step to a replica: the start page and the fleet's
+    // sign-in on replica 1, the third party's callback on replica 2; the tool's call is asked on replica 0.
+    let proxy = RoundRobinProxy::start(vec!["http://127.0.0.1:1".to_owned(); 3]).await;
+    for (prefix, i) in
+        [("/downstream/start", 1), ("/oauth/", 1), ("/downstream/signed-in", 1), ("/downstream/callback", 2)]
+    {
+        proxy.pin(prefix, i);
+    }
+    let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+    let issuer = Issuer::start(&[&key]).await;
+    let forge_auth = AuthServer::start(&AuthServerSetup {
+        subject_issuer: &issuer,
+        subject_audience: "unused",
+        audience: FORGE,
+        scope: "repo",
+        ttl: Duration::from_secs(300),
+        secret: SECRET,
+        client_jwk: TestKey::load("ec-1", "k", jsonwebtoken::Algorithm::ES256).jwk(true),
+    })
+    .with_redirect_uri(&format!("{}/downstream/callback", proxy.origin()));
+    let forge_api = DownstreamApi::start(&forge_auth.issuer(), FORGE);
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let doc = dir.path().join("downstreams.yaml");
+    std::fs::write(
+        &doc,
+        format!(
+            "downstreams:\n  forge:\n    base_url: {api}/\n    authorization_code:\n      authorization_endpoint: \
+             {base}/auth\n      token_endpoint: {base}/token\n      client: {{ id: fleet-post, auth: \
+             client_secret_post, secret: {{ file: {dir}/secret }} }}\n      scope: [repo]\n",
+            api = forge_api.url(),
+            base = forge_auth.issuer(),
+            dir = dir.path().display(),
+        ),
+    )
+    .unwrap();
+    let resource = format!("{}/mcp", proxy.origin());
+    let f = Fleet::builder()
+        .replicas(3)
+        .redis(redis.url())
+        .dev_auth(&dev_key)
+        .arg("--resource-url")
+        .arg(&resource)
+        .arg("--fixtures")
+        .arg("reference")
+        .arg("--downstreams")
+        .arg(doc.display().to_string())
+        .arg("--downstream-key")
+        .arg(grant_key_flag())
+        .start()
+        .await;
+    for (i, base) in f.bases().into_iter().enumerate() {
+        proxy.replace(i, base);
+    }
+    let dev = mcpfleet_auth::dev::DevIssuer::load_or_create(&dev_key).unwrap();
+    let token = |sub: &str| dev.mint(sub, "mcp:access tools:read", None, Duration::from_secs(600)).unwrap();
+    let urls = f.urls();
+    let args = json!({ "name": "list_repositories", "arguments": { "limit": 5 } });
+
+    // carol's client (2025-11-25, URL elicitation) on replica 0: asked.
+    let mut carol = McpClient::new().with_token(&token("carol"));
+    carol.initialize_with(&urls[0], json!({ "elicitation": { "url": {} } })).await;
+    let mut listen = mcpfleet_fleetkit::SseStream::new(carol.get(&urls[0], None).await);
+    listen.next(Duration::from_secs(5)).await.unwrap().expect("priming event");
+    let r = carol.request(&urls[0], 1, "tools/call", args.clone()).await;
+    assert_eq!(r["error"]["code"], -32042, "{r}");
+    let start = r["error"]["data"]["elicitations"][0]["url"].as_str().unwrap().to_owned();
+    let elicitation_id = r["error"]["data"]["elicitations"][0]["elicitationId"].as_str().unwrap().to_owned();
+    assert!(start.starts_with(&format!("{}/downstream/start/", proxy.origin())), "{start}");
+
+    // dave, another signed-in user, opens carol's link: refused, and nothing is used up.
+    let report = consent_in_browser(&start, "dave");
+    assert_eq!(report["status"], 403, "{report}");
+    assert_eq!(report["title"], "This link is not yours", "{report}");
+    assert_eq!(forge_auth.0.stats().await["codes"], Value::Null, "dave never reached the third party");
+
+    // carol opens it: she signs in (replica 1), consents at the third party, the callback lands on replica 2.
+    let report = consent_in_browser(&start, "carol");
+    assert_eq!(report["title"], "Connected", "{report}");
+    assert_eq!(report["message"], "forge is connected. You can close this window and go back to your client.");
+    assert_eq!(forge_auth.0.stats().await["codes"], 1, "one code exchanged");
+    let steps: Vec<&str> = report["steps"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(steps.first().is_some_and(|s| s.starts_with("/downstream/start/")), "{steps:?}");
+    assert_eq!(steps.last(), Some(&"/downstream/callback"), "{steps:?}");
+    // The link is single-use.
+    let again = consent_in_browser(&start, "carol");
+    assert_eq!(again["status"], 410, "{again}");
+
+    // Her session hears that it completed, on its standalone stream (replica 0).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ev = listen.next(Duration::from_secs(5)).await.unwrap().expect("an event");
+        if ev.data.contains("notifications/elicitation/complete") {
+            assert!(ev.data.contains(&elicitation_id), "{}", ev.data);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no completion notice");
+    }
+    // The grant in Redis is ciphertext, and the retry on a third replica (1 asked nothing; 0 asked) succeeds.
+    let user = mcpfleet_core::user_key(mcpfleet_auth::dev::DEV_ISSUER, "carol");
+    let at_rest = redis.raw(&["GET", &format!("mcp:{{u:{}}}:dg:forge", user.as_str())]);
+    assert!(at_rest.starts_with("g1") && !at_rest.contains("eyJ"), "sealed at rest");
+    let r = carol.request(&urls[1], 2, "tools/call", args.clone()).await;
+    assert_eq!(r["result"]["structuredContent"]["subject"], "carol", "the third party saw carol: {r}");
+    let mut completed = Vec::new();
+    for r in &f.replicas {
+        let m = mcpfleet_fleetkit::scrape(&r.admin()).await;
+        completed.push(m.get("mcp_downstream_grants_total{downstream=\"forge\",event=\"completed\"}").copied());
+    }
+    assert_eq!(completed, [Some(0.0), Some(0.0), Some(1.0)], "the callback landed on replica 2");
+}

@@ -3,6 +3,7 @@
 //
 //   node servers.mjs as  --port P --subject-jwks URL --subject-issuer ISS --subject-audience AUD
 //                        --audience AUD2 --scope S --ttl SECS --secret SECRET --client-jwk JSON --key-file F
+//                        [--redirect-uri URL]   (URL mode: the fleet's callback, for client fleet-post)
 //   node servers.mjs api --port P --as-issuer ISS --audience AUD2
 //
 // `as` is `oidc-provider` (npm, a certified OpenID provider) with RFC 8693 token exchange registered as a grant:
@@ -22,7 +23,8 @@ import { randomUUID } from 'node:crypto';
 import { importPkg } from '../interop/node/lib.mjs';
 
 const { default: Provider, errors } = await importPkg('oidc-provider');
-const { SignJWT, createRemoteJWKSet, exportJWK, generateKeyPair, importJWK, jwtVerify } = await importPkg('jose');
+const { SignJWT, createLocalJWKSet, createRemoteJWKSet, exportJWK, generateKeyPair, importJWK, jwtVerify } =
+  await importPkg('jose');
 
 const [role, ...rest] = process.argv.slice(2);
 const args = {};
@@ -64,7 +66,20 @@ async function authorizationServer() {
   const provider = new Provider(issuer, {
     clients: [
       { ...base, client_id: 'fleet-basic', client_secret: args.secret, token_endpoint_auth_method: 'client_secret_basic' },
-      { ...base, client_id: 'fleet-post', client_secret: args.secret, token_endpoint_auth_method: 'client_secret_post' },
+      {
+        ...base,
+        client_id: 'fleet-post',
+        client_secret: args.secret,
+        token_endpoint_auth_method: 'client_secret_post',
+        // URL mode: the fleet's callback, when --redirect-uri names it.
+        ...(args['redirect-uri']
+          ? {
+              redirect_uris: [args['redirect-uri']],
+              response_types: ['code'],
+              grant_types: [...grants, 'authorization_code', 'refresh_token'],
+            }
+          : {}),
+      },
       {
         ...base,
         client_id: 'fleet-jwt',
@@ -74,9 +89,28 @@ async function authorizationServer() {
       },
     ],
     jwks: { keys: [signing] },
-    features: { clientCredentials: { enabled: true }, devInteractions: { enabled: false } },
+    features: {
+      clientCredentials: { enabled: true },
+      // URL mode's consent: oidc-provider's own login and consent pages (any login, no password check).
+      devInteractions: { enabled: true },
+      // Access tokens are JWTs for --audience, which the API verifies against this server's JWKS.
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => args.audience,
+        useGrantedResource: () => true,
+        getResourceServerInfo: () => ({
+          scope: [...allowedScopes].join(' '),
+          audience: args.audience,
+          accessTokenTTL: ttl,
+          accessTokenFormat: 'jwt',
+          jwt: { sign: { alg: 'ES256' } },
+        }),
+      },
+    },
     scopes: [...allowedScopes],
-    ttl: { ClientCredentials: 600 },
+    ttl: { ClientCredentials: 600, AccessToken: ttl },
+    issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
+    pkce: { required: () => true },
   });
   const key = await importJWK(signing, 'ES256');
 
@@ -107,8 +141,15 @@ async function authorizationServer() {
       let act;
       if (p.actor_token !== undefined) {
         if (p.actor_token_type !== ACCESS_TOKEN) refuse(new errors.InvalidRequest('unsupported actor_token_type'));
-        const actor = await provider.ClientCredentials.find(p.actor_token);
-        if (!actor || actor.clientId !== client) refuse(new errors.InvalidGrant('actor_token'));
+        // The actor token is this server's own client-credentials token: opaque, or a JWT when it names a resource.
+        const opaque = await provider.ClientCredentials.find(p.actor_token).catch(() => undefined);
+        let actorClient = opaque?.clientId;
+        if (!opaque) {
+          const { d, ...pub } = signing;
+          const claims = await jwtVerify(p.actor_token, createLocalJWKSet({ keys: [pub] }), { issuer }).catch(() => null);
+          actorClient = claims?.payload.client_id;
+        }
+        if (actorClient !== client) refuse(new errors.InvalidGrant('actor_token'));
         act = { sub: client };
         stats.actor += 1;
       }
@@ -140,7 +181,10 @@ async function authorizationServer() {
     ['audience', 'resource'],
   );
   provider.on('grant.success', (ctx) => {
-    if (ctx.oidc.params.grant_type === 'client_credentials') stats.client_credentials += 1;
+    const grant = ctx.oidc.params.grant_type;
+    if (grant === 'client_credentials') stats.client_credentials += 1;
+    if (grant === 'authorization_code') stats.codes = (stats.codes ?? 0) + 1;
+    if (grant === 'refresh_token') stats.refreshes = (stats.refreshes ?? 0) + 1;
   });
 
   const callback = provider.callback();
@@ -184,6 +228,9 @@ async function api() {
       return json(res, 401, { error: 'rejected by the test' });
     }
     stats.by_subject[claims.sub] = (stats.by_subject[claims.sub] ?? 0) + 1;
+    if (url.pathname === '/repos' && req.method === 'GET') {
+      return json(res, 200, { subject: claims.sub, audience: claims.aud, repos: [{ name: `${claims.sub}/dotfiles` }] });
+    }
     if (url.pathname === '/events' && req.method === 'GET') {
       const days = Number(url.searchParams.get('days') ?? 1);
       return json(res, 200, {

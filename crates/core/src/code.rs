@@ -21,6 +21,9 @@ pub const UNAVAILABLE: i64 = -32005;
 pub const LIMITED: i64 = -32006;
 /// 2026-07-28: the HTTP headers do not match the body, or a required one is missing or malformed (400).
 pub const HEADER_MISMATCH: i64 = -32020;
+/// 2025-11-25: the request needs a URL-mode elicitation completed first (`URLElicitationRequiredError`); its
+/// `data.elicitations` lists them.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 /// 2026-07-28: the request needs a client capability the request did not declare (400).
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// The requested protocol version is not served here (400); `error.data` lists the supported ones.

@@ -66,6 +66,11 @@ fn form_encode(s: &str) -> String {
 }
 
 impl Client {
+    /// The client id at the token endpoint (and the third party's authorization endpoint).
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
     pub(crate) fn new(doc: &ClientDoc, credential: &Credential) -> Result<Self, String> {
         let how = match (doc.auth, credential) {
             (ClientAuthMethod::ClientSecretBasic, Credential::Secret(s)) => {

@@ -85,11 +85,26 @@ pub struct ExchangeDoc {
     pub requested_token_type: Option<String>,
 }
 
+/// URL mode: the user's consent at a third party (authorization code with PKCE).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizationCodeDoc {
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    pub client: ClientDoc,
+    #[serde(default)]
+    pub scope: Vec<String>,
+    #[serde(default = "defaults::grant_days")]
+    pub grant_days: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DownstreamDoc {
     pub base_url: String,
-    pub exchange: ExchangeDoc,
+    /// Token exchange; exactly one of this and `authorization_code` (the schema says so).
+    pub exchange: Option<ExchangeDoc>,
+    pub authorization_code: Option<AuthorizationCodeDoc>,
     #[serde(default = "defaults::timeout")]
     pub timeout_seconds: u64,
     #[serde(default = "defaults::negative")]
@@ -112,6 +127,9 @@ mod defaults {
     }
     pub(super) fn max_response() -> usize {
         1024 * 1024
+    }
+    pub(super) fn grant_days() -> u64 {
+        30
     }
 }
 
@@ -159,6 +177,23 @@ pub struct Resolved {
 }
 
 impl DownstreamDoc {
+    /// The client the server authenticates as, and the place of its kind in the document.
+    #[must_use]
+    pub fn client(&self) -> (&ClientDoc, &'static str) {
+        match (&self.exchange, &self.authorization_code) {
+            (Some(x), _) => (&x.client, "exchange"),
+            (None, Some(a)) => (&a.client, "authorization_code"),
+            // The schema requires one of the two; a document built by hand without either has no client.
+            (None, None) => unreachable_client(),
+        }
+    }
+
+    /// Whether tokens come from the user's own authorization (URL mode).
+    #[must_use]
+    pub fn is_url_mode(&self) -> bool {
+        self.authorization_code.is_some()
+    }
+
     #[must_use]
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_seconds)
@@ -173,6 +208,20 @@ impl DownstreamDoc {
     pub fn skew(&self) -> Duration {
         Duration::from_secs(self.skew_seconds)
     }
+}
+
+/// A client for a downstream of neither kind, which the schema refuses: never reached.
+fn unreachable_client() -> (&'static ClientDoc, &'static str) {
+    static NONE: OnceLock<ClientDoc> = OnceLock::new();
+    let c = NONE.get_or_init(|| ClientDoc {
+        id: String::new(),
+        auth: ClientAuthMethod::ClientSecretPost,
+        secret: None,
+        private_key: None,
+        key_alg: None,
+        key_id: None,
+    });
+    (c, "exchange")
 }
 
 fn validator() -> Option<&'static jsonschema::Validator> {
@@ -241,10 +290,20 @@ impl Document {
                     expected: "a URL without a query or credentials".to_owned(),
                 });
             }
-            reqwest::Url::parse(&d.exchange.token_endpoint).map_err(|e| OAuthError::Schema {
-                pointer: format!("{at}/exchange/token_endpoint"),
-                expected: format!("a URL ({e})"),
-            })?;
+            let mut urls = Vec::new();
+            if let Some(x) = &d.exchange {
+                urls.push(("exchange/token_endpoint", &x.token_endpoint));
+            }
+            if let Some(a) = &d.authorization_code {
+                urls.push(("authorization_code/authorization_endpoint", &a.authorization_endpoint));
+                urls.push(("authorization_code/token_endpoint", &a.token_endpoint));
+            }
+            for (place, url) in urls {
+                reqwest::Url::parse(url).map_err(|e| OAuthError::Schema {
+                    pointer: format!("{at}/{place}"),
+                    expected: format!("a URL ({e})"),
+                })?;
+            }
         }
         Ok(doc)
     }
@@ -254,8 +313,8 @@ impl Document {
     pub fn secret_refs(&self) -> Vec<(String, &SecretRef)> {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
-            let c = &d.exchange.client;
-            let at = format!("/downstreams/{}/exchange/client", escape(name));
+            let (c, kind) = d.client();
+            let at = format!("/downstreams/{}/{kind}/client", escape(name));
             if let Some(s) = &c.secret {
                 out.push((format!("{at}/secret"), s));
             }
@@ -273,8 +332,8 @@ impl Document {
     pub fn resolve(&self, read: &dyn Fn(&SecretRef) -> Result<String, String>) -> Result<Vec<Resolved>, OAuthError> {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
-            let c = &d.exchange.client;
-            let at = format!("/downstreams/{}/exchange/client", escape(name));
+            let (c, kind) = d.client();
+            let at = format!("/downstreams/{}/{kind}/client", escape(name));
             let get = |r: &SecretRef, field: &str| {
                 read(r)
                     .map(Secret::new)
@@ -322,10 +381,36 @@ downstreams:
         let c = &d.downstreams["calendar"];
         assert_eq!(c.timeout_seconds, 5);
         assert_eq!(c.negative_cache_seconds, 10);
-        assert_eq!(c.exchange.client.secret, Some(SecretRef::Env("CAL_SECRET".into())));
+        assert_eq!(c.client().0.secret, Some(SecretRef::Env("CAL_SECRET".into())));
         let r = d.resolve(&|_| Ok("s3cret".into())).unwrap();
         assert!(matches!(&r[0].credential, Credential::Secret(s) if s.expose() == "s3cret"));
         assert_eq!(format!("{:?}", r[0].credential), "Secret(Secret(..))", "Debug never shows a secret");
+    }
+
+    #[test]
+    fn a_url_mode_downstream_parses_and_one_kind_only_is_allowed() {
+        let url_mode = r"
+downstreams:
+  tickets:
+    base_url: http://127.0.0.1:9/
+    authorization_code:
+      authorization_endpoint: http://127.0.0.1:8/auth
+      token_endpoint: http://127.0.0.1:8/token
+      client: { id: fleet, auth: client_secret_post, secret: { file: /run/secrets/t } }
+      scope: [tickets.read, offline_access]
+";
+        let d = Document::parse(url_mode).unwrap();
+        let t = &d.downstreams["tickets"];
+        assert!(t.is_url_mode());
+        assert_eq!(t.authorization_code.as_ref().unwrap().grant_days, 30);
+        assert_eq!(d.secret_refs()[0].0, "/downstreams/tickets/authorization_code/client/secret");
+        let both = format!(
+            "{GOOD}    authorization_code: {{ authorization_endpoint: http://h/a, token_endpoint: http://h/t, client: \
+             {{ id: c, auth: client_secret_post, secret: {{ env: S }} }} }}\n"
+        );
+        assert!(Document::parse(&both).unwrap_err().to_string().starts_with("/downstreams/calendar"), "not both kinds");
+        let neither = "downstreams:\n  x:\n    base_url: http://127.0.0.1:9/\n";
+        assert!(Document::parse(neither).is_err(), "one kind is needed");
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub(crate) const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 pub(crate) struct Issued {
     pub(crate) token: DownstreamToken,
     pub(crate) lifetime: Duration,
+    /// A refresh token, when the grant has one (authorization code and refresh grants).
+    pub(crate) refresh: Option<String>,
 }
 
 /// One token request: the grant's form, the client authentication, the checks on the answer.
@@ -45,6 +47,7 @@ struct Success {
     token_type: Option<String>,
     expires_in: Option<serde_json::Value>,
     issued_token_type: Option<String>,
+    refresh_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -108,7 +111,8 @@ impl TokenRequest<'_> {
                 _ => return Err(bad("expires_in is not a positive integer")),
             },
         };
-        Ok(Issued { token: DownstreamToken::new(token), lifetime })
+        let refresh = s.refresh_token.filter(|r| !r.is_empty() && r.len() <= MAX_TOKEN);
+        Ok(Issued { token: DownstreamToken::new(token), lifetime, refresh })
     }
 }
 

@@ -17,24 +17,29 @@
 mod cache;
 mod client;
 pub mod config;
+mod consent;
 mod error;
 mod exchange;
+mod grant;
 mod metrics;
+mod target;
+mod token_exchange;
 mod vault;
 
 pub use config::{Document, Resolved, SecretRef};
+pub use consent::{CALLBACK_PATH, pkce, random_id};
 pub use error::OAuthError;
+pub use grant::{PENDING_TTL, Pending, UrlMode};
 pub use metrics::DownstreamMetrics;
 pub use vault::Vault;
 
 use cache::{Cache, Key};
-use client::Client;
-use exchange::{ACCESS_TOKEN_TYPE, GRANT_TOKEN_EXCHANGE, Issued, TokenRequest};
-use mcpfleet_core::{AuditSink, DownstreamEvent, DownstreamRecord, Principal};
+use mcpfleet_core::{AuditSink, Principal};
 use mcpfleet_tools::downstream::{DownstreamError, DownstreamRequest, DownstreamResponse, DownstreamToken};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use target::{Kind, Target};
 
 /// The caller's own bearer token, as verified by the server's authenticator, carried to the token endpoint as
 /// `subject_token` and nowhere else. Its `Debug` never shows it.
@@ -81,21 +86,21 @@ pub struct Caller<'a> {
     pub principal: &'a Principal,
     pub subject: Option<&'a SubjectToken>,
     pub trace_id: &'a str,
+    /// The 2025 session of the call, told when a URL-mode authorization completes.
+    pub session: Option<&'a str>,
 }
 
-/// One configured downstream, ready.
-struct Target {
-    name: String,
-    base: reqwest::Url,
-    token_endpoint: String,
-    client: Client,
-    form: Vec<(&'static str, String)>,
-    actor_scope: Option<String>,
-    issued_type: &'static str,
-    timeout: Duration,
-    negative: Duration,
-    skew: Duration,
-    max_response: usize,
+/// A token handed out, and what to forget if the downstream refuses it.
+struct Had {
+    token: DownstreamToken,
+    forget: Forget,
+}
+
+enum Forget {
+    /// The replica's cached exchange under this key.
+    Cache(Key),
+    /// The stored grant, as sealed (dropped only if still the one stored).
+    Grant(Vec<u8>),
 }
 
 /// Every configured downstream, the HTTP client, the replica's token cache, metrics and the audit trail.
@@ -105,6 +110,8 @@ pub struct Downstreams {
     cache: Cache,
     metrics: DownstreamMetrics,
     audit: Option<Arc<dyn AuditSink>>,
+    /// Where URL-mode grants are kept (required when a downstream is URL-mode).
+    url: Option<UrlMode>,
 }
 
 impl std::fmt::Debug for Downstreams {
@@ -118,9 +125,10 @@ impl Downstreams {
     ///
     /// # Errors
     /// [`OAuthError::Client`] when the HTTP client cannot be built; [`OAuthError::Schema`] for a credential that
-    /// does not fit its method.
+    /// does not fit its method, or a URL-mode downstream without `url` (its store, key ring and pages).
     pub fn new(
         resolved: Vec<Resolved>,
+        url: Option<UrlMode>,
         metrics: DownstreamMetrics,
         audit: Option<Arc<dyn AuditSink>>,
     ) -> Result<Self, OAuthError> {
@@ -134,48 +142,16 @@ impl Downstreams {
             .map_err(|e| OAuthError::Client(e.to_string()))?;
         let mut targets = BTreeMap::new();
         for r in resolved {
-            let at = format!("/downstreams/{}", r.name);
-            let d = &r.doc;
-            let x = &d.exchange;
-            let client = Client::new(&x.client, &r.credential)
-                .map_err(|expected| OAuthError::Schema { pointer: format!("{at}/exchange/client"), expected })?;
-            let mut base = reqwest::Url::parse(&d.base_url)
-                .map_err(|e| OAuthError::Schema { pointer: format!("{at}/base_url"), expected: e.to_string() })?;
-            if !base.path().ends_with('/') {
-                base.set_path(&format!("{}/", base.path()));
+            let t = Target::new(r)?;
+            if matches!(t.kind, Kind::Url(_)) && url.is_none() {
+                return Err(OAuthError::Schema {
+                    pointer: "--downstream-key".to_owned(),
+                    expected: format!("a key: {} is a URL-mode downstream, whose grants are kept sealed", t.name),
+                });
             }
-            let mut form = vec![("grant_type", GRANT_TOKEN_EXCHANGE.to_owned()), ("audience", x.audience.clone())];
-            if let Some(resource) = &x.resource {
-                form.push(("resource", resource.clone()));
-            }
-            if !x.scope.is_empty() {
-                form.push(("scope", x.scope.join(" ")));
-            }
-            if let Some(t) = &x.requested_token_type {
-                form.push(("requested_token_type", t.clone()));
-            }
-            let issued_type = match x.requested_token_type.as_deref() {
-                Some("urn:ietf:params:oauth:token-type:jwt") => "urn:ietf:params:oauth:token-type:jwt",
-                _ => ACCESS_TOKEN_TYPE,
-            };
-            targets.insert(
-                r.name.clone(),
-                Target {
-                    name: r.name.clone(),
-                    base,
-                    token_endpoint: x.token_endpoint.clone(),
-                    client,
-                    form,
-                    actor_scope: x.actor_token.as_ref().map(|a| a.scope.join(" ")),
-                    issued_type,
-                    timeout: d.timeout(),
-                    negative: d.negative_cache(),
-                    skew: d.skew(),
-                    max_response: d.max_response_bytes,
-                },
-            );
+            targets.insert(t.name.clone(), t);
         }
-        Ok(Self { targets, http, cache: Cache::default(), metrics, audit })
+        Ok(Self { targets, http, cache: Cache::default(), metrics, audit, url })
     }
 
     /// The configured downstreams' names.
@@ -194,118 +170,30 @@ impl Downstreams {
     /// refusing or unavailable.
     pub async fn token(&self, name: &str, who: Caller<'_>) -> Result<DownstreamToken, DownstreamError> {
         let t = self.target(name)?;
-        self.token_for(t, who).await.map(|(token, _)| token)
+        self.token_for(t, who).await.map(|had| had.token)
     }
 
-    /// The token for `t` and its cache key.
-    async fn token_for(&self, t: &Target, who: Caller<'_>) -> Result<(DownstreamToken, Key), DownstreamError> {
-        let subject = who.subject.ok_or_else(|| DownstreamError::NeedsCallerRequest(t.name.clone()))?;
-        let key = Key::of(&[b"exchange", t.name.as_bytes(), subject.raw.as_bytes()]);
-        let (outcome, source) = self.cache.get(key, || self.exchange(t, who, subject)).await;
-        self.metrics.tokens.with_label_values(&[t.name.as_str(), source.label()]).inc();
-        outcome.map(|token| (token, key))
-    }
-
-    /// One exchange for `who`, audited and counted; what the cache keeps, and for how long.
-    async fn exchange(&self, t: &Target, who: Caller<'_>, subject: &SubjectToken) -> cache::Fetched {
-        let started = Instant::now();
-        let result = self.exchange_once(t, subject).await;
-        let took = started.elapsed();
-        let name = t.name.as_str();
-        let outcome = match &result {
-            Ok(_) => "issued",
-            Err(e) => e.outcome(),
-        };
-        self.metrics.exchanges.with_label_values(&[name, outcome]).inc();
-        self.metrics.exchange_seconds.with_label_values(&[name]).observe(took.as_secs_f64());
-        let lifetime = result.as_ref().ok().map(|i| i.lifetime);
-        match &result {
-            Ok(i) => tracing::info!(
-                downstream = name,
-                principal = who.principal.user.as_str(),
-                lifetime_s = i.lifetime.as_secs(),
-                duration_ms = took.as_secs_f64() * 1e3,
-                trace_id = who.trace_id,
-                "token exchanged"
-            ),
-            Err(e) => tracing::warn!(
-                downstream = name,
-                principal = who.principal.user.as_str(),
-                outcome,
-                error = %e,
-                duration_ms = took.as_secs_f64() * 1e3,
-                trace_id = who.trace_id,
-                "token exchange failed"
-            ),
-        }
-        if let Some(audit) = &self.audit {
-            audit.record_downstream(DownstreamRecord {
-                at: SystemTime::now(),
-                event: DownstreamEvent::Exchange,
-                downstream: t.name.clone(),
-                outcome,
-                principal: who.principal.user.as_str().to_owned(),
-                client_id: who.principal.client_id.as_ref().map(|c| c.chars().take(200).collect()),
-                duration: took,
-                trace_id: who.trace_id.to_owned(),
-                lifetime,
-            });
-        }
-        match result {
-            Ok(Issued { token, lifetime }) => {
-                let mut keep = lifetime;
-                if let Some(exp) = subject.expires {
-                    keep = keep.min(exp.duration_since(SystemTime::now()).unwrap_or_default());
-                }
-                Ok((token, keep.saturating_sub(t.skew)))
-            }
-            Err(e) => Err((e.for_tool(name), t.negative)),
+    /// The token for `t`, and what to forget if the downstream refuses it.
+    async fn token_for(&self, t: &Target, who: Caller<'_>) -> Result<Had, DownstreamError> {
+        match &t.kind {
+            Kind::Exchange(x) => self.exchanged(t, x, who).await,
+            Kind::Url(u) => self.granted(t, u, who).await,
         }
     }
 
-    async fn exchange_once(&self, t: &Target, subject: &SubjectToken) -> Result<Issued, OAuthError> {
-        let mut form = t.form.clone();
-        form.push(("subject_token", subject.raw.to_string()));
-        form.push(("subject_token_type", ACCESS_TOKEN_TYPE.to_owned()));
-        if let Some(scope) = &t.actor_scope {
-            let actor = self.actor_token(t, scope).await?;
-            form.push(("actor_token", actor.secret().to_owned()));
-            form.push(("actor_token_type", ACCESS_TOKEN_TYPE.to_owned()));
-        }
-        self.request(t, Some(t.issued_type)).send(form).await
-    }
-
-    fn request<'a>(&'a self, t: &'a Target, issued_type: Option<&'a str>) -> TokenRequest<'a> {
-        TokenRequest {
-            http: &self.http,
-            endpoint: &t.token_endpoint,
-            client: &t.client,
-            timeout: t.timeout,
-            issued_type,
-        }
-    }
-
-    /// The server's own client-credentials token for `t`, cached like an exchanged one.
-    async fn actor_token(&self, t: &Target, scope: &str) -> Result<DownstreamToken, OAuthError> {
-        let key = Key::of(&[b"actor", t.name.as_bytes()]);
-        let fetch = || async {
-            let mut form = vec![("grant_type", "client_credentials".to_owned())];
-            if !scope.is_empty() {
-                form.push(("scope", scope.to_owned()));
-            }
-            let r = self.request(t, None).send(form).await;
-            let outcome = r.as_ref().map_or_else(OAuthError::outcome, |_| "issued");
-            self.metrics.actor_tokens.with_label_values(&[t.name.as_str(), outcome]).inc();
-            match r {
-                Ok(i) => Ok((i.token, i.lifetime.saturating_sub(t.skew))),
-                Err(e) => {
-                    tracing::warn!(downstream = t.name.as_str(), error = %e, "actor token not issued");
-                    Err((DownstreamError::Unavailable(t.name.clone()), t.negative))
+    /// Forgets a token the downstream refused: the replica's cached one, or the stored grant it came from.
+    async fn forget(&self, t: &Target, who: Caller<'_>, forget: Forget) {
+        match forget {
+            Forget::Cache(key) => self.cache.forget(&key),
+            Forget::Grant(sealed) => {
+                if let Some(url) = &self.url {
+                    let dropped = url.store.drop_grant(&who.principal.user, &t.name, Some(&sealed)).await;
+                    if matches!(dropped, Ok(true)) {
+                        self.grant_event(t, who, "dropped", None);
+                    }
                 }
             }
-        };
-        let (outcome, _) = self.cache.get(key, fetch).await;
-        outcome.map_err(|_| OAuthError::Status(503))
+        }
     }
 
     /// Sends a tool's `request` to the downstream `name` with a token for `who`; on a 401, the token is dropped
@@ -330,7 +218,7 @@ impl Downstreams {
         let method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
             .map_err(|_| DownstreamError::BadRequest(t.name.clone(), "the method"))?;
         for attempt in 0..2 {
-            let (token, key) = self.token_for(t, who).await?;
+            let Had { token, forget } = self.token_for(t, who).await?;
             let mut r = self.http.request(method.clone(), url.clone()).timeout(t.timeout).bearer_auth(token.secret());
             if let Some(b) = &body {
                 r = r.header(reqwest::header::CONTENT_TYPE, "application/json").body(b.clone());
@@ -348,7 +236,7 @@ impl Downstreams {
             if status == 401 && attempt == 0 {
                 count("401");
                 tracing::info!(downstream = t.name.as_str(), "the downstream refused its token; exchanging again");
-                self.cache.forget(&key);
+                self.forget(t, who, forget).await;
                 continue;
             }
             count(match status {
@@ -418,6 +306,7 @@ mod tests {
         .unwrap();
         let ds = Downstreams::new(
             doc.resolve(&|_| Ok("s".into())).unwrap(),
+            None,
             DownstreamMetrics::unregistered(["cal"]).unwrap(),
             None,
         )

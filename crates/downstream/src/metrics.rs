@@ -21,6 +21,11 @@ pub struct DownstreamMetrics {
     /// `mcp_downstream_requests_total{downstream,status}`: requests tools sent through the downstream client, by
     /// status class (`2xx`, `3xx`, `4xx`, `5xx`), `401` (the token was dropped) or `no_answer`.
     pub requests: IntCounterVec,
+    /// `mcp_downstream_grants_total{downstream,event}`: URL-mode grants: `asked` (the client was sent a URL),
+    /// `completed` (the third party's callback stored one), `refused_at_callback` (the third party did not
+    /// exchange its code), `refreshed`, `refresh_refused` (dropped, asked again), `refresh_failed`, `expired` (no
+    /// refresh token: asked again), `dropped` (the downstream refused its token).
+    pub grants: IntCounterVec,
 }
 
 impl DownstreamMetrics {
@@ -35,6 +40,7 @@ impl DownstreamMetrics {
         registry.register(Box::new(m.actor_tokens.clone()))?;
         registry.register(Box::new(m.tokens.clone()))?;
         registry.register(Box::new(m.requests.clone()))?;
+        registry.register(Box::new(m.grants.clone()))?;
         Ok(m)
     }
 
@@ -70,6 +76,11 @@ impl DownstreamMetrics {
                 "Requests tools sent to a downstream, by status class, 401 (token dropped) or no_answer.",
                 &["downstream", "status"],
             )?,
+            grants: counter(
+                "mcp_downstream_grants_total",
+                "URL-mode grants by event: asked, completed, refreshed, refresh_refused, refresh_failed, expired, dropped.",
+                &["downstream", "event"],
+            )?,
         };
         for name in names {
             for outcome in ["issued", "refused", "unavailable", "invalid_response"] {
@@ -78,6 +89,9 @@ impl DownstreamMetrics {
             m.exchange_seconds.with_label_values(&[name]);
             for source in ["cache", "exchange", "shared", "negative_cache"] {
                 m.tokens.with_label_values(&[name, source]);
+            }
+            for event in ["asked", "completed", "refreshed", "refresh_refused", "refresh_failed", "dropped"] {
+                m.grants.with_label_values(&[name, event]);
             }
         }
         Ok(m)

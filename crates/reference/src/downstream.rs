@@ -6,6 +6,7 @@
 //! | tool | downstream | what it accepts | annotations |
 //! |---|---|---|---|
 //! | `upcoming_events` | `calendar` (token exchange) | `days` (1–30) | read-only, idempotent, open world |
+//! | `list_repositories` | `forge` (URL mode: the user's own consent) | `limit` (1–50) | read-only, idempotent, open world |
 
 use mcpfleet_tools::envelope::Item;
 use mcpfleet_tools::schemars::{self, JsonSchema};
@@ -15,6 +16,8 @@ use serde_json::Value;
 
 /// The downstream `upcoming_events` reads.
 pub const CALENDAR: &str = "calendar";
+/// The downstream `list_repositories` reads: a third party the user authorizes once (URL mode).
+pub const FORGE: &str = "forge";
 
 /// Registers the downstream tools whose downstream is among `configured`.
 ///
@@ -22,8 +25,14 @@ pub const CALENDAR: &str = "calendar";
 /// A tool that does not register (a bug of its own).
 pub fn register<'a>(r: &mut Registry, configured: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
     for name in configured {
-        if name == CALENDAR {
-            r.register(UpcomingEvents)?;
+        match name {
+            CALENDAR => {
+                r.register(UpcomingEvents)?;
+            }
+            FORGE => {
+                r.register(ListRepositories)?;
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -70,5 +79,41 @@ impl Tool for UpcomingEvents {
         let audience = answer.get("audience").and_then(Value::as_str).unwrap_or_default();
         Ok(ToolOutput::untrusted(CALENDAR, &items)
             .with_structured(serde_json::json!({ "count": items.len(), "subject": subject, "audience": audience })))
+    }
+}
+
+/// `list_repositories`: the caller's repositories at the code host `forge`, with the token the user granted this
+/// server there (URL mode: the first call asks the user to authorize it).
+#[derive(Debug)]
+pub struct ListRepositories;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// How many repositories at most
+    #[schemars(range(min = 1, max = 50))]
+    limit: u8,
+}
+
+#[async_trait]
+impl Tool for ListRepositories {
+    type Args = ListArgs;
+
+    fn info(&self) -> ToolInfo {
+        super::reader("list_repositories")
+            .title("My repositories")
+            .description("The calling user's repositories at the code host, once the user has authorized access.")
+            .open_world()
+    }
+
+    async fn call(&self, args: ListArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+        let limit = args.limit.to_string();
+        let answer = cx.downstream(FORGE).get_json("/repos", &[("limit", &limit)]).await?;
+        let repos = answer.get("repos").and_then(Value::as_array).cloned().unwrap_or_default();
+        let items: Vec<Item> =
+            repos.iter().map(|r| Item::new(r.get("name").and_then(Value::as_str).unwrap_or_default())).collect();
+        let subject = answer.get("subject").and_then(Value::as_str).unwrap_or_default();
+        Ok(ToolOutput::untrusted(FORGE, &items)
+            .with_structured(serde_json::json!({ "count": items.len(), "subject": subject })))
     }
 }

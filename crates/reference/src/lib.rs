@@ -99,6 +99,7 @@ pub fn cases(tool: &str) -> Option<Vec<Case>> {
         "export_report" => include_str!("../cases/export_report.json"),
         "get_ticket" => include_str!("../cases/get_ticket.json"),
         "upcoming_events" => include_str!("../cases/upcoming_events.json"),
+        "list_repositories" => include_str!("../cases/list_repositories.json"),
         _ => return None,
     };
     let all: Vec<Value> = serde_json::from_str(raw).ok()?;

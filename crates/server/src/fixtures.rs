@@ -36,7 +36,7 @@ pub(crate) fn catalog(
                 )),
                 None => Arc::new(mcpfleet_reference::MemoryRepo::new()),
             };
-            let downstreams = cfg.downstreams.iter().flatten().map(|d| d.name.as_str());
+            let downstreams = cfg.downstreams.iter().flat_map(|d| &d.resolved).map(|d| d.name.as_str());
             Arc::new(mcpfleet_reference::catalog_with_downstreams(repo, downstreams).map_err(ServerError::Config)?)
         }
     })

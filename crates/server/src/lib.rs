@@ -199,14 +199,7 @@ pub(crate) async fn build_state_with(
     };
     let audit_sink = audit.clone().map(|w| w as Arc<dyn mcpfleet_core::AuditSink>);
     let downstreams = match &cfg.downstreams {
-        Some(resolved) => {
-            let names = resolved.iter().map(|r| r.name.as_str());
-            let metrics = mcpfleet_downstream::DownstreamMetrics::register(&registry, names)
-                .map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
-            let ds = mcpfleet_downstream::Downstreams::new(resolved.clone(), metrics, audit_sink.clone())
-                .map_err(|e| ServerError::Config(format!("--downstreams: {e}")))?;
-            Some(Arc::new(ds))
-        }
+        Some(d) => Some(Arc::new(downstreams(cfg, d, &store, &registry, audit_sink.clone())?)),
         None => None,
     };
     let mut transport = cfg.transport.clone();
@@ -244,6 +237,39 @@ pub(crate) async fn build_state_with(
         downstreams,
     });
     Ok(Built { state, registry, dev, audit, fatal })
+}
+
+/// The downstreams tools may call (`--downstreams`), with, for URL-mode ones, the store their grants are kept in,
+/// the key ring that seals them, and the fleet's public origin where their start and callback pages are served.
+///
+/// # Errors
+/// A downstream the crate refuses, a key ring it refuses, or URL-mode downstreams without `--resource-url`.
+fn downstreams(
+    cfg: &Config,
+    d: &crate::config::DownstreamsConfig,
+    store: &Arc<dyn Store>,
+    registry: &prometheus::Registry,
+    audit: Option<Arc<dyn mcpfleet_core::AuditSink>>,
+) -> Result<mcpfleet_downstream::Downstreams, ServerError> {
+    let error = |e: mcpfleet_downstream::OAuthError| ServerError::Config(format!("--downstreams: {e}"));
+    let url = if d.keys.0.is_empty() {
+        None
+    } else {
+        let resource = cfg.transport.protected_resource.as_ref().map(|pr| pr.resource.as_str());
+        let origin =
+            resource.and_then(mcpfleet_auth::split_url).map(|(origin, _)| origin.to_owned()).ok_or_else(|| {
+                ServerError::Config(
+                    "URL-mode downstreams need --resource-url: their pages are served under its origin".into(),
+                )
+            })?;
+        let vault = mcpfleet_downstream::Vault::new(d.keys.0.clone()).map_err(error)?;
+        let grants: Arc<dyn mcpfleet_state::GrantStore> = store.clone();
+        Some(mcpfleet_downstream::UrlMode { store: grants, vault, origin })
+    };
+    let names = d.resolved.iter().map(|r| r.name.as_str());
+    let metrics = mcpfleet_downstream::DownstreamMetrics::register(registry, names)
+        .map_err(|e| ServerError::Config(format!("metrics: {e}")))?;
+    mcpfleet_downstream::Downstreams::new(d.resolved.clone(), url, metrics, audit).map_err(error)
 }
 
 /// Installs the global tracer provider, whose `service.name` is the server's name. With an OTLP endpoint, sampled

@@ -220,8 +220,16 @@ impl McpClient {
     /// # Panics
     /// If initialization fails.
     pub async fn initialize(&mut self, url: &str) -> String {
+        self.initialize_with(url, json!({ "sampling": {}, "elicitation": {} })).await
+    }
+
+    /// [`initialize`](Self::initialize), declaring `capabilities`.
+    ///
+    /// # Panics
+    /// If initialization fails.
+    pub async fn initialize_with(&mut self, url: &str, capabilities: Value) -> String {
         let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": { "sampling": {}, "elicitation": {} },
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
             "clientInfo": { "name": "mcpfleet-tests", "version": "1" } } });
         let resp = self.post(url, &body).await;
         assert_eq!(resp.status(), 200, "initialize failed");

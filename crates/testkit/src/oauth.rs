@@ -150,6 +150,16 @@ impl AuthServer {
         Self(NodeServer::spawn("as", args.into_iter().flat_map(|(k, v)| [k.to_owned(), v]).collect()), dir)
     }
 
+    /// The same server, started again with `uri` as client `fleet-post`'s redirect URI (URL mode's callback), and
+    /// the authorization code and refresh grants.
+    #[must_use]
+    pub fn with_redirect_uri(mut self, uri: &str) -> Self {
+        self.0.stop();
+        self.0.args.extend(["--redirect-uri".to_owned(), uri.to_owned()]);
+        self.0.start_again();
+        self
+    }
+
     /// Its issuer identifier (`http://127.0.0.1:<port>`).
     #[must_use]
     pub fn issuer(&self) -> String {

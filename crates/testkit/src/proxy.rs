@@ -13,11 +13,14 @@ pub struct RoundRobinProxy {
     addr: std::net::SocketAddr,
     stop: CancellationToken,
     targets: Arc<RwLock<Vec<String>>>,
+    pins: Arc<RwLock<Vec<(String, usize)>>>,
 }
 
 #[derive(Clone)]
 struct ProxyState {
     targets: Arc<RwLock<Vec<String>>>,
+    /// Path prefixes a test sends to one target (see [`RoundRobinProxy::pin`]).
+    pins: Arc<RwLock<Vec<(String, usize)>>>,
     next: Arc<AtomicUsize>,
     client: reqwest::Client,
 }
@@ -28,7 +31,11 @@ const HOP_BY_HOP: [&str; 7] =
 async fn forward(State(st): State<ProxyState>, req: Request) -> Response {
     let target = {
         let targets = st.targets.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        targets[st.next.fetch_add(1, Ordering::Relaxed) % targets.len()].clone()
+        let pins = st.pins.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pins.iter().find(|(prefix, _)| req.uri().path().starts_with(prefix.as_str())) {
+            Some((_, i)) => targets[*i].clone(),
+            None => targets[st.next.fetch_add(1, Ordering::Relaxed) % targets.len()].clone(),
+        }
     };
     let (parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -82,14 +89,27 @@ impl RoundRobinProxy {
         // Redirects go back to the client as they are (an OAuth authorization endpoint answers with one).
         let client = client.no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
         let targets = Arc::new(RwLock::new(targets));
-        let st = ProxyState { targets: targets.clone(), next: Arc::default(), client };
+        let pins = Arc::new(RwLock::new(Vec::new()));
+        let st = ProxyState { targets: targets.clone(), pins: pins.clone(), next: Arc::default(), client };
         let app = axum::Router::new().fallback(forward).with_state(st);
         let stop = CancellationToken::new();
         let s = stop.clone();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).with_graceful_shutdown(s.cancelled_owned()).await;
         });
-        Self { addr, stop, targets }
+        Self { addr, stop, targets, pins }
+    }
+
+    /// Sends every request whose path starts with `prefix` to target `i` (a test that must know which replica
+    /// serves a step); the others still go round-robin.
+    pub fn pin(&self, prefix: &str, i: usize) {
+        self.pins.write().unwrap_or_else(std::sync::PoisonError::into_inner).push((prefix.to_owned(), i));
+    }
+
+    /// The proxy's origin, `http://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Sends the requests that went to target `i` to `target` from now on (a rolling update swapping one replica

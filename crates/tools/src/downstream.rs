@@ -165,6 +165,56 @@ pub enum DownstreamError {
     /// The tool's request is not one a downstream may be sent (a path outside its base URL).
     #[error("the request to {0} is not allowed: {1}")]
     BadRequest(String, &'static str),
+    /// The downstream needs the user's own authorization (URL mode) and none is stored: the transport asks the
+    /// client for it (URL-mode elicitation), or, for a client that cannot, answers [`Self::CannotAuthorize`].
+    #[error("{} needs the user's authorization", .0.downstream)]
+    AuthorizationRequired(Box<AuthorizationRequest>),
+    /// The downstream needs the user's own authorization, and this client cannot ask for it.
+    #[error(
+        "{0} needs the user's own authorization, which this client cannot ask for (it does not support URL-mode \
+         elicitation)"
+    )]
+    CannotAuthorize(String),
+    /// The client was asked for the user's authorization, and the user has not finished it.
+    #[error("the user has not finished authorizing {0}; ask them to, then try again")]
+    NotAuthorizedYet(String),
+    /// The user declined to authorize the downstream.
+    #[error("the user declined to authorize {0}")]
+    Declined(String),
+}
+
+/// An authorization to ask the user for (URL-mode elicitation): where to send them, and the id the client and the
+/// completion notice name it by. The URL carries no credential and no personal data: only the single-use id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuthorizationRequest {
+    pub downstream: String,
+    pub elicitation_id: String,
+    pub url: String,
+}
+
+impl AuthorizationRequest {
+    #[must_use]
+    pub fn new(downstream: String, elicitation_id: String, url: String) -> Self {
+        Self { downstream, elicitation_id, url }
+    }
+
+    /// What the client shows the user.
+    #[must_use]
+    pub fn message(&self) -> String {
+        format!("Authorize access to {} for this tool.", self.downstream)
+    }
+
+    /// The URL-mode elicitation (`elicitation/create` params, and an entry of the -32042 error's `elicitations`).
+    #[must_use]
+    pub fn elicitation(&self) -> Value {
+        serde_json::json!({
+            "mode": "url",
+            "elicitationId": self.elicitation_id,
+            "url": self.url,
+            "message": self.message(),
+        })
+    }
 }
 
 /// A named downstream, seen from a running tool: requests go to its base URL with a token for the caller.

@@ -68,6 +68,11 @@ pub enum ToolError {
     /// trace id.
     #[error(transparent)]
     Downstream(#[from] downstream::DownstreamError),
+    /// The call cannot go on until the user completes a URL-mode elicitation (2025-11-25's `-32042` error); the
+    /// value is the elicitation (`mode: "url"`, `elicitationId`, `url`, `message`). The transport sends it only to
+    /// clients that declared `elicitation.url`.
+    #[error("this request needs the user to complete an authorization first")]
+    UrlElicitationRequired(serde_json::Value),
 }
 
 /// When a call of a tool becomes a durable task (the 2026-07-28 `io.modelcontextprotocol/tasks` extension). The

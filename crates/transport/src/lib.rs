@@ -20,6 +20,7 @@ mod backoff;
 mod call;
 mod dev_oauth;
 mod downstream;
+mod downstream_pages;
 mod drain;
 mod error;
 mod extract;
@@ -230,6 +231,10 @@ pub fn router(state: AppState) -> Router {
     }
     if state.config.dev_jwks.is_some() {
         r = r.route("/.well-known/jwks.json", get(well_known::dev_jwks).options(well_known::preflight));
+    }
+    if state.downstreams.as_ref().is_some_and(|d| d.pages_origin().is_some()) {
+        // URL-mode downstreams: the start, signed-in and callback pages (docs/DOWNSTREAM.md).
+        r = downstream_pages::routes(r);
     }
     if state.config.dev_oauth.is_some() {
         // `--auth dev`: the sign-in, and the client's Host in scope for every challenge (origin::with_host).

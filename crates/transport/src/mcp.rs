@@ -198,6 +198,9 @@ pub(crate) fn tool_result(r: Result<Value, ToolError>, name: &str, trace_id: &st
         Err(e @ (ToolError::UnknownTool(_) | ToolError::InvalidParams(_))) => {
             Err((code::INVALID_PARAMS, e.to_string()))
         }
+        // A 2025 session's call that needs the user's authorization first: the session's sink adds the
+        // elicitation as the error's data.
+        Err(e @ ToolError::UrlElicitationRequired(_)) => Err((code::URL_ELICITATION_REQUIRED, e.to_string())),
         Err(e) => {
             // The detail (an internal error's message: paths, SQL, hosts) goes to the log only.
             tracing::warn!(tool.name = name, trace_id = %trace_id, error = %e, detail = ?e, "tool call failed");

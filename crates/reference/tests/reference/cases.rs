@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 #[test]
 fn every_case_of_every_reference_tool_passes_the_validator_as_declared() {
-    let catalog = reference::catalog_with_downstreams(Arc::new(MemoryRepo::new()), ["calendar"]).unwrap();
+    let catalog = reference::catalog_with_downstreams(Arc::new(MemoryRepo::new()), ["calendar", "forge"]).unwrap();
     let tools = catalog.tools();
     let validator = Validator::new(&tools).unwrap();
     let mut counts = Vec::new();
@@ -31,7 +31,7 @@ fn every_case_of_every_reference_tool_passes_the_validator_as_declared() {
         counts.push(format!("{name}: {valid} valid, {invalid} invalid"));
     }
     println!("cases: {}", counts.join("; "));
-    assert_eq!(counts.len(), 7);
+    assert_eq!(counts.len(), 8);
 }
 
 /// The same cases through a replica's whole pipeline, with the tool writers' harness (`mcpfleet::testing`): an

@@ -3,6 +3,7 @@
 //! (this module is where the environment is read); any fault exits 64 with the JSON pointer of its place.
 
 use super::cli::config_error;
+use super::secret::Secret;
 use crate::ServerError;
 use mcpfleet_downstream::{Document, Resolved, SecretRef};
 use std::path::PathBuf;
@@ -15,6 +16,30 @@ pub(super) struct DownstreamArgs {
     /// written in it. Refused with --auth none (there is no verified caller to act for).
     #[arg(long, env = "MCPFLEET_DOWNSTREAMS", value_name = "FILE")]
     downstreams: Option<PathBuf>,
+    /// A key that seals the third parties' tokens of URL-mode downstreams in Redis (AES-256-GCM), as
+    /// `KID:BASE64SECRET` (the secret exactly 32 bytes). Repeat it to rotate: the first seals, every one listed
+    /// opens. Every replica needs the same keys; required when the document has a URL-mode downstream.
+    #[arg(long = "downstream-key", env = "MCPFLEET_DOWNSTREAM_KEYS", value_delimiter = ',', hide_env_values = true)]
+    downstream_keys: Vec<Secret>,
+}
+
+/// `--downstreams` and `--downstream-key`, read.
+#[derive(Clone, Debug)]
+pub struct DownstreamsConfig {
+    /// The downstreams, their secrets read.
+    pub resolved: Vec<Resolved>,
+    /// The key ring that seals URL-mode grants, the first sealing; empty without one.
+    pub keys: KeyRing,
+}
+
+/// `--downstream-key`s: `(id, key)`, the first sealing. `Debug` shows the ids only.
+#[derive(Clone, Default)]
+pub struct KeyRing(pub Vec<(String, Vec<u8>)>);
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KeyRing").field(&self.0.iter().map(|(k, _)| k).collect::<Vec<_>>()).finish()
+    }
 }
 
 /// One secret, from where the document says.
@@ -33,8 +58,14 @@ fn read_secret(r: &SecretRef) -> Result<String, String> {
 }
 
 impl DownstreamArgs {
-    pub(super) fn into_config(self, auth_none: bool) -> Result<Option<Vec<Resolved>>, ServerError> {
-        let Some(path) = self.downstreams else { return Ok(None) };
+    pub(super) fn into_config(self, auth_none: bool) -> Result<Option<DownstreamsConfig>, ServerError> {
+        use base64::Engine as _;
+        let Some(path) = self.downstreams else {
+            if !self.downstream_keys.is_empty() {
+                return Err(config_error("--downstream-key is for --downstreams with URL-mode downstreams"));
+            }
+            return Ok(None);
+        };
         if auth_none {
             return Err(config_error(
                 "--downstreams needs a verified caller to act for: it is refused with --auth none",
@@ -45,6 +76,28 @@ impl DownstreamArgs {
         let doc = Document::parse(&text).map_err(|e| config_error(format!("--downstreams {}: {e}", path.display())))?;
         let resolved =
             doc.resolve(&read_secret).map_err(|e| config_error(format!("--downstreams {}: {e}", path.display())))?;
-        Ok(Some(resolved))
+        let mut keys = Vec::new();
+        for k in &self.downstream_keys {
+            let Some((kid, secret)) = k.expose().split_once(':') else {
+                return Err(config_error("--downstream-key must be KID:BASE64SECRET"));
+            };
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(secret)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(secret))
+                .map_err(|_| config_error(format!("--downstream-key {kid:?}: the secret is not base64")))?;
+            keys.push((kid.to_owned(), bytes));
+        }
+        let url_mode: Vec<&str> = resolved.iter().filter(|r| r.doc.is_url_mode()).map(|r| r.name.as_str()).collect();
+        if let Some(first) = url_mode.first()
+            && keys.is_empty()
+        {
+            return Err(config_error(format!(
+                "--downstreams: {first} is a URL-mode downstream: its grants are kept sealed, which needs --downstream-key"
+            )));
+        }
+        if url_mode.is_empty() && !keys.is_empty() {
+            return Err(config_error("--downstream-key is for URL-mode downstreams, and the document has none"));
+        }
+        Ok(Some(DownstreamsConfig { resolved, keys: KeyRing(keys) }))
     }
 }

@@ -21,6 +21,7 @@ mod transport;
 
 pub use auth::{AuthConfig, AuthMode, JwtTyp, KeysFrom};
 pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest};
+pub use downstream::{DownstreamsConfig, KeyRing};
 pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest, Revoke, RevokeAction, Rollback};
 pub use secret::Secret;
 
@@ -231,7 +232,7 @@ pub struct Config {
     /// Where the policy document comes from: the store, or `--policy FILE` (docs/POLICY.md).
     pub policy: PolicyFollow,
     /// `--downstreams FILE`, its secrets read (docs/DOWNSTREAM.md); `None`: tools reach no downstream.
-    pub downstreams: Option<Vec<mcpfleet_downstream::Resolved>>,
+    pub downstreams: Option<DownstreamsConfig>,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,

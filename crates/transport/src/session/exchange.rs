@@ -81,6 +81,8 @@ pub(crate) struct Exchange {
     /// Server→client requests still waiting for the client: forgotten (and cancelled towards the client) if the
     /// call is aborted while it waits.
     outstanding: std::sync::Mutex<Vec<String>>,
+    /// The URL-mode elicitation the call ended for (a downstream's authorization), the data of its `-32042` error.
+    elicitation: std::sync::OnceLock<Value>,
 }
 
 /// One `tools/call`, as the handler parsed it.
@@ -137,10 +139,19 @@ impl Exchange {
             mode: Mutex::new(Mode::Pending(Some(tx))),
             next_request: AtomicU64::new(1),
             outstanding: std::sync::Mutex::new(Vec::new()),
+            elicitation: std::sync::OnceLock::new(),
         });
         let calls = ex.app.calls.clone();
         calls.spawn(crate::call::drive(ex, crate::call::Admitted { name, args, slot, quota_charged, idem }));
         rx
+    }
+
+    /// Keeps the elicitation a downstream's authorization needs, for the `-32042` error the call ends with.
+    fn note_elicitation<T>(&self, r: Result<T, ToolError>) -> Result<T, ToolError> {
+        if let Err(ToolError::UrlElicitationRequired(e)) = &r {
+            let _ = self.elicitation.set(e.clone());
+        }
+        r
     }
 
     /// Whose downstream tokens this call's tool asks for.
@@ -150,6 +161,8 @@ impl Exchange {
             principal: &self.principal,
             subject: self.subject.as_ref(),
             trace_id: &self.trace_id,
+            session: Some(self.key.id.as_str()),
+            generation: crate::downstream::Generation::Session,
         }
     }
 
@@ -497,11 +510,13 @@ impl ToolContext for Exchange {
     }
 
     async fn downstream_token(&self, name: &str) -> Result<DownstreamToken, ToolError> {
-        self.downstream_who().token(name).await
+        let r = self.downstream_who().token(self, name).await;
+        self.note_elicitation(r)
     }
 
     async fn downstream_send(&self, name: &str, request: DownstreamRequest) -> Result<DownstreamResponse, ToolError> {
-        self.downstream_who().send(name, request).await
+        let r = self.downstream_who().send(self, name, request).await;
+        self.note_elicitation(r)
     }
 }
 
@@ -567,6 +582,11 @@ impl CallSink for Exchange {
 
     async fn deliver(&self, finished: Finished) {
         let msg = match finished {
+            Finished::Answer(Err((code, message))) if code == crate::code::URL_ELICITATION_REQUIRED => {
+                let data = self.elicitation.get().map(crate::downstream::elicitation_data);
+                let e = crate::jsonrpc::error_object(code, &message, data);
+                crate::jsonrpc::error(Some(&self.request_id), e)
+            }
             Finished::Answer(r) => self.response(r),
             Finished::Refused(e) => crate::jsonrpc::error(Some(&self.request_id), e.rpc_error(false)),
         };

@@ -284,6 +284,8 @@ impl Call {
             principal: &self.principal,
             subject: self.subject.as_ref(),
             trace_id: &self.trace_id,
+            session: None,
+            generation: crate::downstream::Generation::Rounds,
         }
     }
 
@@ -590,7 +592,7 @@ impl ToolContext for Call {
     }
 
     async fn downstream_token(&self, name: &str) -> std::result::Result<DownstreamToken, ToolError> {
-        self.downstream_who().token(name).await
+        self.downstream_who().token(self, name).await
     }
 
     async fn downstream_send(
@@ -598,6 +600,6 @@ impl ToolContext for Call {
         name: &str,
         request: DownstreamRequest,
     ) -> std::result::Result<DownstreamResponse, ToolError> {
-        self.downstream_who().send(name, request).await
+        self.downstream_who().send(self, name, request).await
     }
 }

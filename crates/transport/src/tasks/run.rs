@@ -43,7 +43,14 @@ pub(crate) struct TaskRun {
 impl TaskRun {
     /// Whose downstream tokens this run's tool asks for: no caller's request, so no token to exchange.
     fn downstream_who(&self) -> crate::downstream::Who<'_> {
-        crate::downstream::Who { app: &self.app, principal: &self.principal, subject: None, trace_id: &self.trace_id }
+        crate::downstream::Who {
+            app: &self.app,
+            principal: &self.principal,
+            subject: None,
+            trace_id: &self.trace_id,
+            session: None,
+            generation: crate::downstream::Generation::Rounds,
+        }
     }
 }
 
@@ -158,10 +165,10 @@ impl ToolContext for TaskRun {
     }
 
     async fn downstream_token(&self, name: &str) -> Result<DownstreamToken, ToolError> {
-        self.downstream_who().token(name).await
+        self.downstream_who().token(self, name).await
     }
 
     async fn downstream_send(&self, name: &str, request: DownstreamRequest) -> Result<DownstreamResponse, ToolError> {
-        self.downstream_who().send(name, request).await
+        self.downstream_who().send(self, name, request).await
     }
 }

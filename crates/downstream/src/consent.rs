@@ -1,0 +1,143 @@
+//! The third party's side of a URL-mode authorization (docs/DOWNSTREAM.md, "URL mode"): the consent URL the start
+//! page sends the signed-in user to (authorization code with PKCE S256, a single-use `state`), and the callback's
+//! code exchange, whose tokens are sealed and stored for the user who asked. The fleet's own sign-in (proving who
+//! the browser user is) and the HTTP pages are the transport's.
+
+use crate::grant::{Pending, UrlTarget, now_ms, token_grant};
+use crate::target::{Kind, Target};
+use crate::{Downstreams, OAuthError};
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+use std::time::Duration;
+
+/// Where the third party sends the user back, under the fleet's origin.
+pub const CALLBACK_PATH: &str = "/downstream/callback";
+
+/// A PKCE verifier (256 random bits, base64url) and its S256 challenge.
+#[must_use]
+pub fn pkce() -> (String, String) {
+    let verifier = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+/// A single-use random value (a `state`, an id): 256 bits, base64url.
+#[must_use]
+pub fn random_id() -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
+}
+
+impl Downstreams {
+    fn url_target(&self, name: &str) -> Result<(&Target, &UrlTarget), OAuthError> {
+        let missing = || OAuthError::Schema { pointer: format!("/downstreams/{name}"), expected: "URL mode".into() };
+        let t = self.targets.get(name).ok_or_else(missing)?;
+        match &t.kind {
+            Kind::Url(u) => Ok((t, u)),
+            Kind::Exchange(_) => Err(missing()),
+        }
+    }
+
+    /// The fleet's public origin, where the start and callback pages are.
+    #[must_use]
+    pub fn pages_origin(&self) -> Option<&str> {
+        self.url.as_ref().map(|u| u.origin.as_str())
+    }
+
+    /// The authorization in progress under `id`, if it has not expired or been taken.
+    ///
+    /// # Errors
+    /// The store did not answer.
+    pub async fn pending(&self, id: &str) -> Result<Option<Pending>, OAuthError> {
+        let Some(url) = &self.url else { return Ok(None) };
+        let raw = url.store.authorization(id).await.map_err(|e| OAuthError::Unreachable(format!("the store: {e}")))?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+    }
+
+    /// Takes the authorization under `id` (single use).
+    ///
+    /// # Errors
+    /// The store did not answer.
+    pub async fn take_pending(&self, id: &str) -> Result<Option<Pending>, OAuthError> {
+        let Some(url) = &self.url else { return Ok(None) };
+        let raw =
+            url.store.take_authorization(id).await.map_err(|e| OAuthError::Unreachable(format!("the store: {e}")))?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+    }
+
+    /// The third party's authorization URL for `downstream`: this server's client, the callback under the fleet's
+    /// origin, the configured scope, `state` and the PKCE `challenge`.
+    ///
+    /// # Errors
+    /// `downstream` is not a URL-mode downstream.
+    pub fn consent_url(&self, downstream: &str, state: &str, challenge: &str) -> Result<String, OAuthError> {
+        let (t, u) = self.url_target(downstream)?;
+        let origin = self.pages_origin().unwrap_or_default();
+        let mut url = reqwest::Url::parse(&u.authorization_endpoint).map_err(|e| OAuthError::Schema {
+            pointer: format!("/downstreams/{downstream}"),
+            expected: e.to_string(),
+        })?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("response_type", "code")
+                .append_pair("client_id", t.client.id())
+                .append_pair("redirect_uri", &format!("{origin}{CALLBACK_PATH}"))
+                .append_pair("state", state)
+                .append_pair("code_challenge", challenge)
+                .append_pair("code_challenge_method", "S256");
+            if !u.scope.is_empty() {
+                q.append_pair("scope", &u.scope);
+            }
+        }
+        Ok(url.into())
+    }
+
+    /// The callback: exchanges `code` (with the PKCE `verifier`) at the third party's token endpoint and stores
+    /// the grant, sealed, for the user of `pending`; counted and audited.
+    ///
+    /// # Errors
+    /// The third party refused the code or did not answer; the store did not take the grant.
+    pub async fn complete(
+        &self,
+        pending: &Pending,
+        code: &str,
+        verifier: &str,
+        trace_id: &str,
+    ) -> Result<(), OAuthError> {
+        let (t, u) = self.url_target(&pending.downstream)?;
+        let url = self.url.as_ref().ok_or_else(|| OAuthError::Client("URL mode is not configured".into()))?;
+        let origin = url.origin.as_str();
+        let form = vec![
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code.to_owned()),
+            ("redirect_uri", format!("{origin}{CALLBACK_PATH}")),
+            ("code_verifier", verifier.to_owned()),
+        ];
+        let started = std::time::Instant::now();
+        let result = token_grant(&self.http, &t.token_endpoint, &t.client, t.timeout, form, None).await;
+        let user = mcpfleet_core::UserKey::new(&pending.user)
+            .ok_or_else(|| OAuthError::Response("the authorization names no user".into()))?;
+        let outcome = match &result {
+            Ok(g) => match url.keep(&user, &t.name, g, u.keep).await {
+                Ok(_) => Ok(g.e),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e.clone()),
+        };
+        let event = if outcome.is_ok() { "completed" } else { "refused_at_callback" };
+        self.metrics.grants.with_label_values(&[t.name.as_str(), event]).inc();
+        if let Some(audit) = &self.audit {
+            audit.record_downstream(mcpfleet_core::DownstreamRecord {
+                at: std::time::SystemTime::now(),
+                event: mcpfleet_core::DownstreamEvent::Authorization,
+                downstream: t.name.clone(),
+                outcome: event,
+                principal: pending.user.clone(),
+                client_id: pending.client.clone(),
+                duration: started.elapsed(),
+                trace_id: trace_id.to_owned(),
+                lifetime: outcome.as_ref().ok().map(|e| Duration::from_millis(e.saturating_sub(now_ms()))),
+            });
+        }
+        outcome.map(drop)
+    }
+}
