@@ -650,7 +650,8 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
         subject_audience: "unused",
         audience: FORGE,
         scope: "repo",
-        ttl: Duration::from_secs(300),
+        // Its access tokens live 3 s (kept 2 s, with the 1 s skew below): the retries refresh them.
+        ttl: Duration::from_secs(3),
         secret: SECRET,
         client_jwk: TestKey::load("ec-1", "k", jsonwebtoken::Algorithm::ES256).jwk(true),
     })
@@ -663,7 +664,7 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
         format!(
             "downstreams:\n  forge:\n    base_url: {api}/\n    authorization_code:\n      authorization_endpoint: \
              {base}/auth\n      token_endpoint: {base}/token\n      client: {{ id: fleet-post, auth: \
-             client_secret_post, secret: {{ file: {dir}/secret }} }}\n      scope: [repo]\n",
+             client_secret_post, secret: {{ file: {dir}/secret }} }}\n      scope: [repo]\n    skew_seconds: 1\n",
             api = forge_api.url(),
             base = forge_auth.issuer(),
             dir = dir.path().display(),
@@ -738,6 +739,17 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
     assert!(at_rest.starts_with("g1") && !at_rest.contains("eyJ"), "sealed at rest");
     let r = carol.request(&urls[1], 2, "tools/call", args.clone()).await;
     assert_eq!(r["result"]["structuredContent"]["subject"], "carol", "the third party saw carol: {r}");
+
+    // Once the access token is within its skew of expiry, calls on all three replicas at once refresh it once:
+    // one replica spends the refresh token under the grant's lock, the others use what it stored.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let refreshes_before = forge_auth.0.stats().await["refreshes"].as_u64().unwrap_or(0);
+    let calls = (0..3).map(|i| carol.request(&urls[i], 10 + i as i64, "tools/call", args.clone()));
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r["result"]["structuredContent"]["subject"], "carol", "{r}");
+    }
+    let refreshes = forge_auth.0.stats().await["refreshes"].as_u64().unwrap_or(0) - refreshes_before;
+    assert_eq!(refreshes, 1, "one refresh for three replicas");
     let mut completed = Vec::new();
     for r in &f.replicas {
         let m = mcpfleet_fleetkit::scrape(&r.admin()).await;

@@ -81,11 +81,25 @@ fn unavailable() -> Response {
     page(StatusCode::SERVICE_UNAVAILABLE, "Try again in a minute", "The service is unavailable right now.")
 }
 
-/// The URL-mode downstreams, or the page that says there are none.
-fn downstreams(app: &AppState) -> Result<(&Downstreams, &str), Response> {
-    let ds = app.downstreams.as_deref().ok_or_else(gone)?;
-    let origin = ds.pages_origin().ok_or_else(gone)?;
-    Ok((ds, origin))
+/// Why a step stops before it acts: its link is gone (expired, used, unknown), or the store did not answer.
+enum Stop {
+    Gone,
+    Unavailable,
+}
+
+impl Stop {
+    fn page(self) -> Response {
+        match self {
+            Self::Gone => gone(),
+            Self::Unavailable => unavailable(),
+        }
+    }
+}
+
+/// The URL-mode downstreams, if there are any.
+fn downstreams(app: &AppState) -> Option<(&Downstreams, &str)> {
+    let ds = app.downstreams.as_deref()?;
+    Some((ds, ds.pages_origin()?))
 }
 
 #[derive(Deserialize)]
@@ -95,10 +109,7 @@ struct StartQuery {
 
 /// Step 1: the start page. With `--auth dev` it asks for the name to sign in as, then goes to the dev sign-in.
 async fn start(State(app): State<AppState>, Path(id): Path<String>, Query(q): Query<StartQuery>) -> Response {
-    let (ds, origin) = match downstreams(&app) {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let Some((ds, origin)) = downstreams(&app) else { return gone() };
     match ds.pending(&id).await {
         Ok(Some(_)) => {}
         Ok(None) => return gone(),
@@ -172,12 +183,12 @@ struct CodeQuery {
 }
 
 /// A step's state, taken (single use).
-async fn take_step(app: &AppState, prefix: &str, state: Option<&str>) -> Result<HashMap<String, Value>, Response> {
-    let Some(state) = state.filter(|s| !s.is_empty() && s.len() <= 128) else { return Err(gone()) };
+async fn take_step(app: &AppState, prefix: &str, state: Option<&str>) -> Result<HashMap<String, Value>, Stop> {
+    let Some(state) = state.filter(|s| !s.is_empty() && s.len() <= 128) else { return Err(Stop::Gone) };
     match app.store.take_authorization(&format!("{prefix}.{state}")).await {
-        Ok(Some(raw)) => serde_json::from_str(&raw).map_err(|_| gone()),
-        Ok(None) => Err(gone()),
-        Err(_) => Err(unavailable()),
+        Ok(Some(raw)) => serde_json::from_str(&raw).map_err(|_| Stop::Gone),
+        Ok(None) => Err(Stop::Gone),
+        Err(_) => Err(Stop::Unavailable),
     }
 }
 
@@ -187,13 +198,10 @@ fn text<'a>(step: &'a HashMap<String, Value>, key: &str) -> &'a str {
 
 /// Step 2: the fleet's sign-in answered; the browser user must be the principal that asked.
 async fn signed_in(State(app): State<AppState>, Query(q): Query<CodeQuery>) -> Response {
-    let (ds, origin) = match downstreams(&app) {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let Some((ds, origin)) = downstreams(&app) else { return gone() };
     let step = match take_step(&app, "si", q.state.as_deref()).await {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(stop) => return stop.page(),
     };
     let (Some(code), None) = (q.code.as_deref(), q.error.as_deref()) else {
         return page(StatusCode::FORBIDDEN, "Not signed in", "The sign-in did not complete. Nothing was authorized.");
@@ -273,13 +281,10 @@ async fn sign_in(
 
 /// Step 3: the third party's answer; the grant stored for the user who asked, and their session told.
 async fn callback(State(app): State<AppState>, Query(q): Query<CodeQuery>) -> Response {
-    let ds = match downstreams(&app) {
-        Ok((ds, _)) => ds,
-        Err(r) => return r,
-    };
+    let Some((ds, _)) = downstreams(&app) else { return gone() };
     let step = match take_step(&app, "co", q.state.as_deref()).await {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(stop) => return stop.page(),
     };
     let Some(pending) = step.get("pending").cloned().and_then(|p| serde_json::from_value::<Pending>(p).ok()) else {
         return gone();
