@@ -52,13 +52,13 @@ fn encoding_key(pem: &Secret, alg: KeyAlg) -> Result<EncodingKey, String> {
     .map_err(|e| format!("not a PEM private key for {alg:?}: {e}"))
 }
 
-/// Whether `pem` is a private key `alg` can sign with (checked at start, so a bad key exits 64).
-pub(crate) fn check_key(pem: &Secret, alg: KeyAlg) -> Result<(), String> {
+/// The signing key of `pem`, once it has signed a probe (checked at start, so a bad key exits 64).
+fn signing_key(pem: &Secret, alg: KeyAlg) -> Result<EncodingKey, String> {
     let key = encoding_key(pem, alg)?;
     let claims = serde_json::json!({ "probe": true });
     jsonwebtoken::encode(&Header::new(algorithm(alg)), &claims, &key)
-        .map(drop)
-        .map_err(|e| format!("the key cannot sign {alg:?}: {e}"))
+        .map_err(|e| format!("private_key: the key cannot sign {alg:?}: {e}"))?;
+    Ok(key)
 }
 
 fn form_encode(s: &str) -> String {
@@ -79,7 +79,7 @@ impl Client {
             }
             (ClientAuthMethod::ClientSecretPost, Credential::Secret(s)) => How::Post(s.clone()),
             (ClientAuthMethod::PrivateKeyJwt, Credential::Key { pem, alg, kid }) => {
-                How::Jwt { key: encoding_key(pem, *alg)?, alg: algorithm(*alg), kid: kid.clone() }
+                How::Jwt { key: signing_key(pem, *alg)?, alg: algorithm(*alg), kid: kid.clone() }
             }
             _ => return Err("the client's credential does not fit its auth method".to_owned()),
         };

@@ -340,11 +340,9 @@ impl Document {
                     .map_err(|why| OAuthError::Secret { pointer: format!("{at}/{field}"), what: format!("{r}: {why}") })
             };
             let credential = match (c.auth, &c.secret, &c.private_key, c.key_alg) {
+                // The key is checked when its client is built (`Downstreams::new`, at start too).
                 (ClientAuthMethod::PrivateKeyJwt, _, Some(k), Some(alg)) => {
-                    let pem = get(k, "private_key")?;
-                    crate::client::check_key(&pem, alg)
-                        .map_err(|why| OAuthError::Secret { pointer: format!("{at}/private_key"), what: why })?;
-                    Credential::Key { pem, alg, kid: c.key_id.clone() }
+                    Credential::Key { pem: get(k, "private_key")?, alg, kid: c.key_id.clone() }
                 }
                 (_, Some(s), _, _) => Credential::Secret(get(s, "secret")?),
                 _ => {

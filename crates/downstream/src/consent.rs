@@ -3,8 +3,8 @@
 //! code exchange, whose tokens are sealed and stored for the user who asked. The fleet's own sign-in (proving who
 //! the browser user is) and the HTTP pages are the transport's.
 
-use crate::grant::{Pending, UrlTarget, now_ms, token_grant};
-use crate::target::{Kind, Target};
+use crate::grant::{Pending, now_ms, token_grant};
+use crate::target::{Kind, Target, UrlTarget};
 use crate::{Downstreams, OAuthError};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};

@@ -6,7 +6,7 @@
 
 use crate::client::Client;
 use crate::exchange::TokenRequest;
-use crate::target::Target;
+use crate::target::{Target, UrlTarget};
 use crate::{Caller, Forget, Had, OAuthError, Vault};
 use mcpfleet_state::GrantStore;
 use mcpfleet_tools::downstream::{AuthorizationRequest, DownstreamError, DownstreamToken};
@@ -30,15 +30,6 @@ impl std::fmt::Debug for UrlMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UrlMode").field("origin", &self.origin).field("vault", &self.vault).finish_non_exhaustive()
     }
-}
-
-/// A URL-mode downstream's own settings.
-#[derive(Debug)]
-pub(crate) struct UrlTarget {
-    pub(crate) authorization_endpoint: String,
-    pub(crate) scope: String,
-    /// How long a grant is kept (its refresh token's use renews it).
-    pub(crate) keep: Duration,
 }
 
 /// What a grant holds, sealed: the access token, when it expires (ms since the epoch), the refresh token.

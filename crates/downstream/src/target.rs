@@ -7,7 +7,6 @@ use crate::OAuthError;
 use crate::client::Client;
 use crate::config::Resolved;
 use crate::exchange::{ACCESS_TOKEN_TYPE, GRANT_TOKEN_EXCHANGE};
-use crate::grant::UrlTarget;
 use std::time::Duration;
 
 pub(crate) struct Target {
@@ -25,6 +24,14 @@ pub(crate) struct Target {
 pub(crate) enum Kind {
     Exchange(ExchangeTarget),
     Url(UrlTarget),
+}
+
+/// A URL-mode downstream's own settings.
+pub(crate) struct UrlTarget {
+    pub(crate) authorization_endpoint: String,
+    pub(crate) scope: String,
+    /// How long a grant is kept (its refresh token's use renews it).
+    pub(crate) keep: Duration,
 }
 
 pub(crate) struct ExchangeTarget {

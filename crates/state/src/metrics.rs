@@ -173,6 +173,7 @@ mod tests {
             include_str!("redis/subscriber.rs"),
             include_str!("redis/policy.rs"),
             include_str!("redis/revocation.rs"),
+            include_str!("redis/grants.rs"),
         ];
         let calls = [".run(\"", ".run_pooled(\"", ".query(\"", ".measured(\""];
         let mut out = BTreeSet::new();

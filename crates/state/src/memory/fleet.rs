@@ -1,11 +1,13 @@
 //! What the memory store keeps for the fleet as a whole: the policy version in force and the fleet's notice channel
-//! ([`PolicyHeld`]), and the revocations ([`RevocationsHeld`]). The stores' calls are in `policy.rs` and
-//! `revocation.rs`; this file imports neither them nor the store, so that the store's state can hold these.
+//! ([`PolicyHeld`]), the revocations ([`RevocationsHeld`]) and the URL-mode grants ([`GrantsHeld`]). The stores'
+//! calls are in `policy.rs`, `revocation.rs` and `grants.rs`; this file imports neither them nor the store, so that
+//! the store's state can hold these.
 
 use crate::policy::StoredPolicy;
 use crate::revocation::Revocation;
 use crate::types::{Ring, UserKey};
 use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 use tokio::sync::broadcast;
 
 /// The version in force and the fleet's notice channel.
@@ -38,5 +40,29 @@ impl RevocationsHeld {
         let now = mcpfleet_core::time::epoch_ms();
         let live = |f: &str| fields.get(f).is_some_and(|until| *until > now);
         live("*") || token_id.is_some_and(|j| live(&Revocation::field(Some(j))))
+    }
+}
+
+/// What the memory store holds of grants: by (user, downstream), the sealed grant and its lock; by id, the
+/// authorizations in progress. Each value with the instant it expires.
+#[derive(Debug, Default)]
+pub(super) struct GrantsHeld {
+    pub(super) grants: HashMap<(UserKey, String), (Vec<u8>, Instant)>,
+    pub(super) locks: HashMap<(UserKey, String), (String, Instant)>,
+    pub(super) authorizations: HashMap<String, (String, Instant)>,
+}
+
+/// The value of `map` at `key` if it has not expired (an expired one is dropped).
+pub(super) fn live<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, (V, Instant)>, key: &K) -> Option<V>
+where
+    V: Clone,
+{
+    match map.get(key) {
+        Some((v, until)) if *until > Instant::now() => Some(v.clone()),
+        Some(_) => {
+            map.remove(key);
+            None
+        }
+        None => None,
     }
 }

@@ -1,37 +1,13 @@
 //! URL-mode grants in a store one process holds ([`GrantStore`]): the same contract as Redis's, each entry with its
-//! expiry.
+//! expiry (what is held is `fleet::GrantsHeld`).
 
 use super::MemoryStore;
+use super::fleet::live;
 use crate::Result;
 use crate::grants::GrantStore;
 use crate::types::UserKey;
 use async_trait::async_trait;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-/// What the memory store holds of grants: by (user, downstream), the sealed grant and its lock; by id, the
-/// authorizations in progress. Each value with the instant it expires.
-#[derive(Debug, Default)]
-pub(super) struct GrantsHeld {
-    grants: HashMap<(UserKey, String), (Vec<u8>, Instant)>,
-    locks: HashMap<(UserKey, String), (String, Instant)>,
-    authorizations: HashMap<String, (String, Instant)>,
-}
-
-/// The value of `map` at `key` if it has not expired (an expired one is dropped).
-fn live<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, (V, Instant)>, key: &K) -> Option<V>
-where
-    V: Clone,
-{
-    match map.get(key) {
-        Some((v, until)) if *until > Instant::now() => Some(v.clone()),
-        Some(_) => {
-            map.remove(key);
-            None
-        }
-        None => None,
-    }
-}
 
 fn of(user: &UserKey, downstream: &str) -> (UserKey, String) {
     (user.clone(), downstream.to_owned())

@@ -62,8 +62,8 @@ struct Inner {
     policy: fleet::PolicyHeld,
     /// Revocations by principal (field → until, ms) and the fleet's registry (see [`fleet`]).
     revocations: fleet::RevocationsHeld,
-    /// URL-mode grants, their refresh locks and the authorizations in progress (see [`grants`]).
-    grants: grants::GrantsHeld,
+    /// URL-mode grants, their refresh locks and the authorizations in progress (see [`fleet`]).
+    grants: fleet::GrantsHeld,
 }
 
 #[derive(Debug)]
