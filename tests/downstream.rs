@@ -321,6 +321,35 @@ async fn a_downstreams_document_the_server_cannot_use_exits_64_with_its_place() 
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("/downstreams/calendar/exchange/client/secret: file /nonexistent/s"), "{err}");
     assert!(!err.contains(SECRET));
+
+    // A URL-mode downstream needs a key ring to seal its grants, and (with --auth jwt) the start page's sign-in.
+    let url_mode = parts.dir.path().join("url-mode.yaml");
+    std::fs::write(
+        &url_mode,
+        format!(
+            "downstreams:\n  forge:\n    base_url: http://127.0.0.1:9/\n    authorization_code:\n      \
+             authorization_endpoint: http://127.0.0.1:9/auth\n      token_endpoint: http://127.0.0.1:9/token\n      \
+             client: {{ id: c, auth: client_secret_post, secret: {{ file: {}/secret }} }}\n",
+            parts.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let url_mode = url_mode.display().to_string();
+    let (code, err) = serve(&[&jwt[..], &["--downstreams", &url_mode]].concat());
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("forge is a URL-mode downstream: its grants are kept sealed, which needs --downstream-key"),
+        "{err}"
+    );
+    let key = grant_key_flag();
+    let (code, err) = serve(&[&jwt[..], &["--downstreams", &url_mode, "--downstream-key", &key]].concat());
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("which needs a signin section (or --auth dev)"), "{err}");
+    let dev_key = parts.dir.path().join("dev.key").display().to_string();
+    let dev = ["--auth", "dev", "--dev-key-file", &dev_key, "--downstreams", &url_mode];
+    let (code, err) = serve(&[&dev[..], &["--downstream-key", "k1:c2hvcnQ="]].concat());
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("--downstream-key: expected key \"k1\": 32 bytes"), "{err}");
 }
 
 /// A tool writer's tools for the context API: `calendar_claims` reads the token `cx.downstream_token` gives (and
@@ -462,6 +491,15 @@ impl Parts {
             base = auth.issuer(),
         );
         let doc = self.document("fleet-basic", &extra);
+        // With --auth jwt a URL-mode downstream needs the start page's sign-in at the fleet's issuer (this test
+        // never opens the page; the browser tests do).
+        let signin = format!(
+            "signin:\n  authorization_endpoint: {base}/auth\n  token_endpoint: {base}/token\n  client: {{ id: \
+             fleet-post, auth: client_secret_post, secret: {{ file: {dir}/secret }} }}\n",
+            base = auth.issuer(),
+        );
+        let text = std::fs::read_to_string(&doc).unwrap();
+        std::fs::write(&doc, format!("{signin}{text}")).unwrap();
         (Forge { auth, api }, doc)
     }
 
@@ -750,10 +788,140 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
     }
     let refreshes = forge_auth.0.stats().await["refreshes"].as_u64().unwrap_or(0) - refreshes_before;
     assert_eq!(refreshes, 1, "one refresh for three replicas");
+    // The grant is the user's, whatever the generation: carol's 2026-07-28 client uses it at once.
+    let stateless =
+        StatelessClient::new().with_token(&token("carol")).with_capabilities(json!({ "elicitation": { "url": {} } }));
+    let r = stateless.call(&urls[2], 20, "list_repositories", json!({ "limit": 5 }), json!({})).await;
+    assert_eq!(r["result"]["structuredContent"]["subject"], "carol", "{r}");
     let mut completed = Vec::new();
     for r in &f.replicas {
         let m = mcpfleet_fleetkit::scrape(&r.admin()).await;
         completed.push(m.get("mcp_downstream_grants_total{downstream=\"forge\",event=\"completed\"}").copied());
     }
     assert_eq!(completed, [Some(0.0), Some(0.0), Some(1.0)], "the callback landed on replica 2");
+}
+
+/// A token of `auth` for `audience` and `scope`, exchanged for the testkit issuer's token of `sub`.
+async fn exchanged_at(auth: &AuthServer, subject_token: &str, audience: &str, scope: &str) -> String {
+    let form = [
+        ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
+        ("subject_token", subject_token),
+        ("subject_token_type", "urn:ietf:params:oauth:token-type:access_token"),
+        ("audience", audience),
+        ("scope", scope),
+    ];
+    let body: String = form.iter().map(|(k, v)| format!("{k}={}", urlencode(v))).collect::<Vec<_>>().join("&");
+    let r: Value = reqwest::Client::new()
+        .post(auth.token_endpoint())
+        .basic_auth("fleet-basic", Some(SECRET))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["access_token"].as_str().unwrap_or_else(|| panic!("no token: {r}")).to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_real_issuer_the_start_page_signs_the_user_in_there_and_refuses_anyone_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start();
+    let proxy = RoundRobinProxy::start(vec!["http://127.0.0.1:1".to_owned(); 2]).await;
+    let resource = format!("{}/mcp", proxy.origin());
+    let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
+    let upstream = Issuer::start(&[&key]).await;
+    let client_jwk = TestKey::load("ec-1", "k", jsonwebtoken::Algorithm::ES256).jwk(true);
+    // The fleet's own issuer: oidc-provider, whose login page is the user's sign-in; MCP clients hold its tokens.
+    let idp = AuthServer::start(&AuthServerSetup {
+        subject_issuer: &upstream,
+        subject_audience: mcpfleet_fleetkit::issuer::AUDIENCE,
+        audience: &resource,
+        scope: "mcp:access tools:read",
+        ttl: Duration::from_secs(300),
+        secret: SECRET,
+        client_jwk: client_jwk.clone(),
+    })
+    .with_redirect_uri(&format!("{}/downstream/signed-in", proxy.origin()));
+    let forge_auth = AuthServer::start(&AuthServerSetup {
+        subject_issuer: &upstream,
+        subject_audience: "unused",
+        audience: FORGE,
+        scope: "repo",
+        ttl: Duration::from_secs(300),
+        secret: SECRET,
+        client_jwk,
+    })
+    .with_redirect_uri(&format!("{}/downstream/callback", proxy.origin()));
+    let forge_api = DownstreamApi::start(&forge_auth.issuer(), FORGE);
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let doc = dir.path().join("downstreams.yaml");
+    let client =
+        format!("{{ id: fleet-post, auth: client_secret_post, secret: {{ file: {}/secret }} }}", dir.path().display());
+    std::fs::write(
+        &doc,
+        format!(
+            "signin:\n  authorization_endpoint: {idp}/auth\n  token_endpoint: {idp}/token\n  client: {client}\n  \
+             scope: [mcp:access]\ndownstreams:\n  forge:\n    base_url: {api}/\n    authorization_code:\n      \
+             authorization_endpoint: {forge}/auth\n      token_endpoint: {forge}/token\n      client: {client}\n      \
+             scope: [repo]\n",
+            idp = idp.issuer(),
+            api = forge_api.url(),
+            forge = forge_auth.issuer(),
+        ),
+    )
+    .unwrap();
+    let f = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .args([
+            "--auth",
+            "jwt",
+            "--jwks-url",
+            &format!("{}/jwks", idp.issuer()),
+            "--jwt-issuer",
+            &idp.issuer(),
+            "--jwt-audience",
+            &resource,
+            "--resource-url",
+            &resource,
+            "--fixtures",
+            "reference",
+            "--downstreams",
+            &doc.display().to_string(),
+            "--downstream-key",
+            &grant_key_flag(),
+        ])
+        .start()
+        .await;
+    for (i, base) in f.bases().into_iter().enumerate() {
+        proxy.replace(i, base);
+    }
+    let token = |sub: &'static str| {
+        let upstream_token = key.token(&upstream.id(), sub).sign();
+        let idp = &idp;
+        let resource = resource.clone();
+        async move { exchanged_at(idp, &upstream_token, &resource, "mcp:access tools:read").await }
+    };
+    let erin = StatelessClient::new()
+        .with_token(&token("erin").await)
+        .with_capabilities(json!({ "elicitation": { "url": {} } }));
+    let r = erin.call(&proxy.url(), 1, "list_repositories", json!({ "limit": 5 }), json!({})).await;
+    let ask = &r["result"]["inputRequests"]["authorize-forge-1"];
+    let start = ask["params"]["url"].as_str().unwrap_or_else(|| panic!("asked: {r}")).to_owned();
+
+    // frank signs in at the issuer with his own login: refused.
+    let report = consent_in_browser(&start, "frank");
+    assert_eq!(
+        (report["status"].clone(), report["title"].clone()),
+        (json!(403), json!("This link is not yours")),
+        "{report}"
+    );
+    // erin signs in there, consents at forge, and her retry goes through.
+    let report = consent_in_browser(&start, "erin");
+    assert_eq!(report["title"], "Connected", "{report}");
+    let r = erin.call(&proxy.url(), 2, "list_repositories", json!({ "limit": 5 }), json!({})).await;
+    assert_eq!(r["result"]["structuredContent"]["subject"], "erin", "{r}");
 }

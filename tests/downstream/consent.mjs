@@ -1,8 +1,9 @@
 // A person finishing a URL-mode authorization in a browser (tests/downstream.rs, docs/DOWNSTREAM.md): Debian's
 // Chromium, headless, driven by puppeteer-core. It opens the start URL the client was given, signs in to the
-// fleet's dev sign-in as --as, and, when the fleet sends it on, signs in to the third party (oidc-provider's own
-// login page, as --third-party-login) and gives consent. It prints one line of JSON: where the browser ended,
-// the page's title and message, the status of the last navigation.
+// fleet's sign-in as --as (the dev sign-in's form, or the issuer's own login page), and, when the fleet sends it
+// on, signs in to the third party (oidc-provider's own login page, as --third-party-login) and gives consent. It
+// prints one line of JSON: where the browser ended, the page's title and message, the status of the last
+// navigation, the paths it went through.
 //
 //   node consent.mjs --url START_URL --as NAME [--third-party-login NAME]
 
@@ -40,14 +41,21 @@ try {
     await page.type('#login', values.as);
     await go(() => page.click('#signin'));
   }
-  // The third party: its login page, then its consent page.
-  if (await page.$('input[name=login]')) {
-    await page.type('input[name=login]', values['third-party-login'] ?? values.as);
-    await page.type('input[name=password]', 'any');
-    await go(() => page.click('button[type=submit]'));
-  }
-  if (await page.$('button.login-submit')) {
-    await go(() => page.click('button.login-submit'));
+  // oidc-provider's own login and consent pages: the fleet's issuer's (with a configured sign-in), then the third
+  // party's. The first login is --as, the next --third-party-login (or --as).
+  let logins = 0;
+  for (let i = 0; i < 6; i += 1) {
+    if (await page.$('input[name=login]')) {
+      const login = logins === 0 ? values.as : (values['third-party-login'] ?? values.as);
+      logins += 1;
+      await page.type('input[name=login]', login);
+      await page.type('input[name=password]', 'any');
+      await go(() => page.click('button[type=submit]'));
+    } else if (await page.$('button.login-submit')) {
+      await go(() => page.click('button.login-submit'));
+    } else {
+      break;
+    }
   }
   const title = await page.title();
   const message = await page.$eval('#m', (e) => e.textContent).catch(() => null);

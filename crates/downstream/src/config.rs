@@ -133,11 +133,31 @@ mod defaults {
     }
 }
 
+/// How the start page signs the browser user in to the fleet's own issuer.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInDoc {
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
+    pub client: ClientDoc,
+    #[serde(default)]
+    pub scope: Vec<String>,
+}
+
+/// The sign-in, its client's secret read.
+#[derive(Clone, Debug)]
+pub struct SignIn {
+    pub doc: SignInDoc,
+    pub credential: Credential,
+}
+
 /// A checked downstreams document, its secrets not read yet.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Document {
     pub downstreams: BTreeMap<String, DownstreamDoc>,
+    /// The start page's sign-in to the fleet's issuer (URL mode with `--auth jwt`).
+    pub signin: Option<SignInDoc>,
 }
 
 /// A secret, read. Its `Debug` never shows it.
@@ -222,6 +242,32 @@ fn unreachable_client() -> (&'static ClientDoc, &'static str) {
         key_id: None,
     });
     (c, "exchange")
+}
+
+/// A client's credential, read from where the document says.
+fn credential(
+    c: &ClientDoc,
+    at: &str,
+    read: &dyn Fn(&SecretRef) -> Result<String, String>,
+) -> Result<Credential, OAuthError> {
+    let get = |r: &SecretRef, field: &str| {
+        read(r)
+            .map(Secret::new)
+            .map_err(|why| OAuthError::Secret { pointer: format!("{at}/{field}"), what: format!("{r}: {why}") })
+    };
+    Ok(match (c.auth, &c.secret, &c.private_key, c.key_alg) {
+        // The key is checked when its client is built (`Downstreams::new`, at start too).
+        (ClientAuthMethod::PrivateKeyJwt, _, Some(k), Some(alg)) => {
+            Credential::Key { pem: get(k, "private_key")?, alg, kid: c.key_id.clone() }
+        }
+        (_, Some(s), _, _) => Credential::Secret(get(s, "secret")?),
+        _ => {
+            return Err(OAuthError::Schema {
+                pointer: at.to_owned(),
+                expected: "a secret, or a private key and its algorithm".to_owned(),
+            });
+        }
+    })
 }
 
 fn validator() -> Option<&'static jsonschema::Validator> {
@@ -325,6 +371,19 @@ impl Document {
         out
     }
 
+    /// Reads the sign-in client's secret with `read`.
+    ///
+    /// # Errors
+    /// [`OAuthError::Secret`] naming the place and the reference, never the value.
+    pub fn resolve_signin(
+        &self,
+        read: &dyn Fn(&SecretRef) -> Result<String, String>,
+    ) -> Result<Option<SignIn>, OAuthError> {
+        let Some(s) = &self.signin else { return Ok(None) };
+        let credential = credential(&s.client, "/signin/client", read)?;
+        Ok(Some(SignIn { doc: s.clone(), credential }))
+    }
+
     /// Reads every secret with `read` (the server's config module: the environment or a file).
     ///
     /// # Errors
@@ -334,24 +393,7 @@ impl Document {
         for (name, d) in &self.downstreams {
             let (c, kind) = d.client();
             let at = format!("/downstreams/{}/{kind}/client", escape(name));
-            let get = |r: &SecretRef, field: &str| {
-                read(r)
-                    .map(Secret::new)
-                    .map_err(|why| OAuthError::Secret { pointer: format!("{at}/{field}"), what: format!("{r}: {why}") })
-            };
-            let credential = match (c.auth, &c.secret, &c.private_key, c.key_alg) {
-                // The key is checked when its client is built (`Downstreams::new`, at start too).
-                (ClientAuthMethod::PrivateKeyJwt, _, Some(k), Some(alg)) => {
-                    Credential::Key { pem: get(k, "private_key")?, alg, kid: c.key_id.clone() }
-                }
-                (_, Some(s), _, _) => Credential::Secret(get(s, "secret")?),
-                _ => {
-                    return Err(OAuthError::Schema {
-                        pointer: at,
-                        expected: "a secret, or a private key and its algorithm".to_owned(),
-                    });
-                }
-            };
+            let credential = credential(c, &at, read)?;
             out.push(Resolved { name: name.clone(), doc: d.clone(), credential });
         }
         Ok(out)

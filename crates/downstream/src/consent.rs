@@ -27,7 +27,91 @@ pub fn random_id() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
 }
 
+/// The start page's sign-in to the fleet's own issuer: endpoints, this server's client there, the scope.
+pub(crate) struct SignInClient {
+    authorization_endpoint: String,
+    token_endpoint: String,
+    client: crate::client::Client,
+    scope: String,
+}
+
+impl SignInClient {
+    pub(crate) fn new(s: &crate::config::SignIn) -> Result<Self, OAuthError> {
+        let client = crate::client::Client::new(&s.doc.client, &s.credential)
+            .map_err(|expected| OAuthError::Schema { pointer: "/signin/client".to_owned(), expected })?;
+        Ok(Self {
+            authorization_endpoint: s.doc.authorization_endpoint.clone(),
+            token_endpoint: s.doc.token_endpoint.clone(),
+            client,
+            scope: s.doc.scope.join(" "),
+        })
+    }
+}
+
 impl Downstreams {
+    /// Whether the start page signs users in with a configured sign-in (else the dev sign-in).
+    #[must_use]
+    pub fn has_signin(&self) -> bool {
+        self.signin.is_some()
+    }
+
+    /// The fleet issuer's authorization URL for the start page's sign-in: `redirect_uri` (the signed-in page),
+    /// `state`, the PKCE `challenge`, and `resource` (RFC 8707: the token must be for this server).
+    ///
+    /// # Errors
+    /// No sign-in is configured, or its endpoint is not a URL.
+    pub fn signin_url(
+        &self,
+        redirect_uri: &str,
+        state: &str,
+        challenge: &str,
+        resource: &str,
+    ) -> Result<String, OAuthError> {
+        let s = self.signin.as_ref().ok_or_else(|| OAuthError::Client("no sign-in is configured".into()))?;
+        let mut url = reqwest::Url::parse(&s.authorization_endpoint).map_err(|e| OAuthError::Schema {
+            pointer: "/signin/authorization_endpoint".into(),
+            expected: e.to_string(),
+        })?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("response_type", "code")
+                .append_pair("client_id", s.client.id())
+                .append_pair("redirect_uri", redirect_uri)
+                .append_pair("state", state)
+                .append_pair("code_challenge", challenge)
+                .append_pair("code_challenge_method", "S256")
+                .append_pair("resource", resource);
+            if !s.scope.is_empty() {
+                q.append_pair("scope", &s.scope);
+            }
+        }
+        Ok(url.into())
+    }
+
+    /// The sign-in's code, exchanged for the access token the authenticator verifies.
+    ///
+    /// # Errors
+    /// No sign-in is configured; the issuer refused or did not answer.
+    pub async fn signin_token(
+        &self,
+        code: &str,
+        verifier: &str,
+        redirect_uri: &str,
+        resource: &str,
+    ) -> Result<String, OAuthError> {
+        let s = self.signin.as_ref().ok_or_else(|| OAuthError::Client("no sign-in is configured".into()))?;
+        let form = vec![
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code.to_owned()),
+            ("redirect_uri", redirect_uri.to_owned()),
+            ("code_verifier", verifier.to_owned()),
+            ("resource", resource.to_owned()),
+        ];
+        let timeout = Duration::from_secs(10);
+        let g = token_grant(&self.http, &s.token_endpoint, &s.client, timeout, form, None).await?;
+        Ok(g.a)
+    }
+
     fn url_target(&self, name: &str) -> Result<(&Target, &UrlTarget), OAuthError> {
         let missing = || OAuthError::Schema { pointer: format!("/downstreams/{name}"), expected: "URL mode".into() };
         let t = self.targets.get(name).ok_or_else(missing)?;

@@ -24,6 +24,8 @@ pub struct UrlMode {
     /// The fleet's public origin (`https://mcp.example.com`), under which the start page is
     /// `/downstream/start/<id>`.
     pub origin: String,
+    /// How the start page signs the browser user in to the fleet's issuer (`None`: the dev sign-in).
+    pub signin: Option<crate::config::SignIn>,
 }
 
 impl std::fmt::Debug for UrlMode {

@@ -26,7 +26,7 @@ mod target;
 mod token_exchange;
 mod vault;
 
-pub use config::{Document, Resolved, SecretRef};
+pub use config::{Document, Resolved, SecretRef, SignIn};
 pub use consent::{CALLBACK_PATH, pkce, random_id};
 pub use error::OAuthError;
 pub use grant::{PENDING_TTL, Pending, UrlMode};
@@ -112,6 +112,8 @@ pub struct Downstreams {
     audit: Option<Arc<dyn AuditSink>>,
     /// Where URL-mode grants are kept (required when a downstream is URL-mode).
     url: Option<UrlMode>,
+    /// The start page's sign-in to the fleet's issuer, when configured.
+    signin: Option<consent::SignInClient>,
 }
 
 impl std::fmt::Debug for Downstreams {
@@ -151,7 +153,8 @@ impl Downstreams {
             }
             targets.insert(t.name.clone(), t);
         }
-        Ok(Self { targets, http, cache: Cache::default(), metrics, audit, url })
+        let signin = url.as_ref().and_then(|u| u.signin.as_ref()).map(consent::SignInClient::new).transpose()?;
+        Ok(Self { targets, http, cache: Cache::default(), metrics, audit, url, signin })
     }
 
     /// The configured downstreams' names.

@@ -346,6 +346,15 @@ impl FleetBuilder {
         self
     }
 
+    /// Adds serve flags, in order.
+    #[must_use]
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        for a in args {
+            self = self.arg(a);
+        }
+        self
+    }
+
     /// Extra `mcpfleet serve` arguments.
     #[must_use]
     pub fn arg(mut self, a: impl Into<String>) -> Self {

@@ -264,7 +264,7 @@ fn downstreams(
             })?;
         let vault = mcpfleet_downstream::Vault::new(d.keys.0.clone()).map_err(error)?;
         let grants: Arc<dyn mcpfleet_state::GrantStore> = store.clone();
-        Some(mcpfleet_downstream::UrlMode { store: grants, vault, origin })
+        Some(mcpfleet_downstream::UrlMode { store: grants, vault, origin, signin: d.signin.clone() })
     };
     let names = d.resolved.iter().map(|r| r.name.as_str());
     let metrics = mcpfleet_downstream::DownstreamMetrics::register(registry, names)

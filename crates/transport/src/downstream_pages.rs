@@ -115,6 +115,21 @@ async fn start(State(app): State<AppState>, Path(id): Path<String>, Query(q): Qu
         Ok(None) => return gone(),
         Err(_) => return unavailable(),
     }
+    let redirect_uri = format!("{origin}/downstream/signed-in");
+    let resource = app.config.protected_resource.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
+    if ds.has_signin() {
+        // The fleet's issuer signs the user in (its own login page, its own session).
+        let (verifier, challenge) = pkce();
+        let state = random_id();
+        let step = json!({ "id": id, "verifier": verifier }).to_string();
+        if app.store.put_authorization(&format!("si.{state}"), &step, STEP_TTL).await.is_err() {
+            return unavailable();
+        }
+        return match ds.signin_url(&redirect_uri, &state, &challenge, &resource) {
+            Ok(url) => redirect(&url),
+            Err(_) => unavailable(),
+        };
+    }
     let Some(dev) = app.config.dev_oauth.as_deref() else {
         return page(
             StatusCode::NOT_IMPLEMENTED,
@@ -134,7 +149,6 @@ async fn start(State(app): State<AppState>, Path(id): Path<String>, Query(q): Qu
         );
         return html(StatusCode::OK, body, DEV_FORM_CSP);
     };
-    let redirect_uri = format!("{origin}/downstream/signed-in");
     let Some(client_id) = register(dev, &redirect_uri) else { return unavailable() };
     let (verifier, challenge) = pkce();
     let state = random_id();
@@ -142,7 +156,6 @@ async fn start(State(app): State<AppState>, Path(id): Path<String>, Query(q): Qu
     if app.store.put_authorization(&format!("si.{state}"), &step, STEP_TTL).await.is_err() {
         return unavailable();
     }
-    let resource = app.config.protected_resource.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
     let query: String = form_urlencoded::Serializer::new(String::new())
         .extend_pairs([
             ("response_type", "code"),
@@ -207,7 +220,7 @@ async fn signed_in(State(app): State<AppState>, Query(q): Query<CodeQuery>) -> R
         return page(StatusCode::FORBIDDEN, "Not signed in", "The sign-in did not complete. Nothing was authorized.");
     };
     let id = text(&step, "id");
-    let Some(principal) = sign_in(&app, origin, &step, code).await else {
+    let Some(principal) = sign_in(&app, ds, origin, &step, code).await else {
         return page(StatusCode::FORBIDDEN, "Not signed in", "The sign-in did not complete. Nothing was authorized.");
     };
     let pending = match ds.pending(id).await {
@@ -249,27 +262,24 @@ async fn signed_in(State(app): State<AppState>, Query(q): Query<CodeQuery>) -> R
 /// The fleet's sign-in code, exchanged and verified by this replica's authenticator: who the browser user is.
 async fn sign_in(
     app: &AppState,
+    ds: &Downstreams,
     origin: &str,
     step: &HashMap<String, Value>,
     code: &str,
 ) -> Option<mcpfleet_core::Principal> {
-    let dev = app.config.dev_oauth.as_deref()?;
     let resource = app.config.protected_resource.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
     let redirect_uri = format!("{origin}/downstream/signed-in");
-    let body: String = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs([
-            ("grant_type", "authorization_code"),
-            ("code", code),
-            ("redirect_uri", &redirect_uri),
-            ("code_verifier", text(step, "verifier")),
-            ("client_id", text(step, "client")),
-            ("resource", &resource),
-        ])
-        .finish();
-    let mut headers = axum::http::HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
-    let answer = dev.token(&headers, body.as_bytes(), epoch_secs()).ok()?;
-    let token = answer.get("access_token").and_then(Value::as_str)?;
+    let token = if ds.has_signin() {
+        match ds.signin_token(code, text(step, "verifier"), &redirect_uri, &resource).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "the fleet's sign-in code was not exchanged");
+                return None;
+            }
+        }
+    } else {
+        dev_token(app, step, code, &redirect_uri, &resource)?
+    };
     let (parts, ()) = axum::http::Request::builder()
         .uri("/downstream/signed-in")
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
@@ -277,6 +287,31 @@ async fn sign_in(
         .ok()?
         .into_parts();
     app.auth.authenticate(&parts).await.ok()
+}
+
+/// The dev sign-in's code, exchanged in process.
+fn dev_token(
+    app: &AppState,
+    step: &HashMap<String, Value>,
+    code: &str,
+    redirect_uri: &str,
+    resource: &str,
+) -> Option<String> {
+    let dev = app.config.dev_oauth.as_deref()?;
+    let body: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", redirect_uri),
+            ("code_verifier", text(step, "verifier")),
+            ("client_id", text(step, "client")),
+            ("resource", resource),
+        ])
+        .finish();
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
+    let answer = dev.token(&headers, body.as_bytes(), epoch_secs()).ok()?;
+    answer.get("access_token").and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Step 3: the third party's answer; the grant stored for the user who asked, and their session told.

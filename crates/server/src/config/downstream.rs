@@ -30,6 +30,8 @@ pub struct DownstreamsConfig {
     pub resolved: Vec<Resolved>,
     /// The key ring that seals URL-mode grants, the first sealing; empty without one.
     pub keys: KeyRing,
+    /// The start page's sign-in to the fleet's issuer (`signin` in the document), its secret read.
+    pub signin: Option<mcpfleet_downstream::SignIn>,
 }
 
 /// `--downstream-key`s: `(id, key)`, the first sealing. `Debug` shows the ids only.
@@ -58,7 +60,7 @@ fn read_secret(r: &SecretRef) -> Result<String, String> {
 }
 
 impl DownstreamArgs {
-    pub(super) fn into_config(self, auth_none: bool) -> Result<Option<DownstreamsConfig>, ServerError> {
+    pub(super) fn into_config(self, auth_none: bool, auth_dev: bool) -> Result<Option<DownstreamsConfig>, ServerError> {
         use base64::Engine as _;
         let Some(path) = self.downstreams else {
             if !self.downstream_keys.is_empty() {
@@ -98,6 +100,18 @@ impl DownstreamArgs {
         if url_mode.is_empty() && !keys.is_empty() {
             return Err(config_error("--downstream-key is for URL-mode downstreams, and the document has none"));
         }
-        Ok(Some(DownstreamsConfig { resolved, keys: KeyRing(keys) }))
+        let signin = doc
+            .resolve_signin(&read_secret)
+            .map_err(|e| config_error(format!("--downstreams {}: {e}", path.display())))?;
+        if let Some(first) = url_mode.first()
+            && signin.is_none()
+            && !auth_dev
+        {
+            return Err(config_error(format!(
+                "--downstreams: {first} is a URL-mode downstream: its start page signs users in to the fleet's issuer, \
+                 which needs a signin section (or --auth dev)"
+            )));
+        }
+        Ok(Some(DownstreamsConfig { resolved, keys: KeyRing(keys), signin }))
     }
 }

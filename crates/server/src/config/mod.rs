@@ -337,7 +337,9 @@ impl ServeArgs {
         let identity = self.auth.into_config(self.listen, self.dev, &mut warnings)?;
         let store = self.store.into_config()?;
         let policy = self.policy.into_config(store.redis.is_some())?;
-        let downstreams = self.downstreams.into_config(matches!(identity.auth, AuthConfig::None))?;
+        let downstreams = self
+            .downstreams
+            .into_config(matches!(identity.auth, AuthConfig::None), matches!(identity.auth, AuthConfig::Dev { .. }))?;
         let redis_timeout = store.redis.as_ref().map(|r| r.timeout);
         let mut transport = self.transport.into_config(identity.access, redis_timeout, &mut warnings)?;
         transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
