@@ -331,6 +331,7 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             wanted_volume = [{"secretName": ca["existingSecret"], "items": [{"key": ca["key"], "path": ca["key"]}]}]
             if mounts != want or volumes != (wanted_volume if want else []):
                 problems.append(f"{where}: container {c['name']} connects to PostgreSQL: database.caSecret must be mounted at /etc/mcpfleet/database-ca exactly when set")
+    problems += downstreams_rules(objects, merged)
     for job in find(objects, "Job"):
         if job["metadata"]["labels"].get("app.kubernetes.io/component") == "policy":
             problems += policy_job_rules(job, objects, merged)
@@ -389,6 +390,45 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             problems.append(f"the HPA scales on {hpa_metric_names(hpa)}, not {want}")
         if hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] < 60:
             problems.append("the HPA must stabilise its scale-down")
+    return problems
+
+
+def downstreams_rules(objects: list[dict], merged: dict) -> list[str]:
+    """The downstreams (docs/DOWNSTREAM.md): the document in a ConfigMap, mounted and passed as --downstreams, with a
+    checksum that rolls the pods; its secrets' variables from their Secrets; URL mode's key ring from its Secret, and
+    the pages /downstream/ routed by the Ingress and the HTTPRoute exactly when URL mode is on."""
+    problems = []
+    d = merged["downstreams"]
+    deployment = find(objects, "Deployment")[0]
+    pod = deployment["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    maps = [m for m in find(objects, "ConfigMap") if m["metadata"]["name"].endswith("-downstreams")]
+    mounted = any(m["name"] == "downstreams" and m["mountPath"] == "/etc/mcpfleet/downstreams" for m in c.get("volumeMounts", []))
+    if d["document"]:
+        if len(maps) != 1 or maps[0]["data"].get("downstreams.yaml", "").strip() != d["document"].strip():
+            problems.append("the downstreams ConfigMap must hold downstreams.document as downstreams.yaml")
+        if "--downstreams=/etc/mcpfleet/downstreams/downstreams.yaml" not in c["args"] or not mounted:
+            problems.append("the server must mount the downstreams ConfigMap and read it with --downstreams")
+        if "checksum/downstreams" not in pod["metadata"].get("annotations", {}):
+            problems.append("a new downstreams document must roll the pods (checksum/downstreams)")
+    elif maps or mounted or any(a.startswith("--downstreams") for a in c["args"]):
+        problems.append("without downstreams.document, no ConfigMap, mount or --downstreams")
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in c.get("env", [])}
+    for s in d["secretEnv"]:
+        if env.get(s["name"]) != {"name": s["secretName"], "key": s["key"]}:
+            problems.append(f"{s['name']} must come from Secret {s['secretName']}, key {s['key']}")
+    key = d["keySecret"]
+    want = {"name": key["existingSecret"], "key": key["key"]} if key["existingSecret"] else None
+    if env.get("MCPFLEET_DOWNSTREAM_KEYS") != want:
+        problems.append("MCPFLEET_DOWNSTREAM_KEYS must come from downstreams.keySecret exactly when it is set")
+    for ing in find(objects, "Ingress"):
+        paths = [p["path"] for r in ing["spec"]["rules"] for p in r["http"]["paths"]]
+        if ("/downstream/" in paths) != bool(want):
+            problems.append("the Ingress must route /downstream/ exactly when URL mode is on (downstreams.keySecret)")
+    for route in find(objects, "HTTPRoute"):
+        values = [m["path"]["value"] for r in route["spec"]["rules"] for m in r["matches"]]
+        if ("/downstream/" in values) != bool(want):
+            problems.append("the HTTPRoute must route /downstream/ exactly when URL mode is on (downstreams.keySecret)")
     return problems
 
 
