@@ -9,10 +9,14 @@
 //! configured token endpoint as `subject_token` and nowhere else (never to a downstream: no passthrough). It is
 //! never a cache key, never logged, never written to Redis.
 //!
+//! URL mode (a third party's consent, docs/DOWNSTREAM.md "URL mode"): the grants sealed by the [`Vault`] and kept
+//! through the state crate's `GrantStore`, their refresh under a lock, the authorizations in progress, the consent
+//! URL and the callback's code exchange, the start page's sign-in at the fleet's issuer.
+//!
 //! It takes the tool-facing types (`DownstreamToken`, `DownstreamRequest`, `DownstreamError`) from
-//! `mcpfleet-tools` and the principal and audit record from `mcpfleet-core`. It must not depend on the transport,
-//! the state crate, auth, limits, axum or Redis: the transport holds a [`Downstreams`] and calls it from a tool's
-//! context.
+//! `mcpfleet-tools`, the principal and audit record from `mcpfleet-core`, and the `GrantStore` trait from
+//! `mcpfleet-state`. It must not depend on the transport, auth, limits, axum or Redis itself: the transport holds a
+//! [`Downstreams`], calls it from a tool's context and serves the pages.
 
 mod cache;
 mod client;
