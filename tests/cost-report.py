@@ -10,6 +10,7 @@ with a policy of three plans (and revocations in force) against the same replica
     python3 tests/cost-report.py --realistic ROWS.jsonl
     python3 tests/cost-report.py --ladder ROWS.jsonl
     python3 tests/cost-report.py --policy ROWS.jsonl
+    python3 tests/cost-report.py --downstreams ROWS.jsonl
 """
 import json
 import statistics
@@ -138,14 +139,15 @@ def ladder(path):
               f"{fmt(median_of(ratios), 2)} × | {step} | {step_ratio} |")
 
 
-def policy(path):
-    """SET=policy: every run, then the policy's setup against the flags', within each pair: replica and Redis CPU."""
+def policy(path, pol="1 replica, 3-plan policy"):
+    """SET=policy (and SET=downstreams, with its own setup as `pol`): every run, then that setup against the
+    flags', within each pair: replica and Redis CPU."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
     pairs = sorted({r["pair"] for r in rows})
     by = {(r["pair"], r["label"]): r for r in rows}
     print_runs(rows)
     print()
-    flags, pol = "1 replica, flags", "1 replica, 3-plan policy"
+    flags = "1 replica, flags"
     print(f"Medians over {len(pairs)} pairs of the per-pair ratios, {pol} / {flags}:")
     print()
     print("| figure | per pair | median |")
@@ -217,6 +219,8 @@ if __name__ == "__main__":
         ladder(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "--policy":
         policy(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--downstreams":
+        policy(sys.argv[2], "1 replica, downstreams")
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

@@ -9,6 +9,7 @@
 #   SET=realistic tests/cost.sh         # the realistic work instead (issue 32, target 4; below)
 #   SET=ladder tests/cost.sh            # where the replica's CPU per call goes, part by part (below)
 #   SET=policy tests/cost.sh            # a policy of three plans against the flags alone (issue 34; below)
+#   SET=downstreams tests/cost.sh       # --downstreams configured, calls that never ask, against none (issue 35)
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -57,6 +58,10 @@
 # a CEL condition on the tool's every call, and three other principals revoked (the admission reads the
 # revocations in its round trip either way). The report: the per-pair ratios of replica and Redis CPU per call.
 # BASE_BIN does not apply to this set.
+#
+# SET=downstreams (issue 35): the same replica with `--downstreams` (an exchange downstream and a URL-mode one, the
+# caller's token carried to every call's context) against none, for calls whose tool never asks for a downstream
+# token: what configuring downstreams costs the calls that do not use them. BASE_BIN does not apply to this set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-5}"
@@ -64,8 +69,8 @@ SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 SET="${SET:-trivial}"
-[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder || "$SET" == policy ]] ||
-  { echo "SET is trivial, realistic, ladder or policy, not $SET" >&2; exit 64; }
+[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder || "$SET" == policy || "$SET" == downstreams ]] ||
+  { echo "SET is trivial, realistic, ladder, policy or downstreams, not $SET" >&2; exit 64; }
 
 . tests/bench-lib.sh
 bench_setup
@@ -112,6 +117,28 @@ YAML
   done
 fi
 
+# SET=downstreams: a document with an exchange downstream and a URL-mode one (nothing listens at their endpoints:
+# the bench's tool never asks), its secret in the environment, a key ring for the URL-mode grants.
+if [[ "$SET" == downstreams ]]; then
+  cat >"$TMP/downstreams.yaml" <<'YAML'
+downstreams:
+  calendar:
+    base_url: http://127.0.0.1:9/api/
+    exchange:
+      token_endpoint: http://127.0.0.1:9/token
+      client: { id: bench, auth: client_secret_basic, secret: { env: BENCH_DOWNSTREAM_SECRET } }
+      audience: https://calendar.bench
+  forge:
+    base_url: http://127.0.0.1:9/
+    authorization_code:
+      authorization_endpoint: http://127.0.0.1:9/auth
+      token_endpoint: http://127.0.0.1:9/token
+      client: { id: bench, auth: client_secret_post, secret: { env: BENCH_DOWNSTREAM_SECRET } }
+YAML
+  export BENCH_DOWNSTREAM_SECRET=bench-secret
+  DOWNSTREAMS=(--downstreams "$TMP/downstreams.yaml" --downstream-key "bench:$(head -c 32 /dev/urandom | base64 -w0)")
+fi
+
 # The realistic set: the workloads, and the load generator's flags for each.
 WORKLOADS=(progress blob stateless resume task)
 FULL_REALISTIC=("${FULL[@]}" --quota bench_progress=1000000000/1h --quota bench_blob=1000000000/1h
@@ -152,6 +179,7 @@ measure() {
       rmcp_start
       args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
     "1 replica, 3-plan policy") start_replica "${FULL[@]}" --redis-prefix pol: ;;
+    "1 replica, downstreams") start_replica "${FULL[@]}" "${DOWNSTREAMS[@]}" ;;
     "1 replica"*) start_replica "${FULL[@]}" ;;
     "in-memory, no auth") start_replica ;;
     "in-memory, JWT and limits") start_replica "${LIMITS[@]}" ;;
@@ -191,10 +219,12 @@ if [[ "$SET" == realistic ]]; then
 fi
 [[ "$SET" == ladder ]] && SETUPS=("rmcp" "in-memory, no auth" "in-memory, JWT and limits" "1 replica")
 [[ "$SET" == policy ]] && SETUPS=("1 replica, flags" "1 replica, 3-plan policy")
+[[ "$SET" == downstreams ]] && SETUPS=("1 replica, flags" "1 replica, downstreams")
 what=test_simple_text
 [[ "$SET" == realistic ]] && what="the realistic set (${WORKLOADS[*]})"
 [[ "$SET" == ladder ]] && what="test_simple_text, the full stack part by part"
 [[ "$SET" == policy ]] && what="test_simple_text, the flags against a policy of three plans"
+[[ "$SET" == downstreams ]] && what="test_simple_text, without and with --downstreams (never asked)"
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, $what, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
@@ -211,5 +241,6 @@ case "$SET" in
   realistic) python3 tests/cost-report.py --realistic "$ROWS" ;;
   ladder) python3 tests/cost-report.py --ladder "$ROWS" ;;
   policy) python3 tests/cost-report.py --policy "$ROWS" ;;
+  downstreams) python3 tests/cost-report.py --downstreams "$ROWS" ;;
   *) python3 tests/cost-report.py "$ROWS" ;;
 esac

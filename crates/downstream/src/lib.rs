@@ -50,27 +50,26 @@ use target::{Kind, Target};
 #[derive(Clone)]
 pub struct SubjectToken {
     raw: Arc<str>,
-    /// `exp` of the token, when it is a JWT (it was verified before it got here).
-    expires: Option<SystemTime>,
 }
 
 impl SubjectToken {
-    /// The token as the request's `Authorization: Bearer` carried it.
+    /// The token as the request's `Authorization: Bearer` carried it. Nothing is parsed here: a request whose tool
+    /// never asks for a downstream token pays one copy of the header and nothing more.
     #[must_use]
     pub fn new(raw: &str) -> Self {
-        Self { raw: raw.into(), expires: jwt_exp(raw) }
+        Self { raw: raw.into() }
     }
 
-    /// When the token expires, when it says.
+    /// When the token expires, when it is a JWT that says (read when an exchange is kept, to bound the cache).
     #[must_use]
     pub fn expires(&self) -> Option<SystemTime> {
-        self.expires
+        jwt_exp(&self.raw)
     }
 }
 
 impl std::fmt::Debug for SubjectToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubjectToken").field("expires", &self.expires).finish_non_exhaustive()
+        f.debug_struct("SubjectToken").finish_non_exhaustive()
     }
 }
 

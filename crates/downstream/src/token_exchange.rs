@@ -74,7 +74,7 @@ impl Downstreams {
         match result {
             Ok(Issued { token, lifetime, .. }) => {
                 let mut keep = lifetime;
-                if let Some(exp) = subject.expires {
+                if let Some(exp) = subject.expires() {
                     keep = keep.min(exp.duration_since(SystemTime::now()).unwrap_or_default());
                 }
                 Ok((token, keep.saturating_sub(t.skew)))
