@@ -368,6 +368,20 @@ mod writer {
 
     pub struct Claims;
     pub struct Digest;
+    pub struct ForgeDigest;
+
+    /// `forge_digest`: always a task, reading the user's repositories at `forge` (URL mode) with the stored grant.
+    #[mcpfleet_tools::async_trait]
+    impl Tool for ForgeDigest {
+        type Args = NoArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("forge_digest").task(TaskSupport { mode: TaskMode::Always, rerunnable: true })
+        }
+        async fn call(&self, _: NoArgs, cx: &dyn ToolContext) -> Result<ToolOutput, ToolError> {
+            let repos = cx.downstream("forge").get_json("/repos", &[("limit", "5")]).await?;
+            Ok(ToolOutput::text("digest").with_structured(json!({ "subject": repos["subject"] })))
+        }
+    }
 
     #[mcpfleet_tools::async_trait]
     impl Tool for Claims {
@@ -404,7 +418,7 @@ mod writer {
 
     pub fn catalog() -> Registry {
         let mut r = Registry::new();
-        r.register(Claims).unwrap().register(Digest).unwrap();
+        r.register(Claims).unwrap().register(Digest).unwrap().register(ForgeDigest).unwrap();
         r
     }
 }
@@ -829,6 +843,9 @@ async fn exchanged_at(auth: &AuthServer, subject_token: &str, audience: &str, sc
 async fn with_a_real_issuer_the_start_page_signs_the_user_in_there_and_refuses_anyone_else() {
     let dir = tempfile::tempdir().unwrap();
     let redis = RedisServer::start();
+    let pg = PostgresServer::start();
+    let db = pg.url();
+    assert!(Command::new(server_bin()).args(["migrate", "--database-url", &db]).status().unwrap().success());
     let proxy = RoundRobinProxy::start(vec!["http://127.0.0.1:1".to_owned(); 2]).await;
     let resource = format!("{}/mcp", proxy.origin());
     let key = TestKey::load("ed-1", "ed", jsonwebtoken::Algorithm::EdDSA);
@@ -893,6 +910,8 @@ async fn with_a_real_issuer_the_start_page_signs_the_user_in_there_and_refuses_a
             &doc.display().to_string(),
             "--downstream-key",
             &grant_key_flag(),
+            "--database-url",
+            &db,
         ])
         .start()
         .await;
@@ -924,4 +943,55 @@ async fn with_a_real_issuer_the_start_page_signs_the_user_in_there_and_refuses_a
     assert_eq!(report["title"], "Connected", "{report}");
     let r = erin.call(&proxy.url(), 2, "list_repositories", json!({ "limit": 5 }), json!({})).await;
     assert_eq!(r["result"]["structuredContent"]["subject"], "erin", "{r}");
+
+    // The completed authorization is in the audit chain: who, which downstream, the token's lifetime; no token.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let rows = loop {
+        let out = pg.psql("postgres", "SELECT tool, outcome, detail FROM audit_events WHERE kind = 'authorize'");
+        if !out.trim().is_empty() || Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(rows.trim().starts_with("forge|completed|lifetime "), "{rows}");
+    assert!(!pg.psql("postgres", "SELECT * FROM audit_events").contains("eyJ"), "no token in the audit trail");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_run_uses_a_stored_url_mode_grant_and_asks_through_the_task_for_a_missing_one() {
+    let parts = Parts::start(Duration::from_secs(300)).await;
+    let (forge, doc) = parts.forge();
+    let redis = RedisServer::start();
+    let f = Fleet::builder()
+        .replicas(2)
+        .redis(redis.url())
+        .jwt(&parts.issuer)
+        .arg("--downstreams")
+        .arg(doc)
+        .arg("--downstream-key")
+        .arg(grant_key_flag())
+        .catalog(std::sync::Arc::new(writer::catalog()))
+        .start()
+        .await;
+    let urls = f.urls();
+    let caps = json!({ "elicitation": { "url": {} }, "extensions": { "io.modelcontextprotocol/tasks": {} } });
+
+    // gina has a grant: her task, run on a worker of either replica, uses it.
+    let (token, life) = parts.forge_token(&forge, "gina").await;
+    seed_grant(&redis, &parts.issuer, "gina", &token, life).await;
+    let gina = StatelessClient::new().with_token(&parts.token("gina")).with_capabilities(caps.clone());
+    let created = gina.call(&urls[0], 1, "forge_digest", json!({}), json!({})).await;
+    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("a task: {created}")).to_owned();
+    let done = gina.poll_task(&urls, &task, 15, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["structuredContent"]["subject"], "gina", "{done}");
+
+    // hank has none: his task asks for the authorization through the task's input requests.
+    let hank = StatelessClient::new().with_token(&parts.token("hank")).with_capabilities(caps);
+    let created = hank.call(&urls[1], 2, "forge_digest", json!({}), json!({})).await;
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let waiting = hank.poll_task(&urls, &task, 15, |t| t["status"] == "input_required").await;
+    let ask = &waiting["inputRequests"]["authorize-forge-1"];
+    assert_eq!(ask["method"], "elicitation/create", "{waiting}");
+    assert_eq!(ask["params"]["mode"], "url", "{waiting}");
+    assert!(ask["params"]["url"].as_str().unwrap().starts_with("https://mcp.test/downstream/start/"), "{waiting}");
 }
