@@ -520,26 +520,7 @@ impl Parts {
     /// A real token of `forge`'s authorization server for `sub` (had by exchange, as the test's shortcut to what
     /// a user's consent would give).
     async fn forge_token(&self, forge: &Forge, sub: &str) -> (String, u64) {
-        let subject = self.token(sub);
-        let form = [
-            ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
-            ("subject_token", subject.as_str()),
-            ("subject_token_type", "urn:ietf:params:oauth:token-type:access_token"),
-            ("audience", FORGE),
-        ];
-        let body: String = form.iter().map(|(k, v)| format!("{k}={}", urlencode(v))).collect::<Vec<_>>().join("&");
-        let r: Value = reqwest::Client::new()
-            .post(forge.auth.token_endpoint())
-            .basic_auth("fleet-basic", Some(SECRET))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        (r["access_token"].as_str().unwrap().to_owned(), r["expires_in"].as_u64().unwrap())
+        exchanged_at(&forge.auth, &self.token(sub), FORGE, None).await
     }
 }
 
@@ -815,15 +796,17 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
     assert_eq!(completed, [Some(0.0), Some(0.0), Some(1.0)], "the callback landed on replica 2");
 }
 
-/// A token of `auth` for `audience` and `scope`, exchanged for the testkit issuer's token of `sub`.
-async fn exchanged_at(auth: &AuthServer, subject_token: &str, audience: &str, scope: &str) -> String {
-    let form = [
+/// A token of `auth` for `audience` (and `scope`), exchanged for `subject_token`, and its `expires_in`.
+async fn exchanged_at(auth: &AuthServer, subject_token: &str, audience: &str, scope: Option<&str>) -> (String, u64) {
+    let mut form = vec![
         ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
         ("subject_token", subject_token),
         ("subject_token_type", "urn:ietf:params:oauth:token-type:access_token"),
         ("audience", audience),
-        ("scope", scope),
     ];
+    if let Some(scope) = scope {
+        form.push(("scope", scope));
+    }
     let body: String = form.iter().map(|(k, v)| format!("{k}={}", urlencode(v))).collect::<Vec<_>>().join("&");
     let r: Value = reqwest::Client::new()
         .post(auth.token_endpoint())
@@ -836,7 +819,8 @@ async fn exchanged_at(auth: &AuthServer, subject_token: &str, audience: &str, sc
         .json()
         .await
         .unwrap();
-    r["access_token"].as_str().unwrap_or_else(|| panic!("no token: {r}")).to_owned()
+    let token = r["access_token"].as_str().unwrap_or_else(|| panic!("no token: {r}")).to_owned();
+    (token, r["expires_in"].as_u64().unwrap_or_default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -922,7 +906,7 @@ async fn with_a_real_issuer_the_start_page_signs_the_user_in_there_and_refuses_a
         let upstream_token = key.token(&upstream.id(), sub).sign();
         let idp = &idp;
         let resource = resource.clone();
-        async move { exchanged_at(idp, &upstream_token, &resource, "mcp:access tools:read").await }
+        async move { exchanged_at(idp, &upstream_token, &resource, Some("mcp:access tools:read")).await.0 }
     };
     let erin = StatelessClient::new()
         .with_token(&token("erin").await)

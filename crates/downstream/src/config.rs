@@ -276,10 +276,6 @@ fn validator() -> Option<&'static jsonschema::Validator> {
         .as_ref()
 }
 
-fn escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 impl Document {
     /// Parses and checks a downstreams document.
     ///
@@ -313,19 +309,13 @@ impl Document {
             .iter()
             .position(|e| matches!(e.kind(), jsonschema::error::ValidationErrorKind::AdditionalProperties { .. }));
         if let Some(e) = unknown.or((!errors.is_empty()).then_some(0)).map(|i| &errors[i]) {
-            let mut pointer = e.instance_path().as_str().to_owned();
-            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind()
-                && let Some(key) = unexpected.first()
-            {
-                pointer = format!("{pointer}/{}", escape(key));
-                return Err(OAuthError::Schema { pointer, expected: "no such key here".to_owned() });
-            }
-            return Err(OAuthError::Schema { pointer, expected: mcpfleet_tools::validate::expected(e) });
+            let (pointer, expected) = mcpfleet_tools::validate::refusal(e);
+            return Err(OAuthError::Schema { pointer, expected });
         }
         let doc = Self::deserialize(value)
             .map_err(|e| OAuthError::Schema { pointer: String::new(), expected: e.to_string() })?;
         for (name, d) in &doc.downstreams {
-            let at = format!("/downstreams/{}", escape(name));
+            let at = format!("/downstreams/{}", mcpfleet_tools::validate::pointer_token(name));
             let base = reqwest::Url::parse(&d.base_url).map_err(|e| OAuthError::Schema {
                 pointer: format!("{at}/base_url"),
                 expected: format!("a URL ({e})"),
@@ -360,7 +350,7 @@ impl Document {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
             let (c, kind) = d.client();
-            let at = format!("/downstreams/{}/{kind}/client", escape(name));
+            let at = format!("/downstreams/{}/{kind}/client", mcpfleet_tools::validate::pointer_token(name));
             if let Some(s) = &c.secret {
                 out.push((format!("{at}/secret"), s));
             }
@@ -392,7 +382,7 @@ impl Document {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
             let (c, kind) = d.client();
-            let at = format!("/downstreams/{}/{kind}/client", escape(name));
+            let at = format!("/downstreams/{}/{kind}/client", mcpfleet_tools::validate::pointer_token(name));
             let credential = credential(c, &at, read)?;
             out.push(Resolved { name: name.clone(), doc: d.clone(), credential });
         }

@@ -48,6 +48,43 @@ impl SignInClient {
     }
 }
 
+/// What an authorization request (code flow, PKCE S256) carries.
+struct CodeRequest<'a> {
+    client: &'a crate::client::Client,
+    redirect_uri: &'a str,
+    state: &'a str,
+    challenge: &'a str,
+    scope: &'a str,
+}
+
+/// `endpoint` with the request's query: the client, the redirect URI, `state`, the PKCE challenge, the scope when
+/// there is one, and `resource` (RFC 8707) when given; `place` names the endpoint in an error.
+fn authorize_url(
+    endpoint: &str,
+    place: &str,
+    r: &CodeRequest<'_>,
+    resource: Option<&str>,
+) -> Result<String, OAuthError> {
+    let mut url = reqwest::Url::parse(endpoint)
+        .map_err(|e| OAuthError::Schema { pointer: place.to_owned(), expected: e.to_string() })?;
+    {
+        let mut q = url.query_pairs_mut();
+        q.append_pair("response_type", "code")
+            .append_pair("client_id", r.client.id())
+            .append_pair("redirect_uri", r.redirect_uri)
+            .append_pair("state", r.state)
+            .append_pair("code_challenge", r.challenge)
+            .append_pair("code_challenge_method", "S256");
+        if let Some(resource) = resource {
+            q.append_pair("resource", resource);
+        }
+        if !r.scope.is_empty() {
+            q.append_pair("scope", r.scope);
+        }
+    }
+    Ok(url.into())
+}
+
 impl Downstreams {
     /// Whether the start page signs users in with a configured sign-in (else the dev sign-in).
     #[must_use]
@@ -68,24 +105,8 @@ impl Downstreams {
         resource: &str,
     ) -> Result<String, OAuthError> {
         let s = self.signin.as_ref().ok_or_else(|| OAuthError::Client("no sign-in is configured".into()))?;
-        let mut url = reqwest::Url::parse(&s.authorization_endpoint).map_err(|e| OAuthError::Schema {
-            pointer: "/signin/authorization_endpoint".into(),
-            expected: e.to_string(),
-        })?;
-        {
-            let mut q = url.query_pairs_mut();
-            q.append_pair("response_type", "code")
-                .append_pair("client_id", s.client.id())
-                .append_pair("redirect_uri", redirect_uri)
-                .append_pair("state", state)
-                .append_pair("code_challenge", challenge)
-                .append_pair("code_challenge_method", "S256")
-                .append_pair("resource", resource);
-            if !s.scope.is_empty() {
-                q.append_pair("scope", &s.scope);
-            }
-        }
-        Ok(url.into())
+        let request = CodeRequest { client: &s.client, redirect_uri, state, challenge, scope: &s.scope };
+        authorize_url(&s.authorization_endpoint, "/signin/authorization_endpoint", &request, Some(resource))
     }
 
     /// The sign-in's code, exchanged for the access token the authenticator verifies.
@@ -155,24 +176,9 @@ impl Downstreams {
     /// `downstream` is not a URL-mode downstream.
     pub fn consent_url(&self, downstream: &str, state: &str, challenge: &str) -> Result<String, OAuthError> {
         let (t, u) = self.url_target(downstream)?;
-        let origin = self.pages_origin().unwrap_or_default();
-        let mut url = reqwest::Url::parse(&u.authorization_endpoint).map_err(|e| OAuthError::Schema {
-            pointer: format!("/downstreams/{downstream}"),
-            expected: e.to_string(),
-        })?;
-        {
-            let mut q = url.query_pairs_mut();
-            q.append_pair("response_type", "code")
-                .append_pair("client_id", t.client.id())
-                .append_pair("redirect_uri", &format!("{origin}{CALLBACK_PATH}"))
-                .append_pair("state", state)
-                .append_pair("code_challenge", challenge)
-                .append_pair("code_challenge_method", "S256");
-            if !u.scope.is_empty() {
-                q.append_pair("scope", &u.scope);
-            }
-        }
-        Ok(url.into())
+        let redirect_uri = format!("{}{CALLBACK_PATH}", self.pages_origin().unwrap_or_default());
+        let request = CodeRequest { client: &t.client, redirect_uri: &redirect_uri, state, challenge, scope: &u.scope };
+        authorize_url(&u.authorization_endpoint, &format!("/downstreams/{downstream}"), &request, None)
     }
 
     /// The callback: exchanges `code` (with the PKCE `verifier`) at the third party's token endpoint and stores

@@ -187,11 +187,6 @@ fn validator() -> Option<&'static jsonschema::Validator> {
         .as_ref()
 }
 
-/// Escapes a key for a JSON pointer (RFC 6901).
-fn escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 impl Policy {
     /// Parses and checks a policy document (YAML, or JSON, which is YAML).
     ///
@@ -219,15 +214,8 @@ impl Policy {
             expected: "a document this build's schema can check (it does not compile)".to_owned(),
         })?;
         if let Some(e) = v.iter_errors(&value).next() {
-            let mut pointer = e.instance_path().as_str().to_owned();
-            if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } = e.kind() {
-                // The pointer names the unknown key itself.
-                if let Some(key) = unexpected.first() {
-                    pointer = format!("{pointer}/{}", escape(key));
-                    return Err(PolicyError::Schema { pointer, expected: "no such key here".to_owned() });
-                }
-            }
-            return Err(PolicyError::Schema { pointer, expected: mcpfleet_tools::validate::expected(&e) });
+            let (pointer, expected) = mcpfleet_tools::validate::refusal(&e);
+            return Err(PolicyError::Schema { pointer, expected });
         }
         let raw = RawPolicy::deserialize(&value)
             .map_err(|e| PolicyError::Schema { pointer: String::new(), expected: e.to_string() })?;
@@ -239,7 +227,7 @@ impl RawPolicy {
     fn check(self, document: Value) -> Result<Policy, PolicyError> {
         let mut plans = BTreeMap::new();
         for (name, p) in self.plans {
-            let at = format!("/plans/{}", escape(&name));
+            let at = format!("/plans/{}", mcpfleet_tools::validate::pointer_token(&name));
             let mut conditions = Vec::new();
             for (i, c) in p.tools.conditions.into_iter().enumerate() {
                 let at = format!("{at}/tools/conditions/{i}");
@@ -287,7 +275,7 @@ impl RawPolicy {
         }
         let mut overrides = BTreeMap::new();
         for (tenant, o) in self.tenants.overrides {
-            let at = format!("/tenants/overrides/{}/quotas", escape(&tenant));
+            let at = format!("/tenants/overrides/{}/quotas", mcpfleet_tools::validate::pointer_token(&tenant));
             overrides.insert(tenant, quotas(o.quotas, &at)?);
         }
         let tenants = Tenants { quotas: quotas(self.tenants.quotas, "/tenants/quotas")?, overrides };
@@ -303,7 +291,7 @@ fn quotas(raw: BTreeMap<String, RawQuota>, at: &str) -> Result<BTreeMap<String, 
     raw.into_iter()
         .map(|(tool, q)| {
             let window = parse_duration(&q.window).map_err(|_| PolicyError::Schema {
-                pointer: format!("{at}/{}/window", escape(&tool)),
+                pointer: format!("{at}/{}/window", mcpfleet_tools::validate::pointer_token(&tool)),
                 expected: "a window of 1ms to 30d".to_owned(),
             })?;
             Ok((tool, Quota { limit: q.limit, window }))

@@ -173,6 +173,25 @@ impl Validator {
     }
 }
 
+/// `key` escaped as one token of a JSON pointer (RFC 6901).
+#[must_use]
+pub fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Where a document (a policy, a downstreams document) is refused and what was expected there: the JSON pointer of
+/// the place, and for an unknown key the pointer of the key itself with "no such key here".
+#[must_use]
+pub fn refusal(e: &ValidationError<'_>) -> (String, String) {
+    let pointer = e.instance_path().as_str().to_owned();
+    if let ValidationErrorKind::AdditionalProperties { unexpected } = e.kind()
+        && let Some(key) = unexpected.first()
+    {
+        return (format!("{pointer}/{}", pointer_token(key)), "no such key here".to_owned());
+    }
+    (pointer, expected(e))
+}
+
 /// What a refused keyword expected, in words, without echoing the instance (also how the policy document's schema
 /// refusals read).
 #[must_use]

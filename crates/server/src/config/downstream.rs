@@ -61,7 +61,6 @@ fn read_secret(r: &SecretRef) -> Result<String, String> {
 
 impl DownstreamArgs {
     pub(super) fn into_config(self, auth_none: bool, auth_dev: bool) -> Result<Option<DownstreamsConfig>, ServerError> {
-        use base64::Engine as _;
         let Some(path) = self.downstreams else {
             if !self.downstream_keys.is_empty() {
                 return Err(config_error("--downstream-key is for --downstreams with URL-mode downstreams"));
@@ -78,17 +77,7 @@ impl DownstreamArgs {
         let doc = Document::parse(&text).map_err(|e| config_error(format!("--downstreams {}: {e}", path.display())))?;
         let resolved =
             doc.resolve(&read_secret).map_err(|e| config_error(format!("--downstreams {}: {e}", path.display())))?;
-        let mut keys = Vec::new();
-        for k in &self.downstream_keys {
-            let Some((kid, secret)) = k.expose().split_once(':') else {
-                return Err(config_error("--downstream-key must be KID:BASE64SECRET"));
-            };
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(secret)
-                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(secret))
-                .map_err(|_| config_error(format!("--downstream-key {kid:?}: the secret is not base64")))?;
-            keys.push((kid.to_owned(), bytes));
-        }
+        let keys = super::secret::key_ring(&self.downstream_keys, "--downstream-key")?;
         let url_mode: Vec<&str> = resolved.iter().filter(|r| r.doc.is_url_mode()).map(|r| r.name.as_str()).collect();
         if let Some(first) = url_mode.first()
             && keys.is_empty()

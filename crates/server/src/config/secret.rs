@@ -37,6 +37,27 @@ impl FromStr for Secret {
     }
 }
 
+/// A key ring given as `KID:BASE64SECRET` values of `flag` (`--request-state-key`, `--downstream-key`): each
+/// `(kid, secret bytes)`, in order; standard or URL-safe base64.
+///
+/// # Errors
+/// A value without `:`, or a secret that is not base64: a configuration error naming the flag and the key id.
+pub(super) fn key_ring(raw: &[Secret], flag: &str) -> Result<Vec<(String, Vec<u8>)>, crate::ServerError> {
+    use base64::Engine as _;
+    raw.iter()
+        .map(|r| {
+            let Some((kid, secret)) = r.expose().split_once(':') else {
+                return Err(super::cli::config_error(format!("{flag} must be KID:BASE64SECRET")));
+            };
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(secret)
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(secret))
+                .map_err(|_| super::cli::config_error(format!("{flag} {kid:?}: the secret is not base64")))?;
+            Ok((kid.to_owned(), bytes))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -332,7 +332,6 @@ impl TransportArgs {
 
 /// The `requestState` key ring from `KID:BASE64SECRET` values; a random key for a single process without Redis.
 fn request_state_keys(raw: &[Secret], ttl: Duration, redis: bool) -> Result<RequestStateKeys, ServerError> {
-    use base64::Engine as _;
     if raw.is_empty() {
         if redis {
             return Err(config_error(
@@ -341,17 +340,7 @@ fn request_state_keys(raw: &[Secret], ttl: Duration, redis: bool) -> Result<Requ
         }
         return Ok(RequestStateKeys::random(ttl));
     }
-    let mut keys = Vec::new();
-    for r in raw {
-        let Some((kid, secret)) = r.expose().split_once(':') else {
-            return Err(config_error("--request-state-key must be KID:BASE64SECRET"));
-        };
-        let secret = base64::engine::general_purpose::STANDARD
-            .decode(secret)
-            .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(secret))
-            .map_err(|_| config_error(format!("--request-state-key {kid:?}: the secret is not base64")))?;
-        keys.push((kid.to_owned(), secret));
-    }
+    let keys = super::secret::key_ring(raw, "--request-state-key")?;
     RequestStateKeys::new(keys, ttl).map_err(|e| config_error(format!("--request-state-key: {e}")))
 }
 
