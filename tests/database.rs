@@ -77,8 +77,9 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     assert_eq!(both.matches("applied 0001 reference").count(), 1, "{both}");
     assert_eq!(both.matches("applied 0002 audit").count(), 1, "{both}");
     assert_eq!(both.matches("applied 0003 policy").count(), 1, "{both}");
+    assert_eq!(both.matches("applied 0004 downstream").count(), 1, "{both}");
     assert_eq!(both.matches("nothing to apply").count(), 1, "{both}");
-    assert_eq!(pg.psql("fresh", "SELECT count(*) FROM mcpfleet_migrations").trim(), "3");
+    assert_eq!(pg.psql("fresh", "SELECT count(*) FROM mcpfleet_migrations").trim(), "4");
     // A month ahead exists for the audit trail.
     let parts = pg.psql("fresh", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_events'::regclass");
     assert_eq!(parts.trim(), "3");
