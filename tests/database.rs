@@ -93,7 +93,7 @@ fn migrate_takes_its_lock_and_serve_refuses_a_schema_behind() {
     let mut child = serve(&["--fixtures", "reference", "--database-url", &auto, "--migrate-on-start"]);
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(pg.psql("auto", "SELECT count(*) FROM mcpfleet_migrations").trim(), "3");
+    assert_eq!(pg.psql("auto", "SELECT count(*) FROM mcpfleet_migrations").trim(), "4");
 
     // Retention: a replica with --audit-retention-months drops a month that is too old, after its checkpoint...
     old_month(&pg, "fresh", 2020, 1);

@@ -232,7 +232,16 @@ async fn plans_hide_and_refuse_tools_and_their_conditions_refuse_valid_calls_whi
     );
     assert!(out.contains("applied as version 2"), "{out}{err}");
     get.until_method("notifications/tools/list_changed", Duration::from_secs(5)).await.unwrap();
-    let listed = alice.request(&proxy.url(), 20, "tools/list", json!({})).await;
+    // The notice comes from the replica holding the stream; each replica swaps the version in on its own ring, so
+    // the next list (on another replica) may be a few milliseconds early: within a second every replica has it.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let listed = loop {
+        let listed = alice.request(&proxy.url(), 20, "tools/list", json!({})).await;
+        if listed["result"]["tools"].as_array().map(Vec::len) == Some(3) || Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 3, "{listed}");
 
     // The staff plan has no conditions and every tool.
