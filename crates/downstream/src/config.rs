@@ -197,14 +197,14 @@ pub struct Resolved {
 }
 
 impl DownstreamDoc {
-    /// The client the server authenticates as, and the place of its kind in the document.
+    /// The client the server authenticates as, and the place of its kind in the document; `None` for a downstream of
+    /// neither kind (which the schema refuses).
     #[must_use]
-    pub fn client(&self) -> (&ClientDoc, &'static str) {
+    pub fn client(&self) -> Option<(&ClientDoc, &'static str)> {
         match (&self.exchange, &self.authorization_code) {
-            (Some(x), _) => (&x.client, "exchange"),
-            (None, Some(a)) => (&a.client, "authorization_code"),
-            // The schema requires one of the two; a document built by hand without either has no client.
-            (None, None) => unreachable_client(),
+            (Some(x), _) => Some((&x.client, "exchange")),
+            (None, Some(a)) => Some((&a.client, "authorization_code")),
+            (None, None) => None,
         }
     }
 
@@ -228,20 +228,6 @@ impl DownstreamDoc {
     pub fn skew(&self) -> Duration {
         Duration::from_secs(self.skew_seconds)
     }
-}
-
-/// A client for a downstream of neither kind, which the schema refuses: never reached.
-fn unreachable_client() -> (&'static ClientDoc, &'static str) {
-    static NONE: OnceLock<ClientDoc> = OnceLock::new();
-    let c = NONE.get_or_init(|| ClientDoc {
-        id: String::new(),
-        auth: ClientAuthMethod::ClientSecretPost,
-        secret: None,
-        private_key: None,
-        key_alg: None,
-        key_id: None,
-    });
-    (c, "exchange")
 }
 
 /// A client's credential, read from where the document says.
@@ -349,7 +335,7 @@ impl Document {
     pub fn secret_refs(&self) -> Vec<(String, &SecretRef)> {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
-            let (c, kind) = d.client();
+            let Some((c, kind)) = d.client() else { continue };
             let at = format!("/downstreams/{}/{kind}/client", mcpfleet_tools::validate::pointer_token(name));
             if let Some(s) = &c.secret {
                 out.push((format!("{at}/secret"), s));
@@ -381,8 +367,12 @@ impl Document {
     pub fn resolve(&self, read: &dyn Fn(&SecretRef) -> Result<String, String>) -> Result<Vec<Resolved>, OAuthError> {
         let mut out = Vec::new();
         for (name, d) in &self.downstreams {
-            let (c, kind) = d.client();
-            let at = format!("/downstreams/{}/{kind}/client", mcpfleet_tools::validate::pointer_token(name));
+            let at = format!("/downstreams/{}", mcpfleet_tools::validate::pointer_token(name));
+            let (c, kind) = d.client().ok_or_else(|| OAuthError::Schema {
+                pointer: at.clone(),
+                expected: "exchange or authorization_code".to_owned(),
+            })?;
+            let at = format!("{at}/{kind}/client");
             let credential = credential(c, &at, read)?;
             out.push(Resolved { name: name.clone(), doc: d.clone(), credential });
         }
@@ -411,7 +401,7 @@ downstreams:
         let c = &d.downstreams["calendar"];
         assert_eq!(c.timeout_seconds, 5);
         assert_eq!(c.negative_cache_seconds, 10);
-        assert_eq!(c.client().0.secret, Some(SecretRef::Env("CAL_SECRET".into())));
+        assert_eq!(c.client().unwrap().0.secret, Some(SecretRef::Env("CAL_SECRET".into())));
         let r = d.resolve(&|_| Ok("s3cret".into())).unwrap();
         assert!(matches!(&r[0].credential, Credential::Secret(s) if s.expose() == "s3cret"));
         assert_eq!(format!("{:?}", r[0].credential), "Secret(Secret(..))", "Debug never shows a secret");

@@ -21,12 +21,6 @@ pub fn pkce() -> (String, String) {
     (verifier, challenge)
 }
 
-/// A single-use random value (a `state`, an id): 256 bits, base64url.
-#[must_use]
-pub fn random_id() -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
-}
-
 /// The start page's sign-in to the fleet's own issuer: endpoints, this server's client there, the scope.
 pub(crate) struct SignInClient {
     authorization_endpoint: String,

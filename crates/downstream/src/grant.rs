@@ -61,12 +61,6 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl UrlMode {
-    /// A fresh single-use id: 256 random bits, base64url.
-    fn new_id() -> String {
-        use base64::Engine as _;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
-    }
-
     /// Stores an authorization in progress for `who` and `downstream`; the request the client is sent.
     pub(crate) async fn ask(&self, downstream: &str, who: Caller<'_>) -> Result<AuthorizationRequest, DownstreamError> {
         let p = who.principal;
@@ -79,7 +73,7 @@ impl UrlMode {
             session: who.session.map(str::to_owned),
             at_ms: now_ms(),
         };
-        let id = Self::new_id();
+        let id = crate::random_id();
         let record = serde_json::to_string(&pending).unwrap_or_default();
         self.store.put_authorization(&id, &record, PENDING_TTL).await.map_err(|e| {
             tracing::warn!(downstream, error = %e, "authorization not stored");

@@ -31,7 +31,7 @@ mod token_exchange;
 mod vault;
 
 pub use config::{Document, Resolved, SecretRef, SignIn};
-pub use consent::{CALLBACK_PATH, pkce, random_id};
+pub use consent::{CALLBACK_PATH, pkce};
 pub use error::OAuthError;
 pub use grant::{PENDING_TTL, Pending, UrlMode};
 pub use metrics::DownstreamMetrics;
@@ -71,6 +71,13 @@ impl std::fmt::Debug for SubjectToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SubjectToken").finish_non_exhaustive()
     }
+}
+
+/// A single-use random value (an authorization's id, a step's `state`): 256 bits, base64url.
+#[must_use]
+pub fn random_id() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
 }
 
 /// `exp` of a JWT's payload (already verified by the authenticator; read here only to bound the cache).
@@ -160,11 +167,6 @@ impl Downstreams {
         Ok(Self { targets, http, cache: Cache::default(), metrics, audit, url, signin })
     }
 
-    /// The configured downstreams' names.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.targets.keys().map(String::as_str)
-    }
-
     fn target(&self, name: &str) -> Result<&Target, DownstreamError> {
         self.targets.get(name).ok_or_else(|| DownstreamError::Unknown(name.chars().take(64).collect()))
     }
@@ -223,7 +225,8 @@ impl Downstreams {
             .map_err(|_| DownstreamError::BadRequest(t.name.clone(), "the body is not JSON"))?;
         let method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
             .map_err(|_| DownstreamError::BadRequest(t.name.clone(), "the method"))?;
-        for attempt in 0..2 {
+        let mut retried = false;
+        loop {
             let Had { token, forget } = self.token_for(t, who).await?;
             let mut r = self.http.request(method.clone(), url.clone()).timeout(t.timeout).bearer_auth(token.secret());
             if let Some(b) = &body {
@@ -239,7 +242,8 @@ impl Downstreams {
                 }
             };
             let status = answer.status().as_u16();
-            if status == 401 && attempt == 0 {
+            if status == 401 && !retried {
+                retried = true;
                 count("401");
                 tracing::info!(downstream = t.name.as_str(), "the downstream refused its token; exchanging again");
                 self.forget(t, who, forget).await;
@@ -259,7 +263,6 @@ impl Downstreams {
             })?;
             return Ok(DownstreamResponse::new(status, content_type, body));
         }
-        Err(DownstreamError::Refused(t.name.clone()))
     }
 }
 

@@ -45,7 +45,10 @@ impl Target {
     pub(crate) fn new(r: Resolved) -> Result<Self, OAuthError> {
         let at = format!("/downstreams/{}", r.name);
         let d = &r.doc;
-        let (client_doc, place) = d.client();
+        let (client_doc, place) = d.client().ok_or_else(|| OAuthError::Schema {
+            pointer: at.clone(),
+            expected: "exchange or authorization_code".to_owned(),
+        })?;
         let client = Client::new(client_doc, &r.credential)
             .map_err(|expected| OAuthError::Schema { pointer: format!("{at}/{place}/client"), expected })?;
         let mut base = reqwest::Url::parse(&d.base_url)
