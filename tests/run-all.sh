@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, as a new user or CI would: installs what is missing (redis-server and Chromium from
-# Debian, Node 22, the MCP conformance suites, the official TypeScript clients, puppeteer-core and esbuild into
-# .tools/ from npm, the official Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI, the Helm SDK,
+# Debian, Node 22, the MCP conformance suites, the official TypeScript clients, puppeteer-core, esbuild, and
+# oidc-provider and jose (the downstream tests' authorization servers) into .tools/ from npm, the official Python SDK 1.x and 2.x into two venvs under .tools/ from PyPI, the Helm SDK,
 # kubernetes-validate and promtool for the deployment checks), runs the offline checks of helm/ and deploy/, then
 # runs every Rust test, which includes the conformance suites, the official clients' interop workflows and the SDK
 # in a browser against three Redis-backed replicas behind a round-robin proxy, and the rendered chart's Deployment
@@ -25,8 +25,8 @@ if ! command -v npm >/dev/null 2>&1; then apt_install nodejs npm; fi
 if [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
 
 tools=.tools
-# Node 22, the conformance suites, the official TypeScript clients (interop tests), and puppeteer-core and esbuild
-# (the browser test) are pinned in .tools/package.json; any of them missing reinstalls from the lockfile.
+# Node 22, the conformance suites, the official TypeScript clients (interop tests), puppeteer-core and esbuild
+# (the browser tests), and oidc-provider and jose (tests/downstream/servers.mjs) are pinned in .tools/package.json; any of them missing reinstalls from the lockfile.
 node_missing=0
 for f in .bin/node @modelcontextprotocol/conformance/dist/index.js conformance-2026/dist/index.js \
          @modelcontextprotocol/sdk/package.json @modelcontextprotocol/client/package.json \
