@@ -5,7 +5,9 @@
 //! `tests/conformance-2026-expected-failures.yml`, in which a warning counts as a failure too.
 //! Both suites also run through three replicas on a 6-node Redis Cluster and on a Sentinel setup (one master, one
 //! replica, three sentinels), where every doorbell is a sharded channel (cluster) or follows the master (Sentinel).
-//! `tests/run-all.sh` installs Node 22 and both suites into `.tools/` when they are missing.
+//! The fleets serve the skills of `tests/skills` (two to a page), so the alpha's Skills extension scenarios
+//! (`sep-2640-skills-*`, which `--requirements` does not select) run one by one after it, every request on the
+//! next replica. `tests/run-all.sh` installs Node 22 and both suites into `.tools/` when they are missing.
 
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
@@ -54,6 +56,34 @@ fn run_cli(package: &str, args: &[&str], url: &str, label: &str) -> String {
     summary
 }
 
+/// Runs one scenario of the 0.2.0 alpha against `url`; panics unless every check passed, with no warning.
+fn run_scenario(scenario: &str, url: &str, label: &str) -> String {
+    let tools = tools_dir();
+    let node = tools.join("node_modules/.bin/node");
+    let cli = tools.join("node_modules/conformance-2026/dist/index.js");
+    let out = Command::new(&node)
+        .arg(&cli)
+        .args(["server", "--url", url, "--scenario", scenario, "-o"])
+        .arg(tempfile_dir(label))
+        .output()
+        .expect("run conformance");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default().to_owned();
+    println!("[{label}] {scenario}: {result}");
+    assert!(
+        out.status.success() && result.contains(", 0 failed, 0 warnings"),
+        "{scenario} failed for {label}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    result
+}
+
+/// The skills every fleet here serves, two to a page, so that `skills/list` has pages.
+fn skills_args() -> [String; 4] {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/skills");
+    ["--skills".into(), dir.to_string_lossy().into_owned(), "--skills-page-size".into(), "2".into()]
+}
+
 fn tempfile_dir(label: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mcpfleet-conformance-{label}-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&d);
@@ -73,7 +103,7 @@ async fn conformance_one_replica_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).args(skills_args()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
     run_session(proxy.url(), "redis-3").await;
     drop(proxy);
@@ -82,7 +112,7 @@ async fn conformance_three_replicas_on_redis_behind_round_robin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_stateless_three_replicas_on_redis_behind_round_robin() {
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).args(skills_args()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
     run_stateless(proxy.url(), "2026-redis-3").await;
     drop(proxy);
@@ -104,7 +134,7 @@ async fn both_generations_on(
     label_session: &'static str,
     label_stateless: &'static str,
 ) {
-    let fleet = Fleet::builder().replicas(3).redis_topology(topology).start().await;
+    let fleet = Fleet::builder().replicas(3).redis_topology(topology).args(skills_args()).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
     run_session(proxy.url(), label_session).await;
     run_stateless(proxy.url(), label_stateless).await;
@@ -122,9 +152,10 @@ async fn run_session(url: String, label: &'static str) {
 async fn run_stateless(url: String, label: &'static str) {
     let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance-2026-expected-failures.yml");
     let baseline = baseline.to_string_lossy().into_owned();
+    let suite_url = url.clone();
     let summary = tokio::task::spawn_blocking(move || {
         let args = ["--requirements", "2026-07-28", "--expected-failures", baseline.as_str()];
-        run_cli("conformance-2026", &args, &url, label)
+        run_cli("conformance-2026", &args, &suite_url, label)
     })
     .await
     .expect("the suite ran");
@@ -155,5 +186,16 @@ async fn run_stateless(url: String, label: &'static str) {
         "tasks-mrtr-composition: 2 passed, 0 failed",
     ] {
         assert!(summary.contains(scenario), "{scenario}:\n{summary}");
+    }
+    // The Skills extension (io.modelcontextprotocol/skills): pages of skills/list, skills/get, the SKILL.md
+    // resources and resources/directory/read, each request on the next replica.
+    for (scenario, checks) in [
+        ("sep-2640-skills-enumeration", "Passed: 32/32"),
+        ("sep-2640-skills-directory", "Passed: 7/7"),
+        ("sep-2640-skills-manifest", "Passed: 6/6"),
+    ] {
+        let url = url.clone();
+        let result = tokio::task::spawn_blocking(move || run_scenario(scenario, &url, label)).await.expect("ran");
+        assert!(result.starts_with(checks), "{scenario}: {result}");
     }
 }

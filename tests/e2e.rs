@@ -40,6 +40,8 @@ mod realistic;
 mod revoke;
 #[path = "rmcp_client.rs"]
 mod rmcp_client;
+#[path = "skills.rs"]
+mod skills;
 #[path = "stateless.rs"]
 mod stateless;
 #[path = "tasks.rs"]

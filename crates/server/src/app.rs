@@ -6,9 +6,11 @@ use crate::catalog::{CheckedCatalog, Combined};
 use crate::config::{self, Config, Parsed};
 use crate::{Built, ServerError, database};
 use mcpfleet_db::Database;
+use mcpfleet_skills::Skill;
 use mcpfleet_tools::{Catalog, Registry, Tool};
 use mcpfleet_transport::{AdminState, AppState, Readiness, admin_router};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -56,6 +58,9 @@ pub struct Server {
     registry: Registry,
     catalog: Option<Arc<dyn Catalog>>,
     instructions: Option<String>,
+    /// Skills added by code, and directories of skills read at start (docs/SKILLS.md).
+    skills: Vec<Skill>,
+    skill_dirs: Vec<PathBuf>,
     /// Registration errors, reported when the server starts (exit 64).
     errors: Vec<String>,
 }
@@ -71,6 +76,8 @@ impl Server {
             registry: Registry::new(),
             catalog: None,
             instructions: None,
+            skills: Vec::new(),
+            skill_dirs: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -100,6 +107,26 @@ impl Server {
     #[must_use]
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         self.instructions = Some(text.into());
+        self
+    }
+
+    /// Serves a skill (the `io.modelcontextprotocol/skills` extension, docs/SKILLS.md): built from its files with
+    /// [`Skill::new`], or read with [`Skill::from_dir`]; a skill that fails to build is passed as its error, and
+    /// refuses the start (exit 64) with it. The extension is declared when a server has at least one skill.
+    #[must_use]
+    pub fn skill(mut self, skill: Result<Skill, mcpfleet_skills::SkillError>) -> Self {
+        match skill {
+            Ok(s) => self.skills.push(s),
+            Err(e) => self.errors.push(format!("skills: {e}")),
+        }
+        self
+    }
+
+    /// Serves every skill under `dir`, read once at start (as `--skills DIR` does): each directory below it with
+    /// a `SKILL.md` is one, at `skill://<its path>/`.
+    #[must_use]
+    pub fn skills_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.skill_dirs.push(dir.into());
         self
     }
 
@@ -180,6 +207,10 @@ impl Server {
         if !self.errors.is_empty() {
             return Err(ServerError::Config(format!("tools: {}", self.errors.join("; "))));
         }
+        let mut dirs = self.skill_dirs;
+        dirs.extend(cfg.skills.dir.clone());
+        let skills = crate::catalog::skills(self.skills, &dirs, cfg.skills.page_size, cfg.skills.digest.as_deref())?;
+        let skills = Arc::new(skills);
         #[cfg(any(feature = "fixtures", feature = "reference"))]
         if let Some(f) = cfg.fixtures {
             if !self.registry.is_empty() || self.catalog.is_some() {
@@ -188,10 +219,12 @@ impl Server {
                     self.name
                 )));
             }
-            return CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.plan.quotas.keys());
+            let checked = CheckedCatalog::new(crate::fixtures::catalog(f, cfg, db)?, cfg.limits.plan.quotas.keys())?;
+            return Ok(CheckedCatalog { skills, ..checked });
         }
         let catalog = Combined { tools: self.registry, rest: self.catalog, instructions: self.instructions };
-        CheckedCatalog::new(Arc::new(catalog), cfg.limits.plan.quotas.keys())
+        let checked = CheckedCatalog::new(Arc::new(catalog), cfg.limits.plan.quotas.keys())?;
+        Ok(CheckedCatalog { skills, ..checked })
     }
 }
 

@@ -4,6 +4,7 @@
 //! passes the lint, no tool name is taken twice, and every `--quota` names a tool of this server.
 
 use crate::ServerError;
+use mcpfleet_skills::{Skill, Skills};
 use mcpfleet_tools::validate::Validator;
 use mcpfleet_tools::{Catalog, EmptyCatalog, JsonObject, Quota, Registry, TaskSupport, ToolContext, ToolError};
 use serde_json::{Value, json};
@@ -126,6 +127,8 @@ pub(crate) struct CheckedCatalog {
     pub(crate) warnings: Vec<String>,
     /// Its input schemas, compiled: every call is checked against them before its tool runs.
     pub(crate) validator: Arc<Validator>,
+    /// The skills served beside it (docs/SKILLS.md).
+    pub(crate) skills: Arc<Skills>,
 }
 
 /// A `tools/list` entry's name.
@@ -167,6 +170,33 @@ impl CheckedCatalog {
             return Err(ServerError::Config(format!("--quota names {unknown:?}, which is not a tool of this server")));
         }
         let validator = Arc::new(Validator::new(&tools).map_err(ServerError::Config)?);
-        Ok(Self { catalog, tools, warnings, validator })
+        Ok(Self { catalog, tools, warnings, validator, skills: Arc::new(Skills::empty()) })
+    }
+}
+
+/// The skill set a replica serves: `added` (the server's own, [`crate::Server::skill`]) and every skill under
+/// `dirs` ([`crate::Server::skills_dir`], `--skills`), paged by `page_size`; when `pinned`, its digest must be that.
+///
+/// # Errors
+/// [`ServerError::Config`]: a skill the extension's rules refuse, a directory that cannot be read or holds no
+/// skill, one URI served twice, or a digest other than `pinned`.
+pub(crate) fn skills(
+    added: Vec<Skill>,
+    dirs: &[std::path::PathBuf],
+    page_size: usize,
+    pinned: Option<&str>,
+) -> Result<Skills, ServerError> {
+    let mut all = added;
+    for d in dirs {
+        all.extend(Skills::load_dir(d).map_err(|e| ServerError::Config(format!("skills: {e}")))?);
+    }
+    let set = Skills::new(all).map_err(|e| ServerError::Config(format!("skills: {e}")))?.with_page_size(page_size);
+    match pinned {
+        Some(want) if want != set.digest() => Err(ServerError::Config(format!(
+            "--skills-digest: the skills read have the digest {}, not {want}: this replica would serve other skills \
+             than the fleet's",
+            set.digest()
+        ))),
+        _ => Ok(set),
     }
 }

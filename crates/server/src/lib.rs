@@ -16,10 +16,14 @@ pub mod lint;
 mod log;
 mod policy;
 mod revoke;
+mod skill_fleet;
 mod start;
 pub mod testing;
 
 pub use app::{App, Server};
+/// Skills (the `io.modelcontextprotocol/skills` extension, docs/SKILLS.md): [`skills::Skill`] for
+/// [`Server::skill`].
+pub use mcpfleet_skills as skills;
 pub use mcpfleet_tools::schemars::{self, JsonSchema};
 pub use mcpfleet_tools::{
     Annotations, Catalog, JsonObject, Principal, Quota, Registry, Scopes, TaskMode, TaskSupport, Tool, ToolContext,
@@ -152,6 +156,8 @@ pub(crate) struct Built {
     pub(crate) audit: Option<Arc<mcpfleet_db::audit::Writer>>,
     /// Fires when a check after the start finds the database unusable (its schema behind): the replica stops.
     pub(crate) fatal: database::Fatal,
+    /// This replica's skill set declaration, on a fleet (Redis): the drain withdraws it.
+    pub(crate) skill_fleet: Option<Arc<skill_fleet::SkillFleet>>,
 }
 
 /// Builds the shared state from a parsed config, a checked catalog, the database it uses, the replica's metrics
@@ -180,13 +186,24 @@ pub(crate) async fn build_state_with(
         let every = mcpfleet_state::eviction::CHECK_EVERY;
         tokio::spawn(mcpfleet_state::eviction::watch(store.clone(), store_metrics, every));
     }
-    let CheckedCatalog { catalog, tools, warnings, validator } = checked;
+    let CheckedCatalog { catalog, tools, warnings, validator, skills } = checked;
+    if !skills.is_empty() {
+        tracing::info!(skills = skills.len(), digest = %skills.digest(), "serving skills");
+    }
+    let skill_metrics =
+        skill_fleet::SkillMetrics::register(&registry).map_err(|e| ServerError::Config(e.to_string()))?;
     transport_metrics.seed_tools(tools.iter().map(catalog::tool_name));
     for w in warnings {
         tracing::warn!(finding = %w, "tool schema lint");
     }
     let limits = Arc::new(Limiter::new(store.clone(), cfg.limits.clone(), limit_metrics));
     let shutdown = CancellationToken::new();
+    let skill_fleet = if cfg.redis.is_some() {
+        Some(skill_fleet::SkillFleet::start(store.clone(), skills.clone(), skill_metrics))
+    } else {
+        skill_metrics.served_only(&skills);
+        None
+    };
     let policies = Arc::new(Policies::new(cfg.limits.plan.clone(), &tools, policy_metrics));
     let streams = Arc::new(mcpfleet_transport::OpenStreams::default());
     policy::follow(cfg, &store, &policies, &limits, &streams, &shutdown)?;
@@ -235,8 +252,9 @@ pub(crate) async fn build_state_with(
         policy: policies,
         streams,
         downstreams,
+        skills,
     });
-    Ok(Built { state, registry, dev, audit, fatal })
+    Ok(Built { state, registry, dev, audit, fatal, skill_fleet })
 }
 
 /// The downstreams tools may call (`--downstreams`), with, for URL-mode ones, the store their grants are kept in,
@@ -490,7 +508,7 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
                 return 0;
             }
         };
-        let Built { state, dev, audit, fatal, .. } =
+        let Built { state, dev, audit, fatal, skill_fleet, .. } =
             match build_state_with(&cfg, checked, db, instruments, store).await {
                 Ok(s) => s,
                 Err(e) => return fail(e),
@@ -512,8 +530,12 @@ fn serve_process(name: &str, cfg: Config, checked: CheckedCatalog, db: Option<mc
             d.cancelled().await;
             // Take no more queued work; hand the re-runnable runs back to the queue at once.
             tasks.stop();
-            // The other replicas stop counting this one at their next beat.
+            // The other replicas stop counting this one at their next beat, and its skill set at their next
+            // comparison.
             limits.leave().await;
+            if let Some(f) = skill_fleet {
+                f.leave().await;
+            }
             tracing::info!(delay_secs = delay.as_secs(), "draining: /readyz is 503; serving until the delay is over");
             tokio::time::sleep(delay).await;
             tracing::info!("drain delay over: no longer accepting connections");

@@ -40,9 +40,9 @@ pub const FAMILIES: [&str; 8] =
     ["sessions", "events", "limits", "tasks", "idempotency", "state", "members", "channels"];
 
 /// This build's layout: every family at version 1 (release 0.1.0's layout), `policy` (the fleet's policy version in
-/// force and its notice channel) and `grants` (URL-mode downstream grants and authorizations in progress), which
-/// 0.1.0 does not touch.
-pub const CURRENT: [(&str, Version); 10] = [
+/// force and its notice channel), `grants` (URL-mode downstream grants and authorizations in progress) and
+/// `declarations` (facts the replicas compare, like their skill sets' digests), which 0.1.0 does not touch.
+pub const CURRENT: [(&str, Version); 11] = [
     ("sessions", Version::only(1)),
     ("events", Version::only(1)),
     ("limits", Version::only(1)),
@@ -53,6 +53,7 @@ pub const CURRENT: [(&str, Version); 10] = [
     ("channels", Version::only(1)),
     ("policy", Version::only(1)),
     ("grants", Version::only(1)),
+    ("declarations", Version::only(1)),
 ];
 
 /// A build's declaration: its families' versions. Families it does not name, it does not touch.

@@ -233,6 +233,17 @@ pub trait Router: Send + Sync + std::fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// Renews `replica`'s declaration of `fact` (a fixed name, like `skills`) as `value` for `ttl` (a zero `ttl`
+    /// withdraws it), and returns the value of every replica with a live declaration of it, this one's included,
+    /// in no order. A store one process holds answers this replica's value alone.
+    ///
+    /// # Errors
+    /// A store failure or timeout.
+    async fn declare(&self, fact: &str, replica: &str, value: &str, ttl: Duration) -> Result<Vec<String>> {
+        let _ = (fact, replica);
+        Ok(if ttl.is_zero() { Vec::new() } else { vec![value.to_owned()] })
+    }
+
     /// The `maxmemory-policy` of every node that holds keys (each distinct value once; `INFO memory` on Redis,
     /// every master of a cluster). Empty for a store that evicts nothing (the in-memory store). See
     /// [`eviction`].

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Every `kind` the Redis store times: its Lua scripts, the plain commands it sends outside them, `WAIT` and
 /// `PING`. Each is exported at 0 from the start; a kind missing here fails a debug build's first use of it.
-const KINDS: [&str; 46] = [
+const KINDS: [&str; 47] = [
     // The session and limit scripts.
     "admit",
     "slot",
@@ -27,6 +27,7 @@ const KINDS: [&str; 46] = [
     "idem",
     "members",
     "layouts",
+    "declare",
     "policy",
     "revoke",
     "revoked",

@@ -300,6 +300,7 @@ contract!(
     tasks_queue_bell_rings_every_replica,
     scripts_reload_after_the_cache_empties,
     membership_records_each_replicas_layout,
+    declarations_are_compared_per_fact_and_expire,
     policy_versions_are_stored_and_announced,
     revocations_refuse_in_the_admission_and_are_listed_and_announced,
     tenant_windows_lease_what_is_left_to_any_replica,
@@ -2366,4 +2367,30 @@ async fn grants_are_per_user_and_downstream_locked_once_and_taken_once(kind: Kin
     a.put_authorization(&id, "short", Duration::from_millis(100)).await.expect("put");
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(b.take_authorization(&id).await.expect("take"), None, "expired");
+}
+
+/// A fact the replicas compare (their skill sets' digests): each replica's declaration lives its TTL, every
+/// declarer's value is answered to each, facts are apart, and a replica that withdraws takes its value along. A
+/// store one process holds answers the one value.
+async fn declarations_are_compared_per_fact_and_expire(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let (a, b) = (h.store(), h.replica().await);
+    let fact = format!("skills-{}", next());
+    let ttl = Duration::from_secs(30);
+    assert_eq!(a.declare(&fact, "a", "sha256:one", ttl).await.expect("declare"), vec!["sha256:one".to_owned()]);
+    if h.prefixed("{fleet}:dl:x").is_none() {
+        assert_eq!(a.declare(&fact, "a", "sha256:one", Duration::ZERO).await.expect("withdraw"), Vec::<String>::new());
+        return;
+    }
+    let mut seen = b.declare(&fact, "b", "sha256:two", ttl).await.expect("declare");
+    seen.sort();
+    assert_eq!(seen, vec!["sha256:one".to_owned(), "sha256:two".to_owned()], "both replicas' values");
+    let other = format!("{fact}-other");
+    assert_eq!(a.declare(&other, "a", "x", ttl).await.expect("declare"), vec!["x".to_owned()], "facts are apart");
+    // A replica that dies stops counting when its declaration expires.
+    b.declare(&fact, "b", "sha256:two", Duration::from_millis(200)).await.expect("declare");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(a.declare(&fact, "a", "sha256:one", ttl).await.expect("declare"), vec!["sha256:one".to_owned()]);
+    b.declare(&fact, "b", "sha256:two", ttl).await.expect("declare");
+    assert_eq!(b.declare(&fact, "b", "", Duration::ZERO).await.expect("withdraw"), vec!["sha256:one".to_owned()]);
 }

@@ -210,6 +210,9 @@ pub struct Shared {
     /// The downstream APIs tools may call for the caller (`--downstreams`, docs/DOWNSTREAM.md); `None`: none, and
     /// the caller's token is never carried past authentication.
     pub downstreams: Option<Arc<mcpfleet_downstream::Downstreams>>,
+    /// The skills served (the `io.modelcontextprotocol/skills` extension, docs/SKILLS.md), loaded at start and
+    /// never changed; empty: the extension is not declared.
+    pub skills: Arc<mcpfleet_skills::Skills>,
 }
 
 /// Starts this replica's task workers (the 2026-07-28 tasks extension: taking queued tasks, renewing leases,

@@ -42,7 +42,9 @@ pub(crate) async fn plain(
         "ping" => Ok(json!({})),
         "resources/subscribe" | "resources/unsubscribe" => {
             let uri = str_param(params, "uri")?;
-            app.catalog.read_resource(uri).await.map_err(tool_error)?;
+            if !app.skills.serves(uri) {
+                app.catalog.read_resource(uri).await.map_err(tool_error)?;
+            }
             Ok(json!({}))
         }
         "logging/setLevel" => {
@@ -65,8 +67,8 @@ pub(crate) async fn plain(
     }
 }
 
-/// The methods [`catalog_method`] answers.
-pub(crate) const CATALOG_METHODS: [&str; 7] = [
+/// The methods [`catalog_method`] answers (the skills extension's only when skills are served).
+pub(crate) const CATALOG_METHODS: [&str; 10] = [
     "tools/list",
     "resources/list",
     "resources/templates/list",
@@ -74,7 +76,46 @@ pub(crate) const CATALOG_METHODS: [&str; 7] = [
     "prompts/list",
     "prompts/get",
     "completion/complete",
+    "skills/list",
+    "skills/get",
+    "resources/directory/read",
 ];
+
+/// The server's capabilities: the catalog's, plus the skills extension (with `resources`, which it needs) when
+/// skills are served.
+pub(crate) fn capabilities(app: &AppState) -> Value {
+    let mut caps = app.catalog.capabilities();
+    if let (Some(settings), Value::Object(c)) = (app.skills.capability(), &mut caps) {
+        c.entry("resources").or_insert_with(|| json!({ "listChanged": false }));
+        if let Value::Object(e) = c.entry("extensions").or_insert_with(|| json!({})) {
+            e.insert(mcpfleet_skills::EXTENSION.into(), settings);
+        }
+    }
+    caps
+}
+
+/// A skills request refused: every [`SkillError`](mcpfleet_skills::SkillError) of a request is invalid params.
+fn skill_error(e: mcpfleet_skills::SkillError) -> (i64, String) {
+    invalid(e.to_string())
+}
+
+/// `params.cursor`: absent, or a string.
+fn cursor(params: &JsonObject) -> Result<Option<&str>, (i64, String)> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(c)) => Ok(Some(c)),
+        Some(_) => Err(invalid("params.cursor must be a string")),
+    }
+}
+
+/// A page as a paginated result: its items under `field`, and `nextCursor` when there is more.
+fn paged(field: &str, p: mcpfleet_skills::Page) -> Value {
+    let mut r = json!({ field: p.items });
+    if let Some(c) = p.next_cursor {
+        r["nextCursor"] = json!(c);
+    }
+    r
+}
 
 /// `params.name` and `params.arguments` (absent arguments are an empty object) of a `tools/call` or `prompts/get`.
 pub(crate) fn target(params: &JsonObject) -> Result<(String, JsonObject), (i64, String)> {
@@ -141,11 +182,28 @@ pub(crate) async fn catalog_method(
             });
             Ok(json!({ "tools": tools }))
         }
-        "resources/list" => Ok(json!({ "resources": c.resources() })),
+        "resources/list" => {
+            let mut all = c.resources();
+            all.extend(app.skills.resources());
+            Ok(json!({ "resources": all }))
+        }
         "resources/templates/list" => Ok(json!({ "resourceTemplates": c.resource_templates() })),
         "resources/read" => match str_param(params, "uri") {
-            Ok(uri) => c.read_resource(uri).await.map_err(tool_error),
+            Ok(uri) => match app.skills.read(uri) {
+                Some(r) => Ok(r),
+                None => c.read_resource(uri).await.map_err(tool_error),
+            },
             Err(e) => Err(e),
+        },
+        "skills/list" if !app.skills.is_empty() => {
+            cursor(params).and_then(|at| app.skills.list(at).map(|p| paged("skills", p)).map_err(skill_error))
+        }
+        "skills/get" if !app.skills.is_empty() => str_param(params, "uri")
+            .and_then(|uri| app.skills.get(uri).map_err(skill_error))
+            .map(|skill| json!({ "skill": skill })),
+        "resources/directory/read" if !app.skills.is_empty() => match (str_param(params, "uri"), cursor(params)) {
+            (Ok(uri), Ok(at)) => app.skills.directory(uri, at).map(|p| paged("resources", p)).map_err(skill_error),
+            (Err(e), _) | (_, Err(e)) => Err(e),
         },
         "prompts/list" => Ok(json!({ "prompts": c.prompts() })),
         "prompts/get" => match target(params) {

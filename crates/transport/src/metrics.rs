@@ -15,7 +15,7 @@ pub const REQUEST_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// JSON-RPC methods that get their own label value; anything else is `other`.
-const KNOWN_METHODS: [&str; 23] = [
+const KNOWN_METHODS: [&str; 26] = [
     "initialize",
     "ping",
     "tools/list",
@@ -39,6 +39,9 @@ const KNOWN_METHODS: [&str; 23] = [
     "tasks/get",
     "tasks/update",
     "tasks/cancel",
+    "skills/list",
+    "skills/get",
+    "resources/directory/read",
 ];
 
 /// The HTTP methods that label a request no JSON-RPC method was parsed for.

@@ -15,6 +15,7 @@ mod downstream;
 mod limits;
 mod policy;
 mod secret;
+mod skills;
 mod store;
 mod tasks;
 mod transport;
@@ -24,6 +25,7 @@ pub use database::{AuditConfig, AuditTrail, DatabaseConfig, DbCommand, DbRequest
 pub use downstream::{DownstreamsConfig, KeyRing};
 pub use policy::{Apply, Explain, PolicyFollow, PolicyRequest, Revoke, RevokeAction, Rollback};
 pub use secret::Secret;
+pub use skills::SkillsConfig;
 
 use cli::config_error;
 
@@ -157,6 +159,8 @@ struct ServeArgs {
     policy: policy::ServePolicyArgs,
     #[command(flatten)]
     downstreams: downstream::DownstreamArgs,
+    #[command(flatten)]
+    skills: skills::SkillArgs,
 }
 
 /// The format of log lines on stderr.
@@ -233,6 +237,8 @@ pub struct Config {
     pub policy: PolicyFollow,
     /// `--downstreams FILE`, its secrets read (docs/DOWNSTREAM.md); `None`: tools reach no downstream.
     pub downstreams: Option<DownstreamsConfig>,
+    /// `--skills DIR` and its settings (docs/SKILLS.md).
+    pub skills: SkillsConfig,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,
@@ -345,6 +351,7 @@ impl ServeArgs {
         transport.config.tasks = self.tasks.into_config(transport.config.tool_timeout, redis_timeout)?;
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
+        let skills = self.skills.into_config()?;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_owned())
@@ -375,6 +382,7 @@ impl ServeArgs {
             database,
             policy,
             downstreams,
+            skills,
             warnings,
         })
     }

@@ -18,6 +18,7 @@
 //! | `<p>{u:<user>}:nb` | channel | the principal's notice channel (`subscriptions/listen` streams) |
 //! | `<p>{fleet}:members` | zset | fleet membership: each replica's id, scored by its record's expiry (ms); renewed every 5 s by `members.lua`, which drops the expired |
 //! | `<p>{fleet}:layout` | hash | each member's declaration of the layout it writes and reads ([`crate::layout`]), written with its record by `members.lua` and read by `layouts.lua` before a replica serves |
+//! | `<p>{fleet}:dl:<fact>` / `:dv:<fact>` | zset / hash | the replicas' declarations of a fact the fleet compares (`skills`: the skill set's digest): each declarer's id scored by its declaration's expiry (ms), and its value; renewed every 10 s by `declare.lua`, which drops the expired |
 //! | `<p>{fleet}:policy` | hash | the policy version in force ([`crate::PolicyStore`]): `v` (its number), `doc` (the document), `by`, `at` (ms), `sum` (what it changed); written by `policy.lua`, which also rings the notice channel; never expires |
 //! | `<p>{fleet}:nb` | channel | the fleet's notice channel: `policy:<version>` when a version is stored, `revoke:<user>` when a revocation is made or lifted |
 //! | `<p>{u:<user>}:rv` | hash | the principal's revocations, read by `admit.lua`: `*` (every token) and `j:<jti>` (one token), each when it ends (ms); lives as long as its longest (`revoke.lua`) |
@@ -179,6 +180,12 @@ impl RedisStore {
     fn fleet_keys(&self) -> (String, String) {
         let p = &self.inner.cfg.prefix;
         (cat(&[p, "{fleet}:members"]), cat(&[p, "{fleet}:layout"]))
+    }
+
+    /// A fact's zset of live declarers and hash of values (one slot: `{fleet}`).
+    fn declare_keys(&self, fact: &str) -> (String, String) {
+        let p = &self.inner.cfg.prefix;
+        (cat(&[p, "{fleet}:dl:", fact]), cat(&[p, "{fleet}:dv:", fact]))
     }
 
     /// The prefix and hash tag of every key of `user`.

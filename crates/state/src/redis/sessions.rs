@@ -245,6 +245,13 @@ impl Router for RedisStore {
             .collect()
     }
 
+    async fn declare(&self, fact: &str, replica: &str, value: &str, ttl: Duration) -> Result<Vec<String>> {
+        let (live, values) = self.declare_keys(fact);
+        let mut inv = self.inner.scripts.declare.key(&live);
+        inv.key(&values).arg(replica).arg(if ttl.is_zero() { 0 } else { ms(ttl) }).arg(value);
+        array(self.run("declare", inv).await?)?.iter().filter(|v| !matches!(v, Value::Nil)).map(string).collect()
+    }
+
     async fn eviction_policies(&self) -> Result<Vec<String>> {
         // On a cluster INFO goes to every master, and the reply holds one text per node.
         let reply: Value = self.query("info", redis::cmd("INFO").arg("memory")).await?;

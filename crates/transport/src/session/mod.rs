@@ -240,7 +240,7 @@ impl Post<'_> {
         app.metrics.sessions_created.inc();
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": app.catalog.capabilities(),
+            "capabilities": crate::mcp::capabilities(app),
             "serverInfo": { "name": app.config.server_name, "version": app.config.server_version },
         });
         if let Some(i) = app.catalog.instructions() {

@@ -18,9 +18,10 @@ pub(super) fn discover(app: &AppState) -> Value {
 }
 
 /// The catalog's capabilities as 2026-07-28 states them: no `logging` (levels are per request), no
-/// `resources.subscribe` (resource updates come through `subscriptions/listen`), and the tasks extension.
+/// `resources.subscribe` (resource updates come through `subscriptions/listen`), and the tasks extension (beside
+/// the skills extension when skills are served).
 pub(super) fn capabilities(app: &AppState) -> Value {
-    let mut caps = app.catalog.capabilities();
+    let mut caps = crate::mcp::capabilities(app);
     if let Some(r) = caps.get_mut("resources").and_then(Value::as_object_mut) {
         r.remove("subscribe");
     }

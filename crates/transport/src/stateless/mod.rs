@@ -77,7 +77,13 @@ impl Post<'_> {
         let app = self.app;
         let cacheable = matches!(
             method,
-            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
+            "tools/list"
+                | "prompts/list"
+                | "resources/list"
+                | "resources/templates/list"
+                | "resources/read"
+                | "skills/list"
+                | "skills/get"
         );
         match method {
             "tools/call" => self.stateless_call(h, id, params, m, duplicate).await,

@@ -1,0 +1,3 @@
+import sys
+
+print(open(sys.argv[1], "rb").read()[:64])
