@@ -199,3 +199,41 @@ async fn run_stateless(url: String, label: &'static str) {
         assert!(result.starts_with(checks), "{scenario}: {result}");
     }
 }
+
+/// A witness, not a gate: the scenarios the conformance repository is adding in its pull requests (not in any
+/// package, so CI cannot fetch them), through three replicas on one Redis behind round-robin. Assemble them first
+/// with `tests/conformance-prs/assemble.sh GIT_DIR`, then run
+/// `cargo test -p mcpfleet --test e2e -- --ignored conformance::pull_request_scenarios`. The results and the
+/// commits are recorded in docs/TESTING.md; the project's own tests cover the same behaviour (fleet.rs,
+/// stateless.rs, tools.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs .tools/conformance-prs/conformance.mjs (tests/conformance-prs/assemble.sh): see docs/TESTING.md"]
+async fn pull_request_scenarios_through_three_replicas() {
+    let bundle = tools_dir().join("conformance-prs/conformance.mjs");
+    assert!(bundle.exists(), "run tests/conformance-prs/assemble.sh first");
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let proxy = RoundRobinProxy::start(fleet.bases()).await;
+    let url = proxy.url();
+    let none: &[&str] = &[];
+    for (scenario, extra) in
+        [("cancellation", none), ("http-stream-cancellation", none), ("sep-2106-structured-content", none)]
+    {
+        let (bundle, url) = (bundle.clone(), url.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(tools_dir().join("node_modules/.bin/node"))
+                .arg(&bundle)
+                .args(["server", "--url", &url, "--scenario", scenario])
+                .args(extra)
+                .output()
+                .expect("run")
+        })
+        .await
+        .expect("ran");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default();
+        println!("[pull requests] {scenario}: {result}");
+        assert!(out.status.success() && result.contains(" 0 failed"), "{scenario}:\n{stdout}");
+    }
+    drop(proxy);
+}

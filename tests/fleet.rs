@@ -3,7 +3,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, data_messages, eventually, progress_values};
+use mcpfleet_fleetkit::{Fleet, McpClient, RedisServer, SseEvent, data_messages, eventually, progress_values, scrape};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -204,6 +204,41 @@ async fn server_to_client_request_answered_via_b_and_cancellation_via_c() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(rest.iter().all(|m| m.get("id").is_none()), "no response after cancellation: {rest:?}");
     assert!(progress_values(&rest).iter().all(|p| *p < 500), "the call stopped before its end");
+}
+
+/// The conformance repository's `cancellation` scenario, across replicas: a silent call (no progress token, so its
+/// answer is still a pending JSON response) on A is cancelled by its numeric id through B; C answers a fast call in
+/// the same session meanwhile; the call stops at once and never answers; unknown ids and bursts are accepted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_call_is_cancelled_through_another_replica_while_the_session_serves_on() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let [a, b, c] = [0, 1, 2].map(|i| fleet.urls()[i].clone());
+    let mut client = McpClient::new();
+    client.initialize(&a).await;
+    let slow = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "test_tool_slow", "arguments": { "durationMs": 10000 } } });
+    let (pending, a2) = (client.clone(), a.clone());
+    let slow = tokio::spawn(async move { pending.post(&a2, &slow).await.text().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fast = client.request(&c, 2, "tools/call", json!({ "name": "test_tool_fast", "arguments": {} })).await;
+    assert_eq!(fast["result"]["content"][0]["text"], "Fast response", "the session serves on while the call runs");
+    let started = Instant::now();
+    for (id, via) in [(json!("nonexistent-request-99999"), &c), (json!(1), &b)] {
+        let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id } });
+        assert_eq!(client.post(via, &cancel).await.status(), 202);
+    }
+    let body = tokio::time::timeout(T, slow).await.expect("the call ended").unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "stopped at once, not after 10 s");
+    assert!(!body.contains("\"result\"") && !body.contains("Slept for"), "no response after cancellation: {body}");
+    let m = scrape(&fleet.replicas[0].admin()).await;
+    assert_eq!(m["mcp_tool_calls_total{outcome=\"cancelled\",tool=\"test_tool_slow\"}"], 1.0);
+    for i in 0..5 {
+        let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": format!("burst-{i}") } });
+        assert_eq!(client.post(&b, &cancel).await.status(), 202);
+    }
+    let again = client.request(&b, 3, "tools/call", json!({ "name": "test_tool_fast", "arguments": {} })).await;
+    assert_eq!(again["result"]["content"][0]["text"], "Fast response");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

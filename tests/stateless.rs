@@ -388,7 +388,12 @@ async fn a_long_silent_call_switches_to_sse_and_still_answers() {
     let body = c.body(1, "tools/call", json!({ "name": "test_mint", "arguments": { "delay_ms": 1200 } }));
     let resp = c.send(&s.url(0), &body, &[]).await;
     assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
-    let r = mcpfleet_fleetkit::response_of(resp).await;
+    // The stream opens with an empty event (no id: it is never resumed), then keep-alives, then the result.
+    let raw = resp.text().await.unwrap();
+    assert!(raw.starts_with("data: \n\n"), "{raw:?}");
+    assert!(raw.contains(": keep-alive"), "{raw:?}");
+    let last = raw.lines().filter_map(|l| l.strip_prefix("data: ")).rfind(|d| !d.is_empty()).unwrap();
+    let r: Value = serde_json::from_str(last).unwrap();
     assert!(text_of(&r).starts_with("minted "), "{r}");
     assert_eq!(r["result"]["resultType"], "complete");
     assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_mint\"}").await, 1.0);
@@ -488,4 +493,32 @@ async fn a_state_carries_only_the_answers_the_tool_used() {
     let resp = c.send(&s.url(0), &bare, &[("mcp-param-region", "us-west1")]).await;
     assert_eq!(resp.status(), 400);
     assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], -32020);
+}
+
+/// Closing a call's stream is its cancellation (2026-07-28): a burst of slow calls whose streams the client drops
+/// as soon as they open stops every one of them and gives back their in-flight slots at once, so that the next call
+/// is admitted though the cap is lower than the burst; whichever replica ran each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_streams_stop_their_calls_and_free_their_slots_at_once() {
+    let s = setup(3, &["--sse-after", "300ms", "--max-inflight-per-user", "3"]).await;
+    let c = s.stateless("alice");
+    for i in 0..6 {
+        let body = c.body(i, "tools/call", json!({ "name": "test_tool_slow", "arguments": { "durationMs": 10000 } }));
+        let resp = c.send(&s.url(usize::try_from(i).unwrap() % 3), &body, &[]).await;
+        assert_eq!(resp.status(), 200, "call {i} admitted");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        let mut stream = SseStream::new(resp);
+        let first = stream.next(T).await.unwrap().expect("the opening event");
+        assert_eq!(first.data, "", "an empty event opens a stream that ran long");
+        drop(stream);
+    }
+    let cancelled = "mcp_tool_calls_total{outcome=\"cancelled\",tool=\"test_tool_slow\"}";
+    eventually(10, "every dropped call to be stopped", || async { s.metric(cancelled).await == 6.0 }).await;
+    let started = std::time::Instant::now();
+    let (status, fast) =
+        c.request(&s.url(0), 9, "tools/call", json!({ "name": "test_tool_fast", "arguments": {} })).await;
+    assert_eq!(status, 200, "{fast}");
+    assert_eq!(text_of(&fast), "Fast response");
+    assert!(started.elapsed() < Duration::from_secs(2), "answered at once");
+    assert_eq!(s.metric("mcp_tool_calls_total{outcome=\"ok\",tool=\"test_tool_slow\"}").await, 0.0);
 }

@@ -714,3 +714,49 @@ async fn what_the_schema_calls_an_integer_the_handler_takes() {
     println!("integer fields checked: {n} spellings on the fixtures, {m} on the reference tools");
     assert!(n >= 9 && m >= 6, "{n} / {m}");
 }
+
+/// SEP-2106 (the conformance repository's `sep-2106-structured-content` scenario): structured content whose root is
+/// an array or a primitive, each under its declared `outputSchema`, in a session a client opened with a version this
+/// server does not speak and then used without the version header, every request on the next replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_may_be_an_array_or_a_primitive_under_its_output_schema() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let urls = fleet.urls();
+    let c = McpClient::new();
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "DRAFT-2026-v1", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } });
+    let resp = c.post_raw(&urls[0], &init.to_string(), None).await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let negotiated: Value = resp.json().await.unwrap();
+    assert_eq!(negotiated["result"]["protocolVersion"], "2025-11-25", "an unknown version gets this server's newest");
+    let mut c = c;
+    c.session = Some(sid);
+    let raw = |v: Value| v.to_string();
+    let listed: Value = c
+        .post_raw(&urls[1], &raw(json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" })), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tool =
+        |name: &str| listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap().clone();
+    assert_eq!(tool("sep_2106_array_output_tool")["outputSchema"]["type"], "array");
+    assert_eq!(tool("sep_2106_primitive_output_tool")["outputSchema"]["type"], "number");
+    let array: Value =
+        c.post_raw(&urls[2], &raw(call(3, "sep_2106_array_output_tool", json!({}))), None).await.json().await.unwrap();
+    let items = array["result"]["structuredContent"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0], json!({ "hour": "09:00", "temp": 68, "conditions": "sunny" }));
+    let fallback: Value = serde_json::from_str(array["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&fallback, &array["result"]["structuredContent"], "the text block carries the same JSON");
+    let number: Value = c
+        .post_raw(&urls[0], &raw(call(4, "sep_2106_primitive_output_tool", json!({}))), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(number["result"]["structuredContent"], 42);
+    assert_eq!(number["result"]["content"][0]["text"], "42");
+}

@@ -76,6 +76,10 @@ pub(crate) enum Frame {
     Event { id: EventId, data: String },
     /// A message that could not be committed (the store failed): sent without an id, so it cannot be resumed.
     Unsequenced { data: String },
+    /// The first event of a 2026-07-28 stream opened because its call ran long: empty data and no id (such a
+    /// stream is never resumed), as the 2025-11-25 priming event is, so that a client or a proxy that waits for a
+    /// first event sees one at once. An SSE client dispatches it as an empty message, which carries no JSON-RPC.
+    Opening,
     /// A reconnect hint; the connection closes after it.
     Retry(Duration),
 }
@@ -85,7 +89,7 @@ impl Frame {
     fn weight(&self) -> u32 {
         let len = match self {
             Self::Event { data, .. } | Self::Unsequenced { data } => data.len(),
-            Self::Priming { .. } | Self::Retry(_) => 1,
+            Self::Priming { .. } | Self::Retry(_) | Self::Opening => 1,
         };
         u32::try_from(len.clamp(1, QUEUED_BYTES)).unwrap_or(u32::MAX)
     }
@@ -100,6 +104,7 @@ impl Frame {
             }
             Self::Event { id, data } => Bytes::from(format!("id: {id}\ndata: {}\n\n", one_line(data))),
             Self::Unsequenced { data } => Bytes::from(format!("data: {}\n\n", one_line(data))),
+            Self::Opening => Bytes::from_static(b"data: \n\n"),
             Self::Retry(retry) => Bytes::from(format!("retry: {}\n\n", retry.as_millis())),
         }
     }

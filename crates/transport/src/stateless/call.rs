@@ -402,9 +402,13 @@ impl CallSink for Call {
     }
 
     async fn go_streaming(&self) {
-        // Long and silent: switch to SSE so that the connection gets keep-alives.
+        // Long and silent: switch to SSE so that the connection gets keep-alives, opening with an empty event.
         let mut out = self.out.lock().await;
-        let _ = self.streaming(&mut out);
+        if matches!(*out, Out::Pending(_))
+            && let Some(tx) = self.streaming(&mut out)
+        {
+            tx.try_send(Frame::Opening);
+        }
     }
 
     fn watcher(&self) -> crate::tasks::LinkWatch {
