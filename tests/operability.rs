@@ -882,3 +882,46 @@ async fn a_replica_whose_stdout_reader_leaves_serves_on() {
     // Without a token, the dev replica challenges: it answers, so it serves.
     assert_eq!(status, 401);
 }
+
+/// OpenTelemetry's MCP metrics as Prometheus histograms: `mcp_server_operation_duration_seconds` for every MCP
+/// request (a tools/call by its tool, a JSON-RPC error by its code, each by protocol version, both generations) and
+/// `mcp_server_session_duration_seconds` for a session a DELETE ended on another replica than the one it began on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_operation_and_session_histograms() {
+    let redis = RedisServer::start();
+    let fleet = Fleet::builder().replicas(2).redis(redis.url()).start().await;
+    let [a, b] = [0, 1].map(|i| fleet.urls()[i].clone());
+    let mut c = McpClient::new();
+    c.initialize(&a).await;
+    c.request(&a, 1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    let unknown = c.request(&a, 2, "tools/call", json!({ "name": "no_such_tool", "arguments": {} })).await;
+    assert_eq!(unknown["error"]["code"], -32602);
+    c.request(&a, 3, "tools/list", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(c.delete(&b).await.status(), 200);
+    let stateless = mcpfleet_fleetkit::StatelessClient::new();
+    let (status, _) =
+        stateless.request(&a, 4, "tools/call", json!({ "name": "test_simple_text", "arguments": {} })).await;
+    assert_eq!(status, 200);
+    let on_a = scrape(&fleet.replicas[0].admin()).await;
+    let op = |labels: &str| on_a.get(&format!("mcp_server_operation_duration_seconds_count{{{labels}}}")).copied();
+    assert_eq!(
+        op(r#"error_type="",method="tools/call",protocol_version="2025-11-25",tool="test_simple_text""#),
+        Some(1.0)
+    );
+    assert_eq!(
+        op(r#"error_type="-32602",method="tools/call",protocol_version="2025-11-25",tool="unknown""#),
+        Some(1.0)
+    );
+    assert_eq!(op(r#"error_type="",method="tools/list",protocol_version="2025-11-25",tool="""#), Some(1.0));
+    assert_eq!(op(r#"error_type="",method="initialize",protocol_version="2025-11-25",tool="""#), Some(1.0));
+    assert_eq!(
+        op(r#"error_type="",method="tools/call",protocol_version="2026-07-28",tool="test_simple_text""#),
+        Some(1.0)
+    );
+    let on_b = scrape(&fleet.replicas[1].admin()).await;
+    assert_eq!(on_b[r#"mcp_server_session_duration_seconds_count{protocol_version="2025-11-25"}"#], 1.0);
+    let lasted = on_b[r#"mcp_server_session_duration_seconds_sum{protocol_version="2025-11-25"}"#];
+    assert!((1.0..30.0).contains(&lasted), "from initialize on A to DELETE on B: {lasted} s");
+    assert_eq!(on_b[r#"mcp_server_session_duration_seconds_bucket{le="1",protocol_version="2025-11-25"}"#], 0.0);
+}

@@ -58,6 +58,8 @@ async fn spans_follow_traceparent_meta_and_cross_replica_answers() {
     assert_eq!(attr(call, "gen_ai.tool.name").as_deref(), Some("test_simple_text"));
     assert_eq!(attr(call, "gen_ai.operation.name").as_deref(), Some("execute_tool"));
     assert_eq!(attr(call, "jsonrpc.request.id").as_deref(), Some("1"));
+    assert_eq!(attr(call, "mcp.protocol.version").as_deref(), Some("2025-11-25"), "the request's version header");
+    assert!(call.links.is_empty(), "parented to the HTTP span: nothing to link");
     let session_attr = attr(call, "mcp.session.id").unwrap();
     assert_eq!(session_attr.len(), 12, "a short hash, not the session id");
     assert!(!c.session.as_deref().unwrap().contains(&session_attr));
@@ -79,9 +81,33 @@ async fn spans_follow_traceparent_meta_and_cross_replica_answers() {
     let meta = find(&spans, "tools/call test_error_handling", trace2);
     assert_eq!(meta.parent_span_id, SpanId::from_hex(p2).unwrap());
     assert_eq!(attr(meta, "error.type").as_deref(), Some("tool_error"));
+    assert!(attr(meta, "rpc.response.status_code").is_none(), "a tool error is a result, not a JSON-RPC error");
+    // Parented to the client's context from `_meta`, and linked to the ambient one: the HTTP span that carried it.
+    assert_eq!(meta.links.len(), 1, "a link to the HTTP span");
+    let carrier = &meta.links[0].span_context;
+    let http2 = spans.iter().find(|s| s.name == "POST /mcp" && s.span_context.span_id() == carrier.span_id());
+    assert!(http2.is_some_and(|h| h.span_context.trace_id() == trace1), "the link names the HTTP span");
     assert!(spans.iter().filter(|s| s.name == "POST /mcp").any(|s| s.span_context.trace_id() == trace1
         && s.parent_span_id == SpanId::from_hex(p1).unwrap()
         && s.span_context.span_id() != http.span_context.span_id()));
+
+    // 2b. A resource's URI, and a JSON-RPC error's code as the error type and the status code.
+    let read =
+        json!({ "jsonrpc": "2.0", "id": 20, "method": "resources/read", "params": { "uri": "test://static-text" } });
+    assert_eq!(c.post(&a, &read).await.status(), 200);
+    let unknown = json!({ "jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": { "name": "no_such_tool", "arguments": {} } });
+    c.post(&b, &unknown).await;
+    eventually(5, "the resources/read and failed call spans", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans.iter().any(|s| s.name == "resources/read") && spans.iter().any(|s| s.name == "tools/call no_such_tool")
+    })
+    .await;
+    let spans = exporter.get_finished_spans().unwrap();
+    let read = spans.iter().find(|s| s.name == "resources/read").unwrap();
+    assert_eq!(attr(read, "mcp.resource.uri").as_deref(), Some("test://static-text"));
+    let failed = spans.iter().find(|s| s.name == "tools/call no_such_tool").unwrap();
+    assert_eq!(attr(failed, "error.type").as_deref(), Some("-32602"));
+    assert_eq!(attr(failed, "rpc.response.status_code").as_deref(), Some("-32602"));
 
     // 3. Across replicas: test_sampling runs on A; the client answers the sampling request through B. B's span
     //    for the answer is a child of the call's span on A.

@@ -43,8 +43,8 @@ pub use tasks::{
     TaskStatus, TaskStore, TaskView, TaskWork, UpdateOutcome,
 };
 pub use types::{
-    AppendOptions, Delivery, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId, SessionInfo,
-    SessionKey, StreamState, UserKey,
+    AppendOptions, Delivery, EndedSession, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionId,
+    SessionInfo, SessionKey, StreamState, UserKey,
 };
 
 use async_trait::async_trait;
@@ -74,12 +74,12 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug {
     /// A store failure or timeout.
     async fn set_log_level(&self, key: &SessionKey, level: &str) -> Result<bool>;
 
-    /// Ends the session for the whole fleet: removes its record, log and leases and rings [`Ring::Closed`].
-    /// Returns false if there was no such session for this user.
+    /// Ends the session for the whole fleet: removes its record, log and leases and rings [`Ring::Closed`]; says
+    /// how long it lasted. `None` if there was no such session for this user.
     ///
     /// # Errors
     /// A store failure or timeout.
-    async fn delete_session(&self, key: &SessionKey) -> Result<bool>;
+    async fn delete_session(&self, key: &SessionKey) -> Result<Option<EndedSession>>;
 }
 
 /// The per-session event log behind resumable SSE streams.

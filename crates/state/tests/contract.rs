@@ -510,12 +510,16 @@ async fn sessions_delete(kind: Kind) {
     let mut sub = s.subscribe(&key).await.expect("subscribe");
 
     let bob = SessionKey { user: user("bob"), id: key.id.clone() };
-    assert!(!s.delete_session(&bob).await.expect("delete as bob"));
+    assert!(s.delete_session(&bob).await.expect("delete as bob").is_none());
     assert!(s.touch_session(&key).await.expect("touch").is_some(), "bob's delete must not end alice's session");
 
-    assert!(s.delete_session(&key).await.expect("delete"));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let ended = s.delete_session(&key).await.expect("delete").expect("it existed");
+    let lasted = ended.lasted.expect("its start is recorded");
+    assert!(lasted >= Duration::from_millis(25) && lasted < Duration::from_secs(10), "lasted {lasted:?}");
+    assert_eq!(ended.protocol_version, new_session(LONG).protocol_version, "the version it was opened with");
     wait_for(&mut sub, &Ring::Closed).await;
-    assert!(!s.delete_session(&key).await.expect("delete twice"));
+    assert!(s.delete_session(&key).await.expect("delete twice").is_none());
     assert_eq!(s.touch_session(&key).await.expect("touch deleted"), None);
     assert!(matches!(s.open_stream(&key, &post("2", LONG)).await, Err(StateError::SessionNotFound)));
     assert!(matches!(s.append(&key, k, "x", &AppendOptions::default()).await, Err(StateError::SessionNotFound)));
@@ -1005,7 +1009,7 @@ async fn routing_doorbells_are_per_session(kind: Kind) {
     let (ky, _) = open_post(s, &y, "1", LONG).await;
     append(s, &y, ky, "for y").await;
     wait_for(&mut sub_y, &Ring::Event(ky)).await;
-    assert!(s.delete_session(&bob_x).await.expect("delete bob's"));
+    assert!(s.delete_session(&bob_x).await.expect("delete bob's").is_some());
     wait_for(&mut sub_bob, &Ring::Closed).await;
     assert_quiet(&mut sub_x, "rings of y and of bob").await;
     assert!(s.touch_session(&x).await.expect("touch").is_some(), "deleting bob's session left alice's");
@@ -1077,7 +1081,7 @@ async fn replicas_share_state(kind: Kind) {
     assert!(!a.renew_lease(&key, STANDALONE_STREAM, &token("on-a"), LONG).await.expect("renew on a"));
 
     // Ending the session on b closes a's subscription.
-    assert!(b.delete_session(&key).await.expect("delete on b"));
+    assert!(b.delete_session(&key).await.expect("delete on b").is_some());
     wait_for(&mut sub, &Ring::Closed).await;
     assert_eq!(a.touch_session(&key).await.expect("touch on a"), None);
     if let Some(keys) = h.redis_keys() {
@@ -1159,7 +1163,7 @@ async fn limits_session_cap(kind: Kind) {
     assert_eq!(admit(s, &a).await.refused, None);
     // Ending a session frees its place.
     let first = SessionKey { user: alice.clone(), id: ids[0].clone() };
-    assert!(s.delete_session(&first).await.expect("delete"));
+    assert!(s.delete_session(&first).await.expect("delete").is_some());
     let a =
         Admission { session: SessionOp::Create { id: &ids[2], session: &ns, max_sessions: 2 }, ..admission(&alice) };
     assert_eq!(admit(s, &a).await.refused, None);
@@ -1201,7 +1205,7 @@ async fn limits_sessions_opened_without_a_cap_count_once_touched(kind: Kind) {
         Admission { session: SessionOp::Create { id: &ids[1], session: &ns, max_sessions: 1 }, ..admission(&dave) };
     assert_eq!(admit(s, &capped).await.refused, Some(Refusal::Sessions { open: 1 }), "the touched session counts");
     // Ended, it frees its place.
-    assert!(s.delete_session(&SessionKey { user: dave.clone(), id: ids[0].clone() }).await.expect("delete"));
+    assert!(s.delete_session(&SessionKey { user: dave.clone(), id: ids[0].clone() }).await.expect("delete").is_some());
     assert_eq!(admit(s, &capped).await.refused, None);
     assert_all_keys_expire(&h);
 }

@@ -243,6 +243,11 @@ impl TransportError {
         crate::jsonrpc::error_object(if stateless { code::stateless(c) } else { c }, &self.to_string(), data)
     }
 
+    /// The JSON-RPC code this error is answered with (in the session generation's allocation).
+    pub(crate) fn rpc_code(&self) -> i64 {
+        self.status_and_code().1
+    }
+
     /// The HTTP status this error is answered with.
     #[must_use]
     pub fn status_code(&self) -> StatusCode {

@@ -2,6 +2,7 @@
 //! knows, tools the catalog has, outcomes, statuses): never a session id, a principal or a raw client string.
 //! Documented in docs/METRICS.md.
 
+use mcpfleet_core::ProtocolVersion;
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use std::ops::Deref;
 use std::sync::Arc;
@@ -10,6 +11,9 @@ use std::sync::Arc;
 /// (seconds): fine below 100 ms for p50, up to 300 s for long tools' p99.
 pub const TOOL_BUCKETS: [f64; 16] =
     [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+/// Buckets for sessions (seconds): from a one-call session to a working day.
+pub const SESSION_BUCKETS: [f64; 12] =
+    [1.0, 5.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0];
 /// Buckets for request handling (seconds).
 pub const REQUEST_BUCKETS: [f64; 14] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -121,6 +125,9 @@ pub struct Handles {
     pub(crate) idempotent_replays: IntCounter,
     pub(crate) request_state_refusals: IntCounterVec,
     pub(crate) events_dropped: IntCounter,
+    /// OpenTelemetry's `mcp.server.operation.duration` and `mcp.server.session.duration`, as Prometheus histograms.
+    operation_duration: HistogramVec,
+    session_duration: HistogramVec,
     ready: IntGauge,
 }
 
@@ -215,6 +222,22 @@ impl TransportMetrics {
                 "mcp_sse_events_dropped_total",
                 "Intermediate SSE events (progress, log messages, server→client requests) dropped because the store could not commit them within 10 s. An event is never sent without its committed id; alert on any increase.",
             )?,
+            operation_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "mcp_server_operation_duration_seconds",
+                    "OpenTelemetry's mcp.server.operation.duration: each MCP request from its arrival to the end of its answer (a tools/call to its call's end, over any stream), by method, tool (tools/call that started), error_type (the JSON-RPC code, tool_error, or the refusal) and protocol_version.",
+                )
+                .buckets(TOOL_BUCKETS.to_vec()),
+                &["method", "tool", "error_type", "protocol_version"],
+            )?,
+            session_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "mcp_server_session_duration_seconds",
+                    "OpenTelemetry's mcp.server.session.duration: 2025-generation sessions from initialize to the DELETE that ended them, by protocol_version (sessions that expire are not observed).",
+                )
+                .buckets(SESSION_BUCKETS.to_vec()),
+                &["protocol_version"],
+            )?,
             ready: IntGauge::new(
                 "mcp_ready",
                 "1 when this replica's last /readyz answer was ready; 0 until the first one is, after one that was not, and from the start of the drain.",
@@ -232,6 +255,8 @@ impl TransportMetrics {
         registry.register(Box::new(m.idempotent_replays.clone()))?;
         registry.register(Box::new(m.request_state_refusals.clone()))?;
         registry.register(Box::new(m.events_dropped.clone()))?;
+        registry.register(Box::new(m.operation_duration.clone()))?;
+        registry.register(Box::new(m.session_duration.clone()))?;
         registry.register(Box::new(m.ready.clone()))?;
         let m = Self(Arc::new(m));
         m.seed();
@@ -255,6 +280,27 @@ impl TransportMetrics {
         }
         for reason in REQUEST_STATE_REFUSALS {
             self.request_state_refusals.with_label_values(&[reason]);
+        }
+        for v in ProtocolVersion::NEWEST_FIRST {
+            self.operation_duration.with_label_values(&["tools/call", "", "", v.as_str()]);
+            if !v.is_stateless() {
+                self.session_duration.with_label_values(&[v.as_str()]);
+            }
+        }
+    }
+
+    /// One MCP operation ended (its span did): `tool` for a `tools/call` that started (else empty), `error` its
+    /// error type.
+    pub(crate) fn observe_operation(&self, op: &crate::trace::Operation, tool: &str, error: Option<&str>) {
+        let labels = [op.method, tool, error.unwrap_or(""), op.version];
+        self.operation_duration.with_label_values(&labels).observe(op.started.elapsed().as_secs_f64());
+    }
+
+    /// A session ended by DELETE, if its start was recorded.
+    pub(crate) fn observe_session(&self, ended: &mcpfleet_state::EndedSession) {
+        if let Some(lasted) = ended.lasted {
+            let v = ProtocolVersion::parse(&ended.protocol_version).map_or("", ProtocolVersion::as_str);
+            self.session_duration.with_label_values(&[v]).observe(lasted.as_secs_f64());
         }
     }
 

@@ -13,6 +13,7 @@ use crate::{AppState, PeerAddr, trace};
 use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
+use mcpfleet_core::ProtocolVersion;
 use serde_json::Value;
 
 pub(crate) use crate::session::{delete, get};
@@ -42,29 +43,41 @@ pub(crate) async fn post(
         Message::Response { .. } => "response",
     };
     let mut info = rpc_info(Some(label), &caller, &h);
-    // The MCP span: parented to `params._meta.traceparent` when the request carries one, else to the HTTP span.
+    // The MCP span: parented to `params._meta.traceparent` when the request carries one (and linked to the HTTP
+    // span), else to the HTTP span.
     let span = match &message {
-        Message::Request { id, method, params } => {
-            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
+        Message::Request { method, params, .. } | Message::Notification { method, params } => {
+            let id = match &message {
+                Message::Request { id, .. } => Some(id),
+                _ => None,
+            };
+            let (parent, ambient) = match trace::meta_parent(params) {
+                Some(p) => (p, Some(&ids.http)),
+                None => (ids.http.clone(), None),
+            };
             let target = match method.as_str() {
-                "tools/call" | "prompts/get" => {
+                "tools/call" | "prompts/get" if id.is_some() => {
                     params.get("name").and_then(Value::as_str).map(|n| mcp::truncate(n, 64))
                 }
                 _ => None,
             };
-            let span = trace::mcp_span(&parent, method, target.as_deref(), Some(id), info.session.as_deref());
+            let r = trace::Request {
+                method,
+                target: target.as_deref(),
+                resource: params.get("uri").and_then(Value::as_str).filter(|_| method.starts_with("resources/")),
+                request_id: id,
+                session: info.session.as_deref(),
+                version: request_version(&h, method, params),
+            };
+            let span = trace::mcp_span(&parent, ambient, &r);
             if method == "tools/call" {
                 info.tool = target;
             }
             Some(span)
         }
-        Message::Notification { method, params } => {
-            let parent = trace::meta_parent(params).unwrap_or_else(|| ids.http.clone());
-            Some(trace::mcp_span(&parent, method, None, None, info.session.as_deref()))
-        }
         Message::Response { .. } => None,
     };
-    let mut span = trace::SpanGuard::new(span);
+    let mut span = trace::SpanGuard::new(span, &app.metrics);
     let trace_id = span.context().and_then(trace::trace_id_of).unwrap_or_else(|| ids.trace_id.clone());
     if trace_id != ids.trace_id {
         info.trace_id = Some(trace_id.clone());
@@ -73,7 +86,7 @@ pub(crate) async fn post(
     let r = cx.dispatch(h, message, duplicate.as_deref()).await;
     let r = charge_unadmitted(&app, &mut info, &asker, r).await;
     match &r {
-        Err(e) if span.error.is_none() => span.error = Some(e.status_code().as_str().to_owned()),
+        Err(e) if span.error.is_none() => span.error = Some(e.rpc_code().to_string()),
         _ => {}
     }
     drop(span);
@@ -101,6 +114,16 @@ impl Post<'_> {
         }
         self.session(h, message, duplicate).await
     }
+}
+
+/// The protocol version a request is made in, as far as it says: its `MCP-Protocol-Version` header, else its
+/// `_meta` (2026-07-28), else (an `initialize`) the version it asks for.
+fn request_version(h: &McpHeaders, method: &str, params: &mcpfleet_tools::JsonObject) -> Option<ProtocolVersion> {
+    let named = h.raw_version().ok().flatten().or_else(|| {
+        params.get("_meta").and_then(|m| m.get("io.modelcontextprotocol/protocolVersion")).and_then(Value::as_str)
+    });
+    let named = named.or_else(|| (method == "initialize").then(|| params.get("protocolVersion")?.as_str()).flatten());
+    named.and_then(ProtocolVersion::parse)
 }
 
 /// Any other method on `/mcp`: 405, after the caller checks.

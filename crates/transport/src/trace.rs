@@ -10,6 +10,7 @@
 //! The spans go to the global tracer provider the server installs (an OTLP exporter when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; otherwise nothing is exported, but trace ids are still real).
 
+use mcpfleet_core::ProtocolVersion;
 use mcpfleet_tools::JsonObject;
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState,
@@ -17,6 +18,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, global};
 use serde_json::Value;
+use std::time::Instant;
 
 const TRACER: &str = "mcpfleet";
 
@@ -65,6 +67,7 @@ pub(crate) fn trace_id_of(cx: &Context) -> Option<String> {
 pub(crate) fn http_span(method: &str, parent: &Context) -> Context {
     server_span(
         parent,
+        None,
         || format!("{method} /mcp"),
         || {
             vec![
@@ -76,46 +79,87 @@ pub(crate) fn http_span(method: &str, parent: &Context) -> Context {
     )
 }
 
-/// Starts the MCP span of one JSON-RPC request: named `{method} {target}`, with the MCP semantic-convention
-/// attributes. `session` is a short hash, never the session id.
-pub(crate) fn mcp_span(
-    parent: &Context,
-    method: &str,
-    target: Option<&str>,
-    request_id: Option<&Value>,
-    session: Option<&str>,
-) -> Context {
-    let name = || match target {
-        Some(t) => format!("{method} {t}"),
-        None => method.to_owned(),
-    };
-    server_span(parent, name, || {
-        let mut attrs = vec![
-            KeyValue::new("mcp.method.name", crate::metrics::method_label(method)),
-            KeyValue::new("network.transport", "tcp"),
-        ];
-        if let Some(id) = request_id {
-            attrs.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
-        }
-        if let Some(s) = session {
-            attrs.push(KeyValue::new("mcp.session.id", s.to_owned()));
-        }
-        if method == "tools/call"
-            && let Some(t) = target
-        {
-            attrs.push(KeyValue::new("gen_ai.tool.name", t.to_owned()));
-            attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-        }
-        attrs
-    })
+/// What one MCP request is, for its span and for `mcp_server_operation_duration_seconds`.
+pub(crate) struct Request<'a> {
+    pub(crate) method: &'a str,
+    /// The tool (`tools/call`) or prompt (`prompts/get`) it names.
+    pub(crate) target: Option<&'a str>,
+    /// The resource it names (`resources/read`, `resources/subscribe`, `resources/directory/read`, …).
+    pub(crate) resource: Option<&'a str>,
+    pub(crate) request_id: Option<&'a Value>,
+    /// A short hash, never the session id.
+    pub(crate) session: Option<&'a str>,
+    /// The protocol version the request is made in, when it says.
+    pub(crate) version: Option<ProtocolVersion>,
 }
 
-/// A server span under `parent`. Its name and attributes are built only if it records (an exporter is installed
-/// and the sampler took it): without an exporter a span carries only its ids, and every request would build
-/// strings for nobody (issue 19).
-fn server_span(parent: &Context, name: impl FnOnce() -> String, attrs: impl FnOnce() -> Vec<KeyValue>) -> Context {
+/// An MCP operation under way, carried in its span's context: what `mcp_server_operation_duration_seconds` labels
+/// it with when its span ends, and since when.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operation {
+    pub(crate) method: &'static str,
+    pub(crate) version: &'static str,
+    pub(crate) started: Instant,
+}
+
+/// Starts the MCP span of one JSON-RPC request: named `{method} {target}`, with the MCP semantic-convention
+/// attributes. `parent` is the request's `params._meta` trace context when it carries one (then the span links to
+/// `ambient`, the HTTP span), else the HTTP span.
+pub(crate) fn mcp_span(parent: &Context, ambient: Option<&Context>, r: &Request<'_>) -> Context {
+    let method = crate::metrics::method_label(r.method);
+    let name = || match r.target {
+        Some(t) => format!("{} {t}", r.method),
+        None => r.method.to_owned(),
+    };
+    let link = ambient.map(|a| a.span().span_context().clone()).filter(SpanContext::is_valid);
+    let cx = server_span(parent, link, name, || {
+        let mut attrs = vec![KeyValue::new("mcp.method.name", method), KeyValue::new("network.transport", "tcp")];
+        if let Some(v) = r.version {
+            attrs.push(KeyValue::new("mcp.protocol.version", v.as_str()));
+        }
+        if let Some(id) = r.request_id {
+            attrs.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
+        }
+        if let Some(s) = r.session {
+            attrs.push(KeyValue::new("mcp.session.id", s.to_owned()));
+        }
+        if let Some(u) = r.resource {
+            attrs.push(KeyValue::new("mcp.resource.uri", crate::mcp::truncate(u, 256)));
+        }
+        match (r.method, r.target) {
+            ("tools/call", Some(t)) => {
+                attrs.push(KeyValue::new("gen_ai.tool.name", t.to_owned()));
+                attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+            }
+            ("prompts/get", Some(p)) => attrs.push(KeyValue::new("gen_ai.prompt.name", p.to_owned())),
+            _ => {}
+        }
+        attrs
+    });
+    let version = r.version.map_or("", ProtocolVersion::as_str);
+    cx.with_value(Operation { method, version, started: Instant::now() })
+}
+
+/// The operation a span's context carries ([`mcp_span`]'s).
+pub(crate) fn operation(cx: &Context) -> Option<Operation> {
+    cx.get::<Operation>().copied()
+}
+
+/// A server span under `parent`, linked to `link`. Its name and attributes are built only if it records (an
+/// exporter is installed and the sampler took it): without an exporter a span carries only its ids, and every
+/// request would build strings for nobody (issue 19).
+fn server_span(
+    parent: &Context,
+    link: Option<SpanContext>,
+    name: impl FnOnce() -> String,
+    attrs: impl FnOnce() -> Vec<KeyValue>,
+) -> Context {
     let tracer = global::tracer(TRACER);
-    let mut span = tracer.span_builder("").with_kind(SpanKind::Server).start_with_context(&tracer, parent);
+    let mut builder = tracer.span_builder("").with_kind(SpanKind::Server);
+    if let Some(l) = link {
+        builder = builder.with_links(vec![opentelemetry::trace::Link::with_context(l)]);
+    }
+    let mut span = builder.start_with_context(&tracer, parent);
     if span.is_recording() {
         span.update_name(name());
         span.set_attributes(attrs());
@@ -137,27 +181,33 @@ pub(crate) fn answer_span(waiter: &str, carrier: &Context) -> Option<Context> {
     Some(parent.with_span(span))
 }
 
-/// Ends the span in `cx` with an error type, if any (`error.type`, and an error status).
+/// Ends the span in `cx` with an error type, if any (`error.type`, and an error status; a JSON-RPC error's code is
+/// its error type, and also `rpc.response.status_code`).
 pub(crate) fn end(cx: &Context, error_type: Option<&str>, extra: &[KeyValue]) {
     let span = cx.span();
     span.set_attributes(extra.iter().cloned());
     if let Some(e) = error_type {
         span.set_attribute(KeyValue::new("error.type", e.to_owned()));
+        if e.parse::<i64>().is_ok() {
+            span.set_attribute(KeyValue::new("rpc.response.status_code", e.to_owned()));
+        }
         span.set_status(Status::error(e.to_owned()));
     }
     span.end();
 }
 
-/// Ends its span when dropped, with the error type recorded so far, unless the span was handed on (a
-/// `tools/call` span belongs to its exchange once the call starts).
+/// Ends its span when dropped, with the error type recorded so far, and observes its operation's duration,
+/// unless the span was handed on (a `tools/call` span belongs to its exchange once the call starts, and the call's
+/// record ends it).
 pub(crate) struct SpanGuard {
     cx: Option<Context>,
     pub(crate) error: Option<String>,
+    metrics: Option<crate::metrics::TransportMetrics>,
 }
 
 impl SpanGuard {
-    pub(crate) fn new(cx: Option<Context>) -> Self {
-        Self { cx, error: None }
+    pub(crate) fn new(cx: Option<Context>, metrics: &crate::metrics::TransportMetrics) -> Self {
+        Self { cx, error: None, metrics: Some(metrics.clone()) }
     }
 
     pub(crate) fn context(&self) -> Option<&Context> {
@@ -174,6 +224,9 @@ impl Drop for SpanGuard {
     fn drop(&mut self) {
         if let Some(cx) = self.cx.take() {
             end(&cx, self.error.as_deref(), &[]);
+            if let (Some(m), Some(op)) = (&self.metrics, operation(&cx)) {
+                m.observe_operation(&op, "", self.error.as_deref());
+            }
         }
     }
 }

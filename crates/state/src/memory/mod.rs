@@ -18,7 +18,8 @@ use crate::tasks::{
 };
 use crate::types::UserKey;
 use crate::types::{
-    AppendOptions, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey, StreamState,
+    AppendOptions, EndedSession, Event, EventId, LeaseToken, NewSession, OpenStream, Ring, SessionInfo, SessionKey,
+    StreamState,
 };
 use crate::{
     Delivery, EventStore, IdempotencyStore, LimitStore, Result, Router, SessionStore, StateError, Subscription,
@@ -85,6 +86,7 @@ struct Session {
     info: SessionInfo,
     ttl: Duration,
     expires: Instant,
+    began: Instant,
     streams: u64,
     holder: Option<String>,
     request_ids: HashMap<u64, String>,
@@ -108,6 +110,7 @@ impl Session {
             },
             ttl: s.idle_ttl,
             expires: Instant::now() + s.idle_ttl,
+            began: Instant::now(),
             streams: 0,
             holder: None,
             request_ids: HashMap::new(),
@@ -246,14 +249,17 @@ impl SessionStore for MemoryStore {
         Ok(g.live(key).map(|s| s.info.log_level = Some(level.to_owned())).is_some())
     }
 
-    async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
+    async fn delete_session(&self, key: &SessionKey) -> Result<Option<EndedSession>> {
         let mut g = self.lock();
-        let existed = g.live(key).is_some();
-        if existed {
+        let ended = g.live(key).map(|s| EndedSession {
+            lasted: Some(s.began.elapsed()),
+            protocol_version: s.info.protocol_version.clone(),
+        });
+        if ended.is_some() {
             g.sessions.remove(key);
             g.ring(key, Ring::Closed);
         }
-        Ok(existed)
+        Ok(ended)
     }
 }
 

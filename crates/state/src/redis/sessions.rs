@@ -6,7 +6,9 @@ use super::scripts::PubSubKind;
 use super::{RedisStore, subscriber};
 use crate::limits::{Admission, SessionOp};
 use crate::types::UserKey;
-use crate::types::{AppendOptions, Event, EventId, LeaseToken, OpenStream, SessionInfo, SessionKey, StreamState};
+use crate::types::{
+    AppendOptions, EndedSession, Event, EventId, LeaseToken, OpenStream, SessionInfo, SessionKey, StreamState,
+};
 use crate::{Delivery, EventStore, LimitStore, Result, Router, SessionStore, StateError, Subscription};
 use async_trait::async_trait;
 use redis::Value;
@@ -26,12 +28,22 @@ impl SessionStore for RedisStore {
         Ok(int(&self.run("set_level", inv).await?)? == 1)
     }
 
-    async fn delete_session(&self, key: &SessionKey) -> Result<bool> {
+    async fn delete_session(&self, key: &SessionKey) -> Result<Option<EndedSession>> {
         let k = self.keys(key);
         self.inner.known.forget(&k.session);
         let mut inv = self.inner.scripts.delete.key(&k.session);
         inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell).key(&k.index).arg(key.id.as_str());
-        Ok(int(&self.run_pooled("delete", inv).await?)? == 1)
+        match self.run_pooled("delete", inv).await? {
+            Value::Array(v) => match v.as_slice() {
+                [lasted, pv] => Ok(Some(EndedSession {
+                    lasted: u64::try_from(int(lasted)?).ok().map(Duration::from_millis),
+                    protocol_version: string(pv)?,
+                })),
+                _ => Err(StateError::Protocol("bad delete reply")),
+            },
+            other if int(&other)? == 0 => Ok(None),
+            _ => Err(StateError::Protocol("bad delete reply")),
+        }
     }
 }
 

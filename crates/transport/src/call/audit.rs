@@ -22,18 +22,23 @@ pub(crate) fn record_call(
     span: Option<&opentelemetry::Context>,
     trace_id: &str,
     audit: &Audit,
-    outcome: CallEnd,
-    result: Option<&Value>,
+    ending: Ending<'_>,
 ) {
+    let Ending { outcome, result, rpc_code } = ending;
     let took = audit.started.elapsed();
     let tool = if outcome == CallEnd::UnknownTool { crate::metrics::UNKNOWN_TOOL } else { audit.tool.as_str() };
-    let error_type = match outcome {
-        CallEnd::Ok => None,
-        CallEnd::IsError => Some("tool_error"),
-        other => Some(other.label()),
-    };
     if let Some(span) = span {
+        // The span's error type: a JSON-RPC error's code, `tool_error` for an `isError` result, else how it ended.
+        let code = rpc_code.map(|c| c.to_string());
+        let error_type = match outcome {
+            CallEnd::Ok => None,
+            CallEnd::IsError => Some("tool_error"),
+            other => Some(code.as_deref().unwrap_or(other.label())),
+        };
         crate::trace::end(span, error_type, &[]);
+        if let Some(op) = crate::trace::operation(span) {
+            app.metrics.observe_operation(&op, tool, error_type);
+        }
     }
     let m = &app.metrics;
     m.tool_calls.with_label_values(&[tool, outcome.label()]).inc();
@@ -64,6 +69,14 @@ pub(crate) fn record_call(
             generation: audit.generation,
         });
     }
+}
+
+/// How a call ended, for [`record_call`]: its outcome, its result (when it has one) and, for a JSON-RPC error, its
+/// code.
+pub(crate) struct Ending<'a> {
+    pub(crate) outcome: CallEnd,
+    pub(crate) result: Option<&'a Value>,
+    pub(crate) rpc_code: Option<i64>,
 }
 
 /// The size of `v` as serialized, without building the string.
@@ -103,7 +116,8 @@ impl RefusedCall<'_> {
             generation: self.generation,
         };
         // The request's span guard ends the span, with the refusal's status.
-        record_call(self.app, self.principal, None, self.trace_id, &audit, self.end, None);
+        let ending = Ending { outcome: self.end, result: None, rpc_code: None };
+        record_call(self.app, self.principal, None, self.trace_id, &audit, ending);
     }
 }
 

@@ -15,7 +15,7 @@
 mod audit;
 mod preflight;
 
-use audit::{Audit, args_digest, record_call};
+use audit::{Audit, Ending, args_digest, record_call};
 pub(crate) use audit::{CallEnd, SESSION_GENERATION, STATELESS_GENERATION, outcome_of};
 pub(crate) use preflight::{Cleared, Early, Front};
 
@@ -112,8 +112,8 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
         started: std::time::Instant::now(),
         generation: S::GENERATION,
     };
-    let record = |end: CallEnd, result: Option<&Value>| {
-        record_call(&app, who.principal, Some(who.span), trace_id, &audit, end, result);
+    let record = |outcome: CallEnd, result: Option<&Value>, rpc_code: Option<i64>| {
+        record_call(&app, who.principal, Some(who.span), trace_id, &audit, Ending { outcome, result, rpc_code });
     };
     // The tool's own timeout, else the operator's (--tool-timeout).
     let timeout = app.catalog.tool_timeout(&name).unwrap_or(cfg.tool_timeout);
@@ -146,10 +146,12 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                         (Finished::Answer(Ok(crate::mcp::tool_failure(trace_id))), CallEnd::Panicked)
                     }
                 };
-                record(end, match &finished {
-                    Finished::Answer(Ok(v)) => Some(v),
-                    _ => None,
-                });
+                let (result, rpc_code) = match &finished {
+                    Finished::Answer(Ok(v)) => (Some(v), None),
+                    Finished::Answer(Err((c, _))) => (None, Some(*c)),
+                    Finished::Refused(e) => (None, Some(e.rpc_code())),
+                };
+                record(end, result, rpc_code);
                 let refused = matches!(&finished, Finished::Answer(Err((c, _))) if *c == crate::code::INVALID_PARAMS);
                 if quota_charged && (refused || matches!(end, CallEnd::Replayed | CallEnd::InputRequired)) {
                     // The tool did not run to its end (arguments it refused, a replayed result, a round that asks
@@ -167,7 +169,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 idempotency::settle_stopped(&app, idem.as_ref(), &stopped).await;
                 task.abort();
                 tracing::warn!(tool.name = %name, trace_id = %trace_id, timeout_ms = timeout.as_millis(), "tool timed out");
-                record(CallEnd::TimedOut, Some(&stopped));
+                record(CallEnd::TimedOut, Some(&stopped), None);
                 if !detached {
                     sink.deliver(Finished::Answer(Ok(stopped))).await;
                 }
@@ -180,7 +182,7 @@ pub(crate) async fn drive<S: CallSink>(sink: Arc<S>, call: Admitted) {
                 }
                 Interrupt::Stop(end) => {
                     task.abort();
-                    record(end, None);
+                    record(end, None, None);
                     sink.stopped(end).await;
                     return;
                 }

@@ -301,11 +301,13 @@ pub(crate) async fn delete(
         }
         h.version()?;
         let key = admit_control(&app, &mut info, &asker, &mut h).await?;
-        if app.store.delete_session(&key).await? {
-            app.metrics.sessions_deleted.inc();
-            Ok(StatusCode::OK.into_response())
-        } else {
-            Err(TransportError::SessionNotFound)
+        match app.store.delete_session(&key).await? {
+            Some(ended) => {
+                app.metrics.sessions_deleted.inc();
+                app.metrics.observe_session(&ended);
+                Ok(StatusCode::OK.into_response())
+            }
+            None => Err(TransportError::SessionNotFound),
         }
     }
     .await;
