@@ -103,6 +103,15 @@ pub fn method_label(method: &str) -> &'static str {
     KNOWN_METHODS.iter().find(|m| **m == method).copied().unwrap_or("other")
 }
 
+/// An MCP operation under way, carried in its span's context (`trace::mcp_span`): what
+/// `mcp_server_operation_duration_seconds` labels it with when its span ends, and since when.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operation {
+    pub(crate) method: &'static str,
+    pub(crate) version: &'static str,
+    pub(crate) started: std::time::Instant,
+}
+
 /// The transport's metrics. Cheap to clone.
 ///
 /// Every request clones the state that holds it, so its handles live behind one `Arc`: a clone is one atomic
@@ -291,7 +300,7 @@ impl TransportMetrics {
 
     /// One MCP operation ended (its span did): `tool` for a `tools/call` that started (else empty), `error` its
     /// error type.
-    pub(crate) fn observe_operation(&self, op: &crate::trace::Operation, tool: &str, error: Option<&str>) {
+    pub(crate) fn observe_operation(&self, op: &Operation, tool: &str, error: Option<&str>) {
         let labels = [op.method, tool, error.unwrap_or(""), op.version];
         self.operation_duration.with_label_values(&labels).observe(op.started.elapsed().as_secs_f64());
     }

@@ -18,6 +18,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, global};
 use serde_json::Value;
+use crate::metrics::Operation;
 use std::time::Instant;
 
 const TRACER: &str = "mcpfleet";
@@ -91,15 +92,6 @@ pub(crate) struct Request<'a> {
     pub(crate) session: Option<&'a str>,
     /// The protocol version the request is made in, when it says.
     pub(crate) version: Option<ProtocolVersion>,
-}
-
-/// An MCP operation under way, carried in its span's context: what `mcp_server_operation_duration_seconds` labels
-/// it with when its span ends, and since when.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Operation {
-    pub(crate) method: &'static str,
-    pub(crate) version: &'static str,
-    pub(crate) started: Instant,
 }
 
 /// Starts the MCP span of one JSON-RPC request: named `{method} {target}`, with the MCP semantic-convention
