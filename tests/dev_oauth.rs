@@ -35,11 +35,15 @@ struct Dev {
 
 impl Dev {
     async fn start(name: &str) -> Self {
+        Self::start_with(name, &[]).await
+    }
+
+    async fn start_with(name: &str, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!("mcpfleet-dev-oauth-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let key_file = dir.join("dev-key.pem");
-        let fleet = Fleet::builder().replicas(1).dev_auth(&key_file).start().await;
+        let fleet = Fleet::builder().replicas(1).dev_auth(&key_file).args(extra.iter().copied()).start().await;
         let port = fleet.bases()[0].rsplit(':').next().unwrap().parse().unwrap();
         Self { fleet, key_file, dir, port }
     }
@@ -601,4 +605,70 @@ async fn only_dev_mode_has_a_sign_in() {
         challenge.contains("resource_metadata=\"https://mcp.test/.well-known/oauth-protected-resource/mcp\""),
         "{challenge}"
     );
+}
+
+/// With `--dpop allow`, a client that sends a `DPoP` proof with its token request gets a token bound to its key
+/// (RFC 9449 §5: `cnf.jkt`, `token_type: DPoP`), which it then uses with a fresh proof per request; the same token
+/// as a bearer token is refused, a proof of another key is refused, and a token request whose proof does not verify
+/// gets `invalid_dpop_proof`. The metadata of both servers names the algorithms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dpop_client_gets_a_bound_token_and_uses_it_with_proofs() {
+    let dev = Dev::start_with("dpop", &["--dpop", "allow"]).await;
+    let base = dev.localhost();
+    let meta = send(http().get(format!("{base}/.well-known/oauth-authorization-server"))).await;
+    assert_eq!(meta.body["dpop_signing_alg_values_supported"][0], "ES256", "{meta:?}");
+    let client_id = public_client(&base).await;
+    let key = TestKey::load("ec-1", "client", Algorithm::ES256);
+    let token_url = format!("{base}/oauth/token");
+    let ask = |proof: String, code: String, verifier: String| {
+        let pairs = [
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code),
+            ("redirect_uri", REDIRECT.to_owned()),
+            ("client_id", client_id.clone()),
+            ("code_verifier", verifier),
+            ("resource", format!("{base}/mcp")),
+        ];
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        http()
+            .post(&token_url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("dpop", proof)
+            .body(form(&pairs))
+    };
+    // A proof for another URL: refused, and the code is not spent by it.
+    let (verifier, challenge) = pkce();
+    let c = code(&base, &client_id, &challenge, &[]).await;
+    let wrong =
+        send(ask(key.dpop_proof("POST", "http://elsewhere/oauth/token", None).sign(), c.clone(), verifier.clone()))
+            .await;
+    assert_eq!((wrong.status, wrong.error()), (400, "invalid_dpop_proof"), "{wrong:?}");
+    let issued = send(ask(key.dpop_proof("POST", &token_url, None).sign(), c, verifier)).await;
+    assert_eq!(issued.status, 200, "{issued:?}");
+    assert_eq!(issued.body["token_type"], "DPoP");
+    let at = issued.body["access_token"].as_str().unwrap().to_owned();
+    let claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(at.split('.').nth(1).unwrap()).unwrap()).unwrap();
+    assert_eq!(claims["cnf"]["jkt"], key.thumbprint(), "bound to the client's key");
+
+    // Used with a proof per request, in the dev mode's URL (the host the client used).
+    let mcp = format!("{base}/mcp");
+    let call = |proof: String, scheme: &str| {
+        let c = mcpfleet_fleetkit::StatelessClient::new();
+        let body = c.body(1, "tools/call", json!({ "name": "test_simple_text", "arguments": {} }));
+        let auth = format!("{scheme} {at}");
+        let mcp = mcp.clone();
+        async move { c.send(&mcp, &body, &[("authorization", &auth), ("dpop", &proof)]).await }
+    };
+    for _ in 0..2 {
+        let r = call(key.dpop_proof("POST", &mcp, Some(&at)).sign(), "DPoP").await;
+        assert_eq!(r.status(), 200);
+    }
+    let as_bearer = call(key.dpop_proof("POST", &mcp, Some(&at)).sign(), "Bearer").await;
+    assert_eq!(as_bearer.status(), 401);
+    let other = TestKey::load("ed-1", "other", Algorithm::EdDSA);
+    let foreign = call(other.dpop_proof("POST", &mcp, Some(&at)).sign(), "DPoP").await;
+    assert_eq!(foreign.status(), 401);
+    let challenge = foreign.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.starts_with("DPoP ") && challenge.contains("invalid_dpop_proof"), "{challenge}");
 }

@@ -16,6 +16,8 @@ mod deploy;
 mod dev_oauth;
 #[path = "downstream.rs"]
 mod downstream;
+#[path = "dpop.rs"]
+mod dpop;
 #[path = "fleet.rs"]
 mod fleet;
 #[path = "greet.rs"]

@@ -31,6 +31,35 @@ pub fn token_in_query(parts: &Parts) -> bool {
     })
 }
 
+/// How a request presents its access token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// `Authorization: Bearer` (RFC 6750).
+    Bearer,
+    /// `Authorization: DPoP`, with a `DPoP` proof header (RFC 9449).
+    Dpop,
+}
+
+/// The access token of the request and its scheme: Bearer, or DPoP when `dpop` is accepted.
+///
+/// # Errors
+/// As [`token`]; the DPoP scheme when `dpop` is false is another scheme.
+pub fn credentials(parts: &Parts, dpop: bool) -> Result<(Scheme, &str), AuthError> {
+    let dpop_token = dpop
+        .then(|| parts.headers.get(http::header::AUTHORIZATION)?.to_str().ok())
+        .flatten()
+        .and_then(|v| v.split_once(' ').filter(|(s, _)| s.eq_ignore_ascii_case("dpop")).map(|(_, t)| t));
+    if let Some(t) = dpop_token
+        && parts.headers.get_all(http::header::AUTHORIZATION).iter().count() == 1
+    {
+        if token_in_query(parts) {
+            return Err(AuthError::InvalidRequest("access tokens are accepted only in the Authorization header"));
+        }
+        return Ok((Scheme::Dpop, checked(t.trim_matches(' '))?));
+    }
+    token(parts).map(|t| (Scheme::Bearer, t))
+}
+
 /// The bearer token of the request.
 ///
 /// # Errors
@@ -52,7 +81,11 @@ pub fn token(parts: &Parts) -> Result<&str, AuthError> {
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(AuthError::InvalidRequest("the Authorization scheme must be Bearer"));
     }
-    let token = rest.trim_matches(' ');
+    checked(rest.trim_matches(' '))
+}
+
+/// `token` if it is a non-empty b64token of at most [`MAX_TOKEN_BYTES`].
+fn checked(token: &str) -> Result<&str, AuthError> {
     if token.is_empty() {
         return Err(AuthError::InvalidRequest("the bearer token is empty"));
     }

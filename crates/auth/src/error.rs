@@ -14,6 +14,13 @@ pub enum AuthError {
     /// A valid token without the scopes this request needs: 403 `insufficient_scope`, naming them.
     #[error("insufficient scope: this request needs {}", .0.join(" "))]
     InsufficientScope(Vec<String>),
+    /// A DPoP proof that does not verify (or is missing, or repeated): 401 `DPoP error="invalid_dpop_proof"`.
+    #[error("invalid DPoP proof: {0}")]
+    InvalidProof(&'static str),
+    /// The fleet requires a DPoP nonce and the proof has none, or an old one: 401 `DPoP error="use_dpop_nonce"`
+    /// with this nonce in `DPoP-Nonce`.
+    #[error("this server requires a DPoP nonce: retry with the one in the DPoP-Nonce header")]
+    UseDpopNonce(String),
     /// No verification key has ever been loaded (the issuer has been unreachable since start): 503.
     #[error("token verification keys are unavailable")]
     KeysUnavailable,

@@ -4,6 +4,7 @@
 //! algorithm is the key's, and a header that names a key by reference (`jku`, `x5u`, `jwk`, `x5c`) or carries
 //! `crit` is refused before any key is looked up.
 
+use crate::bearer::Scheme;
 use crate::keys::{KeySource, MAX_KID};
 use crate::{AuthError, Authenticator, Principal, Scopes, bearer};
 use async_trait::async_trait;
@@ -93,6 +94,7 @@ impl Verified {
 /// `--auth jwt` and `--auth dev`: bearer JWT access tokens.
 pub struct JwtAuthenticator {
     settings: JwtSettings,
+    dpop: crate::dpop::DpopSettings,
     keys: KeySource,
     verified: Verified,
     metrics: Option<crate::AuthMetrics>,
@@ -138,7 +140,21 @@ fn bounded_str(claims: &Map<String, Value>, name: &str) -> Result<Option<String>
 impl JwtAuthenticator {
     #[must_use]
     pub fn new(settings: JwtSettings, keys: KeySource) -> Self {
-        Self { settings, keys, verified: Verified::default(), metrics: None, assigner: None }
+        Self {
+            settings,
+            dpop: crate::dpop::DpopSettings::default(),
+            keys,
+            verified: Verified::default(),
+            metrics: None,
+            assigner: None,
+        }
+    }
+
+    /// The same authenticator, taking DPoP-bound tokens as `dpop` says (`--dpop`).
+    #[must_use]
+    pub fn with_dpop(mut self, dpop: crate::dpop::DpopSettings) -> Self {
+        self.dpop = dpop;
+        self
     }
 
     /// Gives each verified principal its plan (and the claims its policy reads) through `assigner`; a cached
@@ -290,6 +306,16 @@ impl JwtAuthenticator {
         let mut principal = Principal::new(issuer, subject, client_id, Scopes::granted(scopes)).with_tenant(tenant);
         // A `jti` of more than 256 characters is not kept: that token can be revoked only with its principal.
         principal.token_id = bounded_str(&claims, "jti")?.filter(|j| j.len() <= 256);
+        // A DPoP-bound token (RFC 9449 §6): the thumbprint of its key.
+        principal.bound_to = match claims.get("cnf") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(cnf)) => match cnf.get("jkt") {
+                Some(Value::String(j)) if !j.is_empty() && j.len() <= 128 => Some(j.clone()),
+                None => None,
+                Some(_) => return Err(AuthError::InvalidToken("the token's cnf.jkt is malformed")),
+            },
+            Some(_) => return Err(AuthError::InvalidToken("the token's cnf claim is malformed")),
+        };
         Ok((principal, exp, claims))
     }
 }
@@ -297,7 +323,51 @@ impl JwtAuthenticator {
 #[async_trait]
 impl Authenticator for JwtAuthenticator {
     async fn authenticate(&self, parts: &Parts) -> Result<Principal, AuthError> {
-        let principal = self.verify(bearer::token(parts)?).await?;
+        use crate::dpop::DpopMode;
+        let (scheme, token) = bearer::credentials(parts, self.dpop.mode != DpopMode::Off)?;
+        let mut principal = self.verify(token).await?;
+        match (scheme, principal.bound_to.as_deref()) {
+            // RFC 9449 §7.2: a bound token presented as a bearer token is refused, or DPoP would protect nothing.
+            (Scheme::Bearer, Some(_)) => {
+                return Err(AuthError::InvalidToken(
+                    "the token is bound to a DPoP key: send it with the DPoP scheme and a proof",
+                ));
+            }
+            (Scheme::Bearer, None) if self.dpop.mode == DpopMode::Require => {
+                return Err(AuthError::InvalidToken("this server accepts only DPoP-bound tokens"));
+            }
+            (Scheme::Bearer, None) => {}
+            (Scheme::Dpop, None) => return Err(AuthError::InvalidToken("the token is not bound to a DPoP key")),
+            (Scheme::Dpop, Some(jkt)) => {
+                let mut proofs = parts.headers.get_all("dpop").iter();
+                let proof = match (proofs.next(), proofs.next()) {
+                    (Some(p), None) => {
+                        p.to_str().map_err(|_| AuthError::InvalidProof("the DPoP proof is not ASCII"))?
+                    }
+                    (None, _) => return Err(AuthError::InvalidProof("the DPoP scheme needs a DPoP proof header")),
+                    (Some(_), Some(_)) => return Err(AuthError::InvalidProof("more than one DPoP proof header")),
+                };
+                let htu = match &self.dpop.resource {
+                    Some(r) => r.clone(),
+                    None => {
+                        let host = parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+                        format!("http://{host}{}", parts.uri.path())
+                    }
+                };
+                let verified = crate::dpop::verify_proof(
+                    proof,
+                    parts.method.as_str(),
+                    &htu,
+                    Some(token),
+                    &self.dpop,
+                    epoch_secs(),
+                )?;
+                if verified.jkt != jkt {
+                    return Err(AuthError::InvalidProof("the proof is not signed by the key the token is bound to"));
+                }
+                principal.proof = Some(verified.proof);
+            }
+        }
         if !principal.scopes.allow(&self.settings.required_scopes) {
             return Err(AuthError::InsufficientScope(self.settings.required_scopes.clone()));
         }

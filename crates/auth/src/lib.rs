@@ -2,6 +2,7 @@
 //! the model can write. It is a strict OAuth 2.1 resource server:
 //!
 //! - [`bearer`] reads the one `Authorization: Bearer` header (RFC 6750) and refuses tokens in the URL;
+//! - [`dpop`] checks the proof of a DPoP-bound token (RFC 9449), whose replay the store refuses in the admission;
 //! - [`JwtAuthenticator`] verifies JWT access tokens (RFC 9068, RFC 8725): the algorithm is pinned by the key,
 //!   `exp`/`iss`/`aud`/`sub` are required, key references in the header are never followed;
 //! - [`KeySource`] holds the verification keys: a JWKS URL (cached by `max-age`, refreshed on an unknown `kid` at
@@ -21,6 +22,7 @@
 pub mod bearer;
 pub mod dev;
 pub mod dev_oauth;
+pub mod dpop;
 mod error;
 mod jwt;
 mod keys;

@@ -24,7 +24,7 @@ pub use audit::{AuditRecord, AuditSink, DownstreamEvent, DownstreamRecord};
 pub use hex::hex;
 pub use json::{JsonObject, parse_strict};
 pub use markup::escape_markup;
-pub use principal::{Assigner, PlanTag, Principal, Scopes, user_key};
+pub use principal::{Assigner, PlanTag, Principal, Proof, Scopes, user_key};
 pub use quota::{HumanDuration, Quota, SyntaxError, parse_duration};
 pub use user::{UserKey, is_token_char};
 pub use version::{ProtocolVersion, UnknownVersion};

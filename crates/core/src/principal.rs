@@ -65,6 +65,23 @@ pub struct Principal {
     pub plan: Option<PlanTag>,
     /// The token's id (`jti`), when it has one: a revocation can name that one token.
     pub token_id: Option<String>,
+    /// The DPoP proof this request came with (RFC 9449), when it came with one: the admission records it, and
+    /// refuses it if any replica has seen it already. Per request: never cached with the token's verdict.
+    pub proof: Option<Proof>,
+    /// The thumbprint of the key the token is bound to (RFC 9449 `cnf.jkt`): a DPoP-bound token, usable only with
+    /// proofs signed by that key.
+    pub bound_to: Option<String>,
+}
+
+/// A DPoP proof's replay record: what identifies it, and for how long it could still be accepted (so for how long
+/// it must be remembered).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proof {
+    /// Lowercase hex of SHA-256 over the proof's key thumbprint and its `jti`: two clients' `jti`s never collide,
+    /// and nothing of the proof can be read back from a key name.
+    pub id: String,
+    /// How long to remember it.
+    pub ttl: std::time::Duration,
 }
 
 /// A principal's plan under one version of the policy.
@@ -110,6 +127,8 @@ impl Principal {
             claims: Arc::default(),
             plan: None,
             token_id: None,
+            proof: None,
+            bound_to: None,
         }
     }
 
@@ -126,6 +145,8 @@ impl Principal {
             claims: Arc::default(),
             plan: None,
             token_id: None,
+            proof: None,
+            bound_to: None,
         }
     }
 

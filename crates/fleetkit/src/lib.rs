@@ -41,6 +41,8 @@ impl Authenticator for HeaderAuth {
             claims: std::sync::Arc::default(),
             plan: None,
             token_id: None,
+            proof: None,
+            bound_to: None,
         })
     }
 }

@@ -66,6 +66,9 @@ pub enum LimitError {
     /// The principal, or the token the request came with, is revoked (`mcpfleet revoke`).
     #[error("the token has been revoked")]
     Revoked,
+    /// The DPoP proof the request came with was used before, through this replica or another (RFC 9449 §11.1).
+    #[error("the DPoP proof was used before: send a fresh proof with every request")]
+    ProofReplayed,
     #[error("session id already exists")]
     SessionConflict,
     #[error("limits cannot be checked: state store unavailable")]
@@ -145,6 +148,8 @@ pub struct Request<'a> {
     pub plan: Option<&'a PlanLimits>,
     /// The id (`jti`) of the token the request came with: a revocation may name it alone.
     pub token_id: Option<&'a str>,
+    /// The DPoP proof the request came with: recorded in the admission's round trip, refused if seen before.
+    pub proof: Option<&'a mcpfleet_core::Proof>,
 }
 
 impl<'a> Request<'a> {
@@ -161,6 +166,7 @@ impl<'a> Request<'a> {
             task: None,
             plan: None,
             token_id: None,
+            proof: None,
         }
     }
 
@@ -383,6 +389,7 @@ impl Limiter {
             count_sessions: plan.max_sessions > 0,
             read_task: req.task,
             token_id: req.token_id,
+            proof: req.proof.map(|p| (p.id.as_str(), p.ttl)),
         };
         match self.store.admit(&a).await {
             Ok(mut r) => {
@@ -466,6 +473,7 @@ impl Limiter {
             Some(Refusal::Bucket) => return refuse(LimitError::RateLimited { retry_after: 1 }),
             Some(Refusal::SessionNotFound) => return refuse(LimitError::SessionNotFound),
             Some(Refusal::Revoked) => return refuse(LimitError::Revoked),
+            Some(Refusal::Replayed) => return refuse(LimitError::ProofReplayed),
             Some(Refusal::SessionConflict) => return refuse(LimitError::SessionConflict),
             Some(Refusal::Sessions { .. }) => {
                 self.metrics.decision(Kind::Sessions, "denied");

@@ -99,6 +99,7 @@ impl From<AuthError> for ServerError {
 /// a key file must be usable at once.
 async fn build_auth(
     auth: &AuthConfig,
+    dpop: &mcpfleet_auth::dpop::DpopSettings,
     dev: Option<&DevIssuer>,
     metrics: AuthMetrics,
     policies: &Arc<Policies>,
@@ -110,7 +111,8 @@ async fn build_auth(
             Arc::new(
                 JwtAuthenticator::new(DevIssuer::settings(required_scopes.clone()), keys)
                     .with_metrics(metrics)
-                    .with_assigner(assigner),
+                    .with_assigner(assigner)
+                    .with_dpop(dpop.clone()),
             )
         }
         (AuthConfig::Jwt { settings, keys, refresh_interval }, _) => {
@@ -136,7 +138,8 @@ async fn build_auth(
             Arc::new(
                 JwtAuthenticator::new(settings.clone(), KeySource::Remote(remote))
                     .with_metrics(metrics)
-                    .with_assigner(assigner),
+                    .with_assigner(assigner)
+                    .with_dpop(dpop.clone()),
             )
         }
         (AuthConfig::None, _) => Arc::new(NoAuth::default()),
@@ -240,7 +243,7 @@ pub(crate) async fn build_state_with(
     let state = AppState::new(Shared {
         store,
         catalog,
-        auth: build_auth(&cfg.auth, dev.as_ref(), auth_metrics, &policies).await?,
+        auth: build_auth(&cfg.auth, &cfg.dpop, dev.as_ref(), auth_metrics, &policies).await?,
         config: Arc::new(transport),
         shutdown,
         calls: tokio_util::task::TaskTracker::new(),

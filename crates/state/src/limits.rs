@@ -88,6 +88,10 @@ pub struct Admission<'a> {
     /// The id (`jti`) of the token the request came with, if it has one: a revocation of that one token refuses
     /// it ([`crate::RevocationStore`]).
     pub token_id: Option<&'a str>,
+    /// The DPoP proof the request came with (its id, and how long to remember it): recorded in this round trip
+    /// under the user's hash tag, and refused ([`Refusal::Replayed`]) if any replica recorded it before. An
+    /// admission with a proof is never batched with another.
+    pub proof: Option<(&'a str, Duration)>,
 }
 
 impl<'a> Admission<'a> {
@@ -103,6 +107,7 @@ impl<'a> Admission<'a> {
             release: None,
             read_task: None,
             token_id: None,
+            proof: None,
             count_sessions: true,
         }
     }
@@ -146,6 +151,9 @@ pub enum Refusal {
     /// The principal, or the token the request came with, is revoked ([`crate::RevocationStore`]): nothing was
     /// taken.
     Revoked,
+    /// The DPoP proof the request came with was recorded before (a replay, on this replica or another): nothing
+    /// was taken.
+    Replayed,
 }
 
 /// The result of one admission.

@@ -301,6 +301,7 @@ contract!(
     scripts_reload_after_the_cache_empties,
     membership_records_each_replicas_layout,
     declarations_are_compared_per_fact_and_expire,
+    dpop_proofs_are_admitted_once_on_any_replica,
     policy_versions_are_stored_and_announced,
     revocations_refuse_in_the_admission_and_are_listed_and_announced,
     tenant_windows_lease_what_is_left_to_any_replica,
@@ -2397,4 +2398,39 @@ async fn declarations_are_compared_per_fact_and_expire(kind: Kind) {
     assert_eq!(a.declare(&fact, "a", "sha256:one", ttl).await.expect("declare"), vec!["sha256:one".to_owned()]);
     b.declare(&fact, "b", "sha256:two", ttl).await.expect("declare");
     assert_eq!(b.declare(&fact, "b", "", Duration::ZERO).await.expect("withdraw"), vec!["sha256:one".to_owned()]);
+}
+
+/// A DPoP proof rides on its admission: the first admission with it is admitted (and records it), the same proof
+/// again is refused on any replica, with nothing taken from the bucket, until it can no longer be accepted; another
+/// user's proof with the same id is another proof; a session touch and a slot ride along as usual; every key
+/// expires.
+async fn dpop_proofs_are_admitted_once_on_any_replica(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let (s, b) = (h.store(), h.replica().await);
+    let (alice, bob) = (user(&format!("alice-{}", next())), user(&format!("bob-{}", next())));
+    let spec = BucketSpec { name: "tb".to_owned(), capacity: 10.0, per_second: 1.0 };
+    let key = SessionKey { user: alice.clone(), id: session_id() };
+    create(s, &key, &new_session(LONG)).await.expect("create");
+    let ttl = Duration::from_millis(400);
+    let with = |id| Admission { bucket: Some(&spec), proof: Some((id, ttl)), ..admission(&alice) };
+    let first = admit(s, &with("p-1")).await;
+    assert_eq!(first.refused, None);
+    let again = admit(&*b, &with("p-1")).await;
+    assert_eq!(again.refused, Some(Refusal::Replayed), "the same proof through another replica");
+    assert_eq!(admit(s, &with("p-1")).await.refused, Some(Refusal::Replayed), "and through the first");
+    let other = admit(&*b, &with("p-2")).await;
+    assert_eq!(other.refused, None);
+    let taken = 10.0 - other.bucket.expect("reading").tokens;
+    assert!((taken - 2.0).abs() < 0.2, "the replays took nothing: {taken} tokens taken");
+    let bobs = Admission { bucket: Some(&spec), proof: Some(("p-1", ttl)), ..admission(&bob) };
+    assert_eq!(admit(s, &bobs).await.refused, None, "another user's proof id is another proof");
+    let touch = Admission { session: SessionOp::Touch(&key.id), proof: Some(("p-3", ttl)), ..admission(&alice) };
+    let touched = admit(&*b, &touch).await;
+    assert_eq!(touched.refused, None);
+    assert!(touched.session.is_some(), "the session is touched in the same round trip");
+    assert_eq!(admit(s, &touch).await.refused, Some(Refusal::Replayed));
+    // Remembered as long as it could be accepted, no longer.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(admit(&*b, &with("p-1")).await.refused, None, "forgotten after its time");
+    assert_all_keys_expire(&h);
 }

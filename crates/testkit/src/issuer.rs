@@ -109,6 +109,49 @@ impl TestKey {
     }
 }
 
+impl TestKey {
+    /// The RFC 7638 SHA-256 thumbprint of the public key (what a DPoP-bound token's `cnf.jkt` names).
+    #[must_use]
+    pub fn thumbprint(&self) -> String {
+        let j = &self.jwk;
+        let members: &[&str] = match j["kty"].as_str() {
+            Some("EC") => &["crv", "kty", "x", "y"],
+            Some("RSA") => &["e", "kty", "n"],
+            _ => &["crv", "kty", "x"],
+        };
+        let fields: Vec<String> = members.iter().map(|m| format!("\"{m}\":{}", j[*m])).collect();
+        let canonical = format!("{{{}}}", fields.join(","));
+        URL_SAFE_NO_PAD.encode(<sha2::Sha256 as sha2::Digest>::digest(canonical.as_bytes()))
+    }
+
+    /// A DPoP proof (RFC 9449) signed by this key, for a request with `htm` to `htu` carrying `token` (its `ath`):
+    /// header `typ: dpop+jwt`, this key's `alg` and public `jwk`; claims `jti` (random), `htm`, `htu`, `iat`
+    /// (now) and `ath`. Change anything with the builder's methods before signing.
+    #[must_use]
+    pub fn dpop_proof(&self, htm: &str, htu: &str, token: Option<&str>) -> TokenBuilder {
+        let mut header = Map::new();
+        header.insert("alg".into(), serde_json::to_value(self.alg).expect("alg"));
+        header.insert("typ".into(), json!("dpop+jwt"));
+        let mut jwk = self.jwk.clone();
+        if let Value::Object(o) = &mut jwk {
+            o.remove("kid");
+            o.remove("use");
+        }
+        header.insert("jwk".into(), jwk);
+        let jti: [u8; 16] = rand::random();
+        let mut claims = Map::new();
+        claims.insert("jti".into(), json!(URL_SAFE_NO_PAD.encode(jti)));
+        claims.insert("htm".into(), json!(htm));
+        claims.insert("htu".into(), json!(htu));
+        claims.insert("iat".into(), json!(epoch_secs()));
+        if let Some(t) = token {
+            let ath = URL_SAFE_NO_PAD.encode(<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+            claims.insert("ath".into(), json!(ath));
+        }
+        TokenBuilder { header, claims, key: self.encoding.clone(), alg: self.alg }
+    }
+}
+
 /// A token being built: any header or claim can be set or removed.
 #[derive(Clone)]
 pub struct TokenBuilder {

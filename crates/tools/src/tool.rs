@@ -463,6 +463,8 @@ mod tests {
             claims: std::sync::Arc::default(),
             plan: None,
             token_id: None,
+            proof: None,
+            bound_to: None,
         })
     }
 

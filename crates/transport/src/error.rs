@@ -4,6 +4,7 @@
 use crate::origin::Forbidden;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use mcpfleet_auth::dpop::DpopMode;
 use mcpfleet_auth::{AuthError, ProtectedResource};
 use mcpfleet_limits::{Cap, LimitError};
 use mcpfleet_state::StateError;
@@ -69,7 +70,11 @@ pub enum TransportError {
     Unavailable(#[source] StateError),
     /// A refusal by the authenticator or a scope check, with its `WWW-Authenticate` challenge.
     #[error("{message}")]
-    Unauthorized { status: StatusCode, challenge: HeaderValue, message: String },
+    Unauthorized { status: StatusCode, challenge: HeaderValue, message: String, nonce: Option<HeaderValue> },
+    /// The request's DPoP proof was used before, through this replica or another: 401 with a DPoP
+    /// `invalid_dpop_proof` challenge.
+    #[error("the DPoP proof was used before: send a fresh proof with every request")]
+    ProofReplayed,
     /// The caller's plan does not allow the tool (docs/POLICY.md): 403 like a missing scope, but without a
     /// challenge, since no token the caller can get changes it.
     #[error("the plan of this principal does not allow the tool {0}; signing in again does not change that")]
@@ -102,6 +107,7 @@ impl From<LimitError> for TransportError {
         match e {
             LimitError::SessionNotFound => Self::SessionNotFound,
             LimitError::Revoked => Self::Revoked,
+            LimitError::ProofReplayed => Self::ProofReplayed,
             LimitError::SessionConflict => Self::Unavailable(StateError::Conflict),
             other => Self::Limit(other),
         }
@@ -112,24 +118,52 @@ impl From<LimitError> for TransportError {
 /// sent, 401 `invalid_token`, 400 `invalid_request`, 403 `insufficient_scope` naming the scopes. Every challenge
 /// points to the resource metadata.
 #[must_use]
-pub(crate) fn auth_rejection(app: &crate::AppState, e: AuthError) -> TransportError {
+pub(crate) fn auth_rejection(app: &crate::AppState, e: AuthError, used_dpop: bool) -> TransportError {
     let reason = match &e {
         AuthError::MissingCredentials => "missing_token",
         AuthError::InvalidRequest(_) => "invalid_request",
         AuthError::InvalidToken(_) => "invalid_token",
+        AuthError::InvalidProof(_) | AuthError::UseDpopNonce(_) => "invalid_dpop_proof",
         AuthError::InsufficientScope(_) => "insufficient_scope",
         AuthError::KeysUnavailable | AuthError::KeySource(_) => "keys_unavailable",
     };
     app.metrics.auth_refusals.with_label_values(&[reason]).inc();
     // `--auth dev`: the metadata under the host the client used; otherwise the configured resource's.
     let dev = crate::origin::request_resource(app);
-    challenge(e, dev.as_ref().or(app.config.protected_resource.as_ref()))
+    let schemes = Schemes { dpop: app.config.dpop, used_dpop };
+    challenge(e, dev.as_ref().or(app.config.protected_resource.as_ref()), schemes)
 }
 
-fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportError {
+/// Which challenges a refusal carries: `Bearer` (RFC 6750), `DPoP` (RFC 9449, with the algorithms accepted), or
+/// both, after the server's `--dpop` and the scheme the request used.
+#[derive(Clone, Copy)]
+struct Schemes {
+    dpop: DpopMode,
+    used_dpop: bool,
+}
+
+/// `DPoP` and its `algs`.
+fn dpop_challenge() -> String {
+    format!("DPoP algs=\"{}\"", mcpfleet_auth::dpop::ALGS.join(" "))
+}
+
+fn challenge(e: AuthError, resource: Option<&ProtectedResource>, schemes: Schemes) -> TransportError {
     let mut params: Vec<String> = Vec::new();
+    let mut nonce = None;
     let description = |params: &mut Vec<String>, d: &str| params.push(format!("error_description=\"{d}\""));
+    let proof_error = matches!(e, AuthError::InvalidProof(_) | AuthError::UseDpopNonce(_));
     let status = match &e {
+        AuthError::InvalidProof(d) => {
+            params.push("error=\"invalid_dpop_proof\"".to_owned());
+            description(&mut params, d);
+            StatusCode::UNAUTHORIZED
+        }
+        AuthError::UseDpopNonce(n) => {
+            params.push("error=\"use_dpop_nonce\"".to_owned());
+            description(&mut params, "send the nonce of the DPoP-Nonce header in the proof");
+            nonce = HeaderValue::from_str(n).ok();
+            StatusCode::UNAUTHORIZED
+        }
         AuthError::MissingCredentials => StatusCode::UNAUTHORIZED,
         AuthError::InvalidRequest(d) => {
             params.push("error=\"invalid_request\"".to_owned());
@@ -166,9 +200,21 @@ fn challenge(e: AuthError, resource: Option<&ProtectedResource>) -> TransportErr
             params.push(format!("scope=\"{}\"", r.required_scopes.join(" ")));
         }
     }
-    let challenge = if params.is_empty() { "Bearer".to_owned() } else { format!("Bearer {}", params.join(", ")) };
+    let with = |scheme: &str, params: &[String]| {
+        if params.is_empty() { scheme.to_owned() } else { format!("{scheme} {}", params.join(", ")) }
+    };
+    let metadata: Vec<String> =
+        resource.map(|r| format!("resource_metadata=\"{}\"", r.metadata_url())).into_iter().collect();
+    let challenge = match schemes.dpop {
+        DpopMode::Off => with("Bearer", &params),
+        // The refusal of a DPoP request, or any under `require`: one DPoP challenge, with the error.
+        DpopMode::Require => with(&dpop_challenge(), &params),
+        DpopMode::Allow if proof_error || schemes.used_dpop => with(&dpop_challenge(), &params),
+        // A Bearer request, or none: the Bearer challenge with the error, and DPoP offered beside it.
+        DpopMode::Allow => format!("{}, {}", with("Bearer", &params), with(&dpop_challenge(), &metadata)),
+    };
     let challenge = HeaderValue::from_str(&challenge).unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
-    TransportError::Unauthorized { status, challenge, message: e.to_string() }
+    TransportError::Unauthorized { status, challenge, message: e.to_string(), nonce }
 }
 
 impl From<StateError> for TransportError {
@@ -279,7 +325,7 @@ impl TransportError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Unauthorized { status, .. } => (*status, code::SERVER_ERROR),
             Self::NotInPlan(_) => (StatusCode::FORBIDDEN, code::SERVER_ERROR),
-            Self::Revoked => (StatusCode::UNAUTHORIZED, code::SERVER_ERROR),
+            Self::Revoked | Self::ProofReplayed => (StatusCode::UNAUTHORIZED, code::SERVER_ERROR),
             Self::AuthUnavailable => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             Self::Limit(LimitError::Unavailable { .. } | LimitError::Config(_)) => {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)
@@ -361,8 +407,20 @@ impl TransportError {
             Self::MethodNotAllowed => {
                 resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             }
-            Self::Unauthorized { challenge: c, .. } => {
+            Self::Unauthorized { challenge: c, nonce, .. } => {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+                if let Some(n) = nonce {
+                    resp.headers_mut().insert("dpop-nonce", n);
+                }
+            }
+            Self::ProofReplayed => {
+                let c = format!(
+                    "{}, error=\"invalid_dpop_proof\", error_description=\"the DPoP proof was used before\"",
+                    dpop_challenge()
+                );
+                if let Ok(c) = HeaderValue::from_str(&c) {
+                    resp.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+                }
             }
             Self::Revoked => {
                 resp.headers_mut().insert(

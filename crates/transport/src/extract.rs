@@ -30,7 +30,15 @@ impl FromRequestParts<AppState> for Caller {
         origin::check(&parts.headers, &app.config.allowed_origins, &app.config.allowed_hosts)?;
         match app.auth.authenticate(parts).await {
             Ok(p) => Ok(Self(p)),
-            Err(e) => Err(auth_rejection(app, e)),
+            Err(e) => {
+                let used_dpop = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.split_once(' '))
+                    .is_some_and(|(s, _)| s.eq_ignore_ascii_case("dpop"));
+                Err(auth_rejection(app, e, used_dpop))
+            }
         }
     }
 }

@@ -120,6 +120,8 @@ pub struct TransportConfig {
     pub idempotency_ttl: Duration,
     /// Tasks (the 2026-07-28 tasks extension): workers, queue shards, lease, TTL and poll interval.
     pub tasks: TaskConfig,
+    /// Whether DPoP-bound tokens are taken (`--dpop`): which challenges a refusal carries.
+    pub dpop: mcpfleet_auth::dpop::DpopMode,
 }
 
 impl Default for TransportConfig {
@@ -150,6 +152,7 @@ impl Default for TransportConfig {
             cache_ttl: Duration::from_secs(300),
             idempotency_ttl: Duration::from_secs(24 * 3600),
             tasks: TaskConfig::default(),
+            dpop: mcpfleet_auth::dpop::DpopMode::Off,
         }
     }
 }

@@ -108,14 +108,14 @@ pub(crate) fn allowed_host(headers: &HeaderMap, allowed: &[HostPattern]) -> Opti
 }
 
 /// The request headers a browser client of `/mcp` sends (besides the CORS-safelisted ones): the MCP headers of
-/// both generations, the bearer token, W3C trace context and the request id. `Mcp-Param-*` headers (2026-07-28,
+/// both generations, the access token and its DPoP proof, W3C trace context and the request id. `Mcp-Param-*` headers (2026-07-28,
 /// named after a tool's parameters) are allowed when asked for, by name.
 const MCP_REQUEST_HEADERS: &str = "authorization, content-type, accept, mcp-session-id, mcp-protocol-version, \
-     last-event-id, mcp-method, mcp-name, traceparent, tracestate, x-request-id";
-/// The answer headers a browser client may read: the session, the version, the challenges, the rate limits and
-/// the request id.
-const EXPOSED_HEADERS: &str =
-    "mcp-session-id, mcp-protocol-version, www-authenticate, retry-after, ratelimit, ratelimit-policy, x-request-id";
+     last-event-id, mcp-method, mcp-name, dpop, traceparent, tracestate, x-request-id";
+/// The answer headers a browser client may read: the session, the version, the challenges and the DPoP nonce, the
+/// rate limits and the request id.
+const EXPOSED_HEADERS: &str = "mcp-session-id, mcp-protocol-version, www-authenticate, dpop-nonce, retry-after, \
+     ratelimit, ratelimit-policy, x-request-id";
 /// How long a browser may keep a preflight's answer: two hours, Chromium's own cap. The allowlist still decides
 /// every answer (a removed origin loses `Access-Control-Allow-Origin` at once); only the preflight is skipped.
 const PREFLIGHT_MAX_AGE: &str = "7200";
@@ -143,7 +143,7 @@ impl CorsFor {
     fn headers(self) -> &'static str {
         match self {
             Self::Mcp => MCP_REQUEST_HEADERS,
-            Self::OAuth => "authorization, content-type, accept, mcp-protocol-version",
+            Self::OAuth => "authorization, content-type, accept, mcp-protocol-version, dpop",
         }
     }
 }

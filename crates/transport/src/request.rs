@@ -14,6 +14,7 @@ use mcpfleet_limits::{self as limits, Granted, LimitError, Refused};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) type Result<T, E = TransportError> = std::result::Result<T, E>;
 
@@ -26,12 +27,14 @@ pub(crate) struct Asker<'a> {
     peer: Option<IpAddr>,
     /// The caller's token, for a tool's downstream tokens (only when downstreams are configured).
     pub(crate) subject: Option<mcpfleet_downstream::SubjectToken>,
+    /// The caller's DPoP proof has gone into an admission.
+    proof_used: AtomicBool,
 }
 
 impl<'a> Asker<'a> {
     pub(crate) fn new(app: &AppState, caller: &'a Principal, peer: Option<Extension<PeerAddr>>) -> Self {
         let peer = peer.filter(|_| app.config.rate_key_by_peer).map(|Extension(p)| p.0.ip());
-        Self { caller, plan: app.policy.plan_of(caller), peer, subject: None }
+        Self { caller, plan: app.policy.plan_of(caller), peer, subject: None, proof_used: AtomicBool::new(false) }
     }
 
     /// The same asker, with the caller's token for downstream exchanges.
@@ -44,6 +47,9 @@ impl<'a> Asker<'a> {
         limits::Request {
             plan: Some(&self.plan.limits),
             token_id: self.caller.token_id.as_deref(),
+            // The request's DPoP proof rides on its first admission only: a second admission of the same request
+            // (none is expected) must not find its own record and call it a replay.
+            proof: self.caller.proof.as_ref().filter(|_| !self.proof_used.swap(true, Ordering::Relaxed)),
             ..limits::Request::new(&self.caller.user, self.peer)
         }
     }

@@ -10,6 +10,7 @@
 //! The spans go to the global tracer provider the server installs (an OTLP exporter when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set; otherwise nothing is exported, but trace ids are still real).
 
+use crate::metrics::Operation;
 use mcpfleet_core::ProtocolVersion;
 use mcpfleet_tools::JsonObject;
 use opentelemetry::trace::{
@@ -18,7 +19,6 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, global};
 use serde_json::Value;
-use crate::metrics::Operation;
 use std::time::Instant;
 
 const TRACER: &str = "mcpfleet";

@@ -43,14 +43,25 @@ pub(crate) fn public_json(value: serde_json::Value) -> Response {
 pub(crate) async fn resource_metadata(State(app): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(dev) = &app.config.dev_oauth {
         return match allowed_host(&headers, &app.config.allowed_hosts) {
-            Some(host) => public_json(dev.protected_resource(&host).document()),
+            Some(host) => public_json(with_dpop(&app, dev.protected_resource(&host).document())),
             None => refusal(StatusCode::FORBIDDEN, "host not allowed"),
         };
     }
     match &app.config.protected_resource {
-        Some(pr) => public_json(pr.document()),
+        Some(pr) => public_json(with_dpop(&app, pr.document())),
         None => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+/// The metadata with what `--dpop` adds: the proof algorithms accepted (RFC 9449 §5.1) and, under `require`,
+/// that only DPoP-bound tokens are (RFC 9728 §2).
+fn with_dpop(app: &AppState, mut doc: serde_json::Value) -> serde_json::Value {
+    use mcpfleet_auth::dpop::{ALGS, DpopMode};
+    if app.config.dpop != DpopMode::Off {
+        doc["dpop_signing_alg_values_supported"] = serde_json::json!(ALGS);
+        doc["dpop_bound_access_tokens_required"] = serde_json::json!(app.config.dpop == DpopMode::Require);
+    }
+    doc
 }
 
 pub(crate) async fn dev_jwks(State(app): State<AppState>) -> Response {

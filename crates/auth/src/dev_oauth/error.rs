@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-/// An error code of RFC 6749 §4.1.2.1 and §5.2, RFC 7591 §3.2.2 and RFC 8707 §2.
+/// An error code of RFC 6749 §4.1.2.1 and §5.2, RFC 7591 §3.2.2, RFC 8707 §2 and RFC 9449 §5.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorCode {
     InvalidRequest,
@@ -22,6 +22,8 @@ pub enum ErrorCode {
     InvalidClientMetadata,
     /// The token could not be signed (the transport answers 500).
     ServerError,
+    /// RFC 9449 §5: the token request's DPoP proof does not verify.
+    InvalidDpopProof,
 }
 
 impl ErrorCode {
@@ -39,6 +41,7 @@ impl ErrorCode {
             Self::InvalidRedirectUri => "invalid_redirect_uri",
             Self::InvalidClientMetadata => "invalid_client_metadata",
             Self::ServerError => "server_error",
+            Self::InvalidDpopProof => "invalid_dpop_proof",
         }
     }
 }

@@ -131,6 +131,7 @@ impl DevAuthServer {
             "issuer": issuer,
             "authorization_endpoint": format!("{issuer}{AUTHORIZE_PATH}"),
             "token_endpoint": format!("{issuer}{TOKEN_PATH}"),
+            "dpop_signing_alg_values_supported": crate::dpop::ALGS,
             "registration_endpoint": format!("{issuer}{REGISTER_PATH}"),
             "jwks_uri": format!("{issuer}{JWKS_PATH}"),
             "scopes_supported": self.grantable_scopes(),

@@ -37,9 +37,10 @@ impl DevAuthServer {
         }
         let p = params(body)?;
         let client_id = self.authenticate_client(headers, &p)?;
+        let bind = dpop_key(headers, now)?;
         let answer = match p.get("grant_type").map(String::as_str) {
-            Some("authorization_code") => self.exchange_code(&client_id, &p, now),
-            Some("refresh_token") => self.refresh(&client_id, &p, now),
+            Some("authorization_code") => self.exchange_code(&client_id, &p, now, bind.as_deref()),
+            Some("refresh_token") => self.refresh(&client_id, &p, now, bind.as_deref()),
             Some(_) => Err(OAuthError::new(
                 ErrorCode::UnsupportedGrantType,
                 "grant_type must be authorization_code or refresh_token",
@@ -105,7 +106,13 @@ impl DevAuthServer {
         }
     }
 
-    fn exchange_code(&self, client_id: &str, p: &BTreeMap<String, String>, now: u64) -> Result<Value, OAuthError> {
+    fn exchange_code(
+        &self,
+        client_id: &str,
+        p: &BTreeMap<String, String>,
+        now: u64,
+        bind: Option<&str>,
+    ) -> Result<Value, OAuthError> {
         let grant = |d: &str| OAuthError::new(ErrorCode::InvalidGrant, d);
         let code = p.get("code").ok_or_else(|| invalid_request("code is required"))?;
         let code: Code = self.sealer.open(CODE, code).ok_or_else(|| grant("the authorization code is not valid"))?;
@@ -133,10 +140,16 @@ impl DevAuthServer {
         if p.get("resource").is_some_and(|r| *r != code.a) {
             return Err(OAuthError::new(ErrorCode::InvalidTarget, "resource differs from the authorization request's"));
         }
-        self.issue("authorization_code", client_id, &code.u, &code.s, &code.s, &code.a, now)
+        self.issue("authorization_code", client_id, &code.u, &code.s, &code.s, &code.a, now, bind)
     }
 
-    fn refresh(&self, client_id: &str, p: &BTreeMap<String, String>, now: u64) -> Result<Value, OAuthError> {
+    fn refresh(
+        &self,
+        client_id: &str,
+        p: &BTreeMap<String, String>,
+        now: u64,
+        bind: Option<&str>,
+    ) -> Result<Value, OAuthError> {
         let grant = |d: &str| OAuthError::new(ErrorCode::InvalidGrant, d);
         let token = p.get("refresh_token").ok_or_else(|| invalid_request("refresh_token is required"))?;
         let r: Refresh = self.sealer.open(REFRESH, token).ok_or_else(|| grant("the refresh token is not valid"))?;
@@ -165,10 +178,11 @@ impl DevAuthServer {
                 "resource differs from the one this refresh token is for",
             ));
         }
-        self.issue("refresh_token", client_id, &r.u, &scope, &r.s, &r.a, now)
+        self.issue("refresh_token", client_id, &r.u, &scope, &r.s, &r.a, now, bind)
     }
 
-    /// A new access token (`scope`), and when `scope` includes [`OFFLINE_ACCESS`] a new refresh token
+    /// A new access token (`scope`), bound to the DPoP key `bind` when the request came with a proof (RFC 9449
+    /// §5: `cnf.jkt`, `token_type` `DPoP`), and when `scope` includes [`OFFLINE_ACCESS`] a new refresh token
     /// (`refresh_scope`, the whole original grant: RFC 6749 §6 keeps a new refresh token's scope identical).
     #[expect(clippy::too_many_arguments, reason = "the claims of one grant, named at the two call sites")]
     fn issue(
@@ -180,18 +194,22 @@ impl DevAuthServer {
         refresh_scope: &str,
         resource: &str,
         now: u64,
+        bind: Option<&str>,
     ) -> Result<Value, OAuthError> {
-        let claims = json!({
+        let mut claims = json!({
             "iss": DEV_ISSUER, "aud": [resource, DEV_AUDIENCE], "sub": sub, "scope": scope, "client_id": client_id,
             "iat": now, "exp": now + ACCESS_TTL.as_secs(),
         });
+        if let Some(jkt) = bind {
+            claims["cnf"] = json!({ "jkt": jkt });
+        }
         let access = self.issuer.sign(claims).map_err(|e| {
             tracing::error!(error = %e, "dev sign-in: cannot sign an access token");
             OAuthError::new(ErrorCode::ServerError, "the access token could not be issued")
         })?;
         let mut answer = json!({
             "access_token": access,
-            "token_type": "Bearer",
+            "token_type": if bind.is_some() { "DPoP" } else { "Bearer" },
             "expires_in": ACCESS_TTL.as_secs(),
             "scope": scope,
         });
@@ -210,4 +228,31 @@ impl DevAuthServer {
         tracing::info!(oauth.grant = grant, oauth.refresh_token = offline, "dev sign-in: tokens issued");
         Ok(answer)
     }
+}
+
+/// The key to bind the access token to: the thumbprint of the `DPoP` proof's key, when the token request came with
+/// one (RFC 9449 §5), checked for this endpoint (`POST`, the token URL under the `Host` the client used).
+fn dpop_key(headers: &HeaderMap, now: u64) -> Result<Option<String>, OAuthError> {
+    let mut proofs = headers.get_all("dpop").iter();
+    let proof = match (proofs.next(), proofs.next()) {
+        (None, _) => return Ok(None),
+        (Some(p), None) => p.to_str().map_err(|_| dpop_error("the DPoP proof is not ASCII"))?,
+        (Some(_), Some(_)) => return Err(dpop_error("more than one DPoP proof header")),
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let htu = format!("{}{}", super::issuer_url(host), super::TOKEN_PATH);
+    let settings = crate::dpop::DpopSettings { max_age: DPOP_MAX_AGE, ..crate::dpop::DpopSettings::default() };
+    match crate::dpop::verify_proof(proof, "POST", &htu, None, &settings, now) {
+        Ok(v) => Ok(Some(v.jkt)),
+        Err(crate::AuthError::InvalidProof(d)) => Err(dpop_error(d)),
+        Err(_) => Err(dpop_error("the DPoP proof does not verify")),
+    }
+}
+
+/// How far a token request's proof may be from the clock.
+const DPOP_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// RFC 9449 §5: `invalid_dpop_proof` (400).
+fn dpop_error(d: &str) -> OAuthError {
+    OAuthError::new(ErrorCode::InvalidDpopProof, d)
 }

@@ -12,6 +12,7 @@ mod auth;
 mod cli;
 mod database;
 mod downstream;
+mod dpop;
 mod limits;
 mod policy;
 mod secret;
@@ -161,6 +162,8 @@ struct ServeArgs {
     downstreams: downstream::DownstreamArgs,
     #[command(flatten)]
     skills: skills::SkillArgs,
+    #[command(flatten)]
+    dpop: dpop::DpopArgs,
 }
 
 /// The format of log lines on stderr.
@@ -239,6 +242,9 @@ pub struct Config {
     pub downstreams: Option<DownstreamsConfig>,
     /// `--skills DIR` and its settings (docs/SKILLS.md).
     pub skills: SkillsConfig,
+    /// `--dpop` and its settings (docs/IDENTITY.md#dpop); `resource` is the configured resource URL (none with
+    /// `--auth dev`, where it is the request's host).
+    pub dpop: mcpfleet_auth::dpop::DpopSettings,
     /// Deprecated settings that were used (a `*-ms`/`*-secs` alias, a bare number), one line each: parsing happens
     /// before logging starts, so `run` logs them once it has.
     pub warnings: Vec<String>,
@@ -352,6 +358,11 @@ impl ServeArgs {
         let limits = self.limits.into_config(transport.config.lease_ttl)?;
         let database = self.database.into_config()?;
         let skills = self.skills.into_config()?;
+        let mut dpop = self.dpop.into_config(matches!(identity.auth, AuthConfig::None))?;
+        if matches!(identity.auth, AuthConfig::Jwt { .. }) {
+            dpop.resource = transport.config.protected_resource.as_ref().map(|pr| pr.resource.clone());
+        }
+        transport.config.dpop = dpop.mode;
         let otlp_endpoint = match self.otlp_endpoint.filter(|e| !e.is_empty()) {
             Some(e) if e.starts_with("http://") || e.starts_with("https://") => {
                 Some(e.trim_end_matches('/').to_owned())
@@ -383,6 +394,7 @@ impl ServeArgs {
             policy,
             downstreams,
             skills,
+            dpop,
             warnings,
         })
     }

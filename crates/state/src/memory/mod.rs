@@ -65,6 +65,8 @@ struct Inner {
     revocations: fleet::RevocationsHeld,
     /// URL-mode grants, their refresh locks and the authorizations in progress (see [`fleet`]).
     grants: fleet::GrantsHeld,
+    /// DPoP proofs seen, by (user, proof id), until they could no longer be accepted.
+    proofs: HashMap<(UserKey, String), Instant>,
 }
 
 #[derive(Debug)]
@@ -183,6 +185,7 @@ impl Inner {
         self.slots.retain(|_, set| !set.is_empty());
         self.notices.retain(|_, tx| tx.receiver_count() > 0);
         self.idempotency.retain(|_, (_, exp)| *exp > now);
+        self.proofs.retain(|_, until| *until > now);
     }
 
     /// The live record of `key`, if any (an expired one is dropped).
@@ -404,6 +407,14 @@ impl MemoryStore {
         if g.revocations.refuses(a.user, a.token_id) {
             out.refused = Some(Refusal::Revoked);
             return Ok(out);
+        }
+        if let Some((id, ttl)) = a.proof {
+            // Recorded whatever the decision: a proof seen once is never accepted again.
+            let seen = g.proofs.insert((a.user.clone(), id.to_owned()), now + ttl).is_some_and(|until| until > now);
+            if seen {
+                out.refused = Some(Refusal::Replayed);
+                return Ok(out);
+            }
         }
         if let Some(b) = a.bucket {
             let entry = g

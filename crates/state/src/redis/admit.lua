@@ -5,13 +5,14 @@
 -- hash tag, so a batch is one slot on Redis Cluster. A batch's admissions share one bucket, slot set, window and
 -- their parameters (the replica batches only admissions that do), and each gets the decision it would get alone,
 -- one after the other: the bucket, the slot count and the window are read once and carried from one to the next.
--- KEYS: bucket, slot set, window, the user's revocations, then the user's session index only when the user's
---       sessions are counted for a cap (with no session cap, nothing keeps the index), then session, events, leases
---       for each admission that touches or creates a session, in order (a request without a session, as every
---       2026-07-28 one, has none).
+-- KEYS: bucket, slot set, window, the user's revocations, then a DPoP proof's replay key for a lone admission that
+--       came with a proof, then the user's session index only when the user's sessions are counted for a cap (with
+--       no session cap, nothing keeps the index), then session, events, leases for each admission that touches or
+--       creates a session, in order (a request without a session, as every 2026-07-28 one, has none).
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot ttl ms, 5 window limit
 --       ('' = no window), 6 window ms, 7 the token's revocation field ('j:<jti>', or '-' for a token without an
---       id), 8 how many admissions; then each admission's: op ('' | 'touch' | 'tap' |
+--       id), 8 how many admissions (with a proof: '1:<ms to remember the proof>'); then each admission's: op ('' |
+--       'touch' | 'tap' |
 --       'create'), session id, slot token, and on 'create' only: max sessions (0 = no cap), idle ttl ms, protocol
 --       version, capabilities; then the slot tokens to release (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
@@ -21,7 +22,8 @@
 -- caps and window_reset_ms are all empty (a tap, a request without a session): {code, tokens, wait_ms, lvl, slots,
 -- window_used}; code 0 admitted, 1 bucket empty, 2 no such session, 3 session id taken, 4 session cap (slots = open
 -- sessions), 5 slot cap, 6 window used up, 7 revoked (the principal, field '*' of the revocations, or this token:
--- each field's value is when the revocation ends, in ms; nothing is taken, the releases still apply).
+-- each field's value is when the revocation ends, in ms; nothing is taken, the releases still apply), 8 the DPoP
+-- proof was recorded before (a replay, through any replica: nothing is taken, the releases still apply).
 --
 -- This is the hot path: every tools/call runs it, and one Redis runs it for the whole fleet, one at a time, so it
 -- is written for Redis's instruction count (issues 19 and 32, docs/BENCHMARKS.md). It writes only what changes: a
@@ -38,16 +40,26 @@ local t = call('TIME')
 local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows = string.format('%d', now)
-local m = ARGV[8] + 0
--- The index, when there is one, is the fifth key: the session keys come in threes after it.
-local idx, sk = nil, 5
-if #KEYS % 3 == 2 then idx, sk = KEYS[5], 6 end
+local m, proof = tonumber(ARGV[8]), nil
+if not m then
+  local c = string.find(ARGV[8], ':', 1, true)
+  m, proof = string.sub(ARGV[8], 1, c - 1) + 0, string.sub(ARGV[8], c + 1)
+end
+-- The index, when there is one, follows the revocations (and the proof's key): the session keys come in threes
+-- after it.
+local base = 4
+if proof then base = 5 end
+local idx, sk = nil, base + 1
+if (#KEYS - base) % 3 == 1 then idx, sk = KEYS[base + 1], base + 2 end
 -- Where the releases start: after every admission's arguments (a create carries four more).
 local first, n = 9, #ARGV
 -- A revocation of the principal or of this token refuses every admission of the batch (one read: a key that is
 -- almost always absent).
 local rv = call('HMGET', KEYS[4], '*', ARGV[7])
 local revoked = (rv[1] and rv[1] + 0 > now) or (rv[2] and rv[2] + 0 > now)
+-- A DPoP proof is recorded whatever the decision (one seen once is never accepted again), for as long as it could
+-- be accepted: the key is there already if any replica recorded it.
+local replayed = proof and not call('SET', KEYS[5], '1', 'PX', proof, 'NX')
 for _ = 1, m do
   if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
 end
@@ -98,6 +110,10 @@ for j = 1, m do
   repeat
   if revoked then
     code = 7
+    break
+  end
+  if replayed then
+    code = 8
     break
   end
   if cap then

@@ -169,7 +169,11 @@ impl RedisStore {
         for a in &shared.args {
             inv.arg(a);
         }
-        inv.arg(entries.len());
+        // The count of admissions, and (`<count>:<ms>`) how long to remember the DPoP proof of a lone one.
+        match shared.proof_ttl {
+            Some(ttl) => inv.arg(format!("{}:{ttl}", entries.len())),
+            None => inv.arg(entries.len()),
+        };
         for e in entries {
             inv.arg(e.op).arg(&e.sid).arg(&e.token);
             if let Some((max, ttl, pv, caps)) = &e.create {

@@ -27,6 +27,8 @@ pub(super) struct Shared {
     /// Capacity, per second, slot cap, slot ttl (ms), window limit, window (ms) (`''` for what is off), and the
     /// token's revocation field (`j:<jti>`, or `-`).
     pub(super) args: [String; 7],
+    /// How long to remember the DPoP proof whose replay key follows the revocations (ms), if there is one.
+    pub(super) proof_ttl: Option<u64>,
 }
 
 impl Shared {
@@ -39,7 +41,7 @@ impl Shared {
             // Neither a key nor an argument holds a NUL: the parts cannot run into each other.
             lane.push('\0');
         }
-        Self { lane, keys, args }
+        Self { lane, keys, args, proof_ttl: None }
     }
 }
 

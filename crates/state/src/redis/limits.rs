@@ -28,6 +28,10 @@ impl LimitStore for RedisStore {
         let slot_key = cat(&[&base, ":", set.suffix()]);
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
         let mut keys = vec![bucket_key, slot_key, window_key, cat(&[&base, ":rv"])];
+        // A DPoP proof's replay key: its own admission's (its lane is its own, so it is never batched).
+        if let Some((id, _)) = a.proof {
+            keys.push(cat(&[&base, ":dp:", id]));
+        }
         // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle session's
         // bytes). Each key costs Redis about 1k instructions.
         let counted = match a.session {
@@ -52,7 +56,9 @@ impl LimitStore for RedisStore {
             None => (String::new(), String::new()),
         };
         let revocation = a.token_id.map_or_else(|| "-".to_owned(), |j| cat(&["j:", j]));
-        let shared = Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
+        let mut shared =
+            Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
+        shared.proof_ttl = a.proof.map(|(_, ttl)| ms(ttl));
         let (sid, session_keys) = match a.session {
             SessionOp::None => (String::new(), None),
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => {
@@ -97,9 +103,9 @@ impl LimitStore for RedisStore {
             _ => return Err(StateError::Protocol("bad admit reply")),
         };
         let code = int(code)?;
-        if code == 7 {
+        if code == 7 || code == 8 {
             return Ok(Admitted {
-                refused: Some(Refusal::Revoked),
+                refused: Some(if code == 7 { Refusal::Revoked } else { Refusal::Replayed }),
                 bucket: None,
                 session: None,
                 slots_used: None,

@@ -159,7 +159,11 @@ impl Post<'_> {
         }
         self.record_refused(name, args, CallEnd::Refused, generation);
         self.span.error = Some("insufficient_scope".to_owned());
-        Err(auth_rejection(app, mcpfleet_auth::AuthError::InsufficientScope(required)))
+        Err(auth_rejection(
+            app,
+            mcpfleet_auth::AuthError::InsufficientScope(required),
+            self.asker.caller.proof.is_some(),
+        ))
     }
 
     /// A tool the caller's plan does not list: refused where a missing scope is (before its arguments are read),

@@ -35,6 +35,8 @@ pub(crate) fn principal_from(user: &mcpfleet_state::UserKey, s: &str) -> Option<
         claims: std::sync::Arc::default(),
         plan: None,
         token_id: None,
+        proof: None,
+        bound_to: None,
     })
 }
 
