@@ -40,10 +40,13 @@ fresh() {
 
 # Instructions per call of `redis-benchmark ARGS...` (after an unmeasured warm-up).
 cost() {
-  redis-benchmark -p "$port" -n 1000 -c 16 -r 8 -q "$@" >/dev/null
+  # -r: the range of __rand_int__ (slot tokens cycle over 8; with R_WIDE, DPoP proofs are new every time).
+  local r=8
+  [[ -n "${R_WIDE:-}" ]] && r=1000000000
+  redis-benchmark -p "$port" -n 1000 -c 16 -r "$r" -q "$@" >/dev/null
   callgrind_control -z "$VG" >/dev/null 2>&1
   callgrind_control -i on "$VG" >/dev/null 2>&1
-  redis-benchmark -p "$port" -n "$N" -c 16 -r 8 -q "$@" >/dev/null
+  redis-benchmark -p "$port" -n "$N" -c 16 -r "$r" -q "$@" >/dev/null
   callgrind_control -i off "$VG" >/dev/null 2>&1
   callgrind_control -d "$VG" >/dev/null 2>&1
   sleep 0.5
@@ -53,27 +56,33 @@ cost() {
   echo $((ir / N))
 }
 
-echo "| script | admission | bucket | touch | slot | window | release | fixed | no session | batch of $B, each |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-shared=(1000000 1000000 100000 300000 1000000000 3600000)
+echo "| script | admission | bucket | touch | slot | window | release | fixed | no session | batch of $B, each | DPoP proof |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+shared=(1000000 1000000 100000 300000 1000000000 3600000 -)
 for f in "$@"; do
   fresh
   sha="$("${R[@]}" script load "$(cat "$f")")"
-  # KEYS: bucket, slot set, window, the session index, the session's three. ARGV: capacity, per_second, slot cap,
-  # slot ttl, window limit, window ms, 1 admission: op, session id, slot token; then the release.
-  keys=(7 "$P:tb" "$P:cc" "$P:q:t" "$P:ss" "$P:s:sid1" "$P:ev:sid1" "$P:ls:sid1")
+  # KEYS: bucket, slot set, window, the revocations, the session index, the session's three. ARGV: capacity,
+  # per_second, slot cap, slot ttl, window limit, window ms, the token's revocation field ('-'), 1 admission: op,
+  # session id, slot token; then the release.
+  keys=(8 "$P:tb" "$P:cc" "$P:q:t" "$P:rv" "$P:ss" "$P:s:sid1" "$P:ev:sid1" "$P:ls:sid1")
   run() { cost evalsha "$sha" "${keys[@]}" "$@"; }
-  all=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
-  bucket=$(run '' '' 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
-  touch=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 '' sid1 t__rand_int__ t__rand_int__)
-  slot=$(run 1000000 1000000 '' 300000 1000000000 3600000 1 tap sid1 '' t__rand_int__)
-  window=$(run 1000000 1000000 100000 300000 '' 3600000 1 tap sid1 t__rand_int__ t__rand_int__)
-  release=$(run 1000000 1000000 100000 300000 1000000000 3600000 1 tap sid1 t__rand_int__)
-  fixed=$(run '' '' '' 300000 '' 3600000 1 '' sid1 '')
-  # A request without a session (every 2026-07-28 one): the bucket, slot, window and release, and three keys only.
-  none=$(cost evalsha "$sha" 3 "${keys[@]:1:3}" "${shared[@]}" 1 '' '' t__rand_int__ t__rand_int__)
+  all=$(run 1000000 1000000 100000 300000 1000000000 3600000 - 1 tap sid1 t__rand_int__ t__rand_int__)
+  bucket=$(run '' '' 100000 300000 1000000000 3600000 - 1 tap sid1 t__rand_int__ t__rand_int__)
+  touch=$(run 1000000 1000000 100000 300000 1000000000 3600000 - 1 '' sid1 t__rand_int__ t__rand_int__)
+  slot=$(run 1000000 1000000 '' 300000 1000000000 3600000 - 1 tap sid1 '' t__rand_int__)
+  window=$(run 1000000 1000000 100000 300000 '' 3600000 - 1 tap sid1 t__rand_int__ t__rand_int__)
+  release=$(run 1000000 1000000 100000 300000 1000000000 3600000 - 1 tap sid1 t__rand_int__)
+  fixed=$(run '' '' '' 300000 '' 3600000 - 1 '' sid1 '')
+  # A request without a session (every 2026-07-28 one): the bucket, slot, window and release, and four keys only.
+  none=$(cost evalsha "$sha" 4 "${keys[@]:1:4}" "${shared[@]}" 1 '' '' t__rand_int__ t__rand_int__)
+  # A DPoP proof (issue 36): its replay key after the revocations, and '1:<ms>' as the count. Measured against the
+  # same admission without one, both without the slot, each request's proof new (a wide -r): what the proof adds.
+  plain=$(R_WIDE=1 run 1000000 1000000 '' 300000 1000000000 3600000 - 1 tap sid1 '' '')
+  pkeys=(9 "$P:tb" "$P:cc" "$P:q:t" "$P:rv" "$P:dp:p__rand_int__" "$P:ss" "$P:s:sid1" "$P:ev:sid1" "$P:ls:sid1")
+  proof=$(R_WIDE=1 cost evalsha "$sha" "${pkeys[@]}" 1000000 1000000 '' 300000 1000000000 3600000 - 1:65000 tap sid1 '' '')
   # B touches of B sessions in one call, each with its slot; B releases ride along.
-  bkeys=("$P:tb" "$P:cc" "$P:q:t" "$P:ss")
+  bkeys=("$P:tb" "$P:cc" "$P:q:t" "$P:rv" "$P:ss")
   bargs=()
   brel=()
   for i in $(seq "$B"); do
@@ -82,5 +91,5 @@ for f in "$@"; do
     brel+=("t__rand_int__$i")
   done
   batch=$(cost evalsha "$sha" "${#bkeys[@]}" "${bkeys[@]}" "${shared[@]}" "$B" "${bargs[@]}" "${brel[@]}")
-  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed | $none | $((batch / B)) |"
+  echo "| $f | $all | $((all - bucket)) | $((all - touch)) | $((all - slot)) | $((all - window)) | $((all - release)) | $fixed | $none | $((batch / B)) | $((proof - plain)) |"
 done

@@ -237,3 +237,72 @@ async fn pull_request_scenarios_through_three_replicas() {
     }
     drop(proxy);
 }
+
+/// A witness, like [`pull_request_scenarios_through_three_replicas`]: `auth/dpop-server-validation` (PR #395)
+/// through three replicas with `--dpop require` and the fleet's nonce. The scenario signs its own access tokens (no `kid`, no scope,
+/// `aud` the URL it was given) with a P-256 key this test makes with jose; the replicas trust its public half
+/// (`--jwks-file`). Run at the scenario's own version (2026-07-28: `server/discover`) and at 2025-11-25
+/// (`initialize`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs .tools/conformance-prs/conformance.mjs (tests/conformance-prs/assemble.sh): see docs/TESTING.md"]
+async fn pull_request_dpop_scenario_through_three_replicas() {
+    let bundle = tools_dir().join("conformance-prs/conformance.mjs");
+    assert!(bundle.exists(), "run tests/conformance-prs/assemble.sh first");
+    let dir = tempfile_dir("dpop-witness");
+    let (jwks, private) = (dir.join("issuer.jwks.json"), dir.join("issuer.private.jwk"));
+    let jose = tools_dir().join("node_modules/jose/dist/webapi/index.js");
+    let script = format!(
+        "import * as jose from '{}'; import {{ writeFileSync }} from 'node:fs';\n\
+         const {{ publicKey, privateKey }} = await jose.generateKeyPair('ES256', {{ extractable: true }});\n\
+         writeFileSync('{}', JSON.stringify({{ keys: [{{ ...(await jose.exportJWK(publicKey)), alg: 'ES256', use: 'sig' }}] }}));\n\
+         writeFileSync('{}', JSON.stringify({{ ...(await jose.exportJWK(privateKey)), alg: 'ES256' }}));",
+        jose.display(),
+        jwks.display(),
+        private.display()
+    );
+    let made = Command::new(tools_dir().join("node_modules/.bin/node"))
+        .args(["--input-type=module", "-e", &script])
+        .status()
+        .expect("node");
+    assert!(made.success(), "the issuer's keys");
+    let issuer = "https://conformance-dpop-issuer.example.com";
+    // The proxy first: its URL is the audience and the resource the replicas need.
+    let proxy = RoundRobinProxy::start(vec!["http://127.0.0.1:9".to_owned(); 3]).await;
+    let url = proxy.url();
+    let redis = RedisServer::start();
+    let jwks_file = jwks.to_string_lossy().into_owned();
+    let fleet = Fleet::builder()
+        .replicas(3)
+        .redis(redis.url())
+        .args(["--auth", "jwt", "--jwt-issuer", issuer, "--jwt-audience", &url, "--jwks-file", &jwks_file])
+        .args(["--resource-url", &url, "--required-scope", "", "--dpop", "require"])
+        .args(["--dpop-nonce-key", "witness:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="])
+        .start()
+        .await;
+    for (i, base) in fleet.bases().into_iter().enumerate() {
+        proxy.replace(i, base);
+    }
+    let private_jwk = std::fs::read_to_string(&private).expect("private jwk");
+    let none: &[&str] = &[];
+    for flags in [none, &["--spec-version", "2025-11-25", "--force"][..]] {
+        let (bundle, url, jwk) = (bundle.clone(), url.clone(), private_jwk.clone());
+        let extra: Vec<String> = flags.iter().map(|s| (*s).to_owned()).collect();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(tools_dir().join("node_modules/.bin/node"))
+                .arg(&bundle)
+                .args(["server", "--url", &url, "--scenario", "auth/dpop-server-validation"])
+                .args(&extra)
+                .env("DPOP_ISSUER_PRIVATE_JWK", jwk)
+                .env("DPOP_ISSUER", issuer)
+                .output()
+                .expect("run")
+        })
+        .await
+        .expect("ran");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default();
+        println!("[pull requests] auth/dpop-server-validation {flags:?}: {result}");
+        assert!(out.status.success() && result.contains(" 0 failed"), "{stdout}");
+    }
+    drop(proxy);
+}

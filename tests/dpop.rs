@@ -128,6 +128,11 @@ async fn dpop_proofs_are_checked_on_every_replica_and_accepted_once_across_the_f
         n
     };
     assert_eq!(ok_calls, 4.0, "the replays never ran");
+    let mut replays = 0.0;
+    for r in &t.s.fleet.replicas {
+        replays += scrape(&r.admin()).await[r#"mcp_auth_refusals_total{reason="replayed_dpop_proof"}"#];
+    }
+    assert_eq!(replays, 3.0, "each replay counted where it was refused");
 
     // Every other way a proof can be wrong: refused with a DPoP challenge, before anything runs.
     let other = TestKey::load("ed-1", "other", jsonwebtoken::Algorithm::EdDSA);
@@ -204,6 +209,40 @@ async fn dpop_proofs_are_checked_on_every_replica_and_accepted_once_across_the_f
     let bearer_trips = t.round_trips().await - before;
     assert_eq!(dpop_trips, bearer_trips, "a DPoP call costs the round trips a bearer call does");
     assert_eq!(dpop_trips, 6.0, "one per call");
+
+    // A 2025 session, every request with its own proof for its own method: initialize, a call on the next replica,
+    // the GET stream on the third, DELETE.
+    let http = reqwest::Client::new();
+    let send = |method: reqwest::Method, body: Option<Value>, sid: Option<String>| {
+        let proof = t.key.dpop_proof(method.as_str(), HTU, Some(&token)).sign();
+        let mut rb = http
+            .request(method, t.proxy.url())
+            .header("authorization", format!("DPoP {token}"))
+            .header("dpop", proof)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = sid {
+            rb = rb.header("mcp-session-id", s);
+        }
+        if let Some(b) = body {
+            rb = rb.header("content-type", "application/json").body(b.to_string());
+        }
+        rb.send()
+    };
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "dpop", "version": "1" } } });
+    let r = send(reqwest::Method::POST, Some(init), None).await.expect("initialize");
+    assert_eq!(r.status(), 200);
+    let sid = r.headers()["mcp-session-id"].to_str().expect("sid").to_owned();
+    let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "test_simple_text", "arguments": {} } });
+    let r = send(reqwest::Method::POST, Some(call), Some(sid.clone())).await.expect("call");
+    assert_eq!(r.status(), 200);
+    let r = send(reqwest::Method::GET, None, Some(sid.clone())).await.expect("GET");
+    assert_eq!(r.status(), 200, "the GET stream, its proof for GET");
+    drop(r);
+    let r = send(reqwest::Method::DELETE, None, Some(sid)).await.expect("DELETE");
+    assert_eq!(r.status(), 200);
 
     // The metadata says what is accepted.
     let meta: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource/mcp", t.proxy.origin()))

@@ -90,8 +90,15 @@ pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 const STREAM_KINDS: [&str; 3] = ["call", "listen", "subscription"];
 
 /// The reasons of `mcp_auth_refusals_total`.
-const AUTH_REFUSALS: [&str; 5] =
-    ["missing_token", "invalid_request", "invalid_token", "insufficient_scope", "keys_unavailable"];
+const AUTH_REFUSALS: [&str; 7] = [
+    "missing_token",
+    "invalid_request",
+    "invalid_token",
+    "invalid_dpop_proof",
+    "replayed_dpop_proof",
+    "insufficient_scope",
+    "keys_unavailable",
+];
 
 /// The reasons of `mcp_request_state_refusals_total`.
 const REQUEST_STATE_REFUSALS: [&str; 6] =
@@ -383,6 +390,7 @@ mod tests {
             r#"mcp_requests_total{method="tools/call",status="200"} 0"#,
             r#"mcp_sse_streams_open{kind="subscription"} 0"#,
             r#"mcp_auth_refusals_total{reason="keys_unavailable"} 0"#,
+            r#"mcp_auth_refusals_total{reason="replayed_dpop_proof"} 0"#,
             r#"mcp_request_state_refusals_total{reason="wrong_request"} 0"#,
             "mcp_ready 0",
         ] {

@@ -70,6 +70,11 @@ pub(crate) async fn admit(
         }
         Err(Refused { rate, error }) => {
             info.rate = rate;
+            if matches!(error, LimitError::ProofReplayed) {
+                // A stolen proof, or a client that reuses them: either way someone to look at.
+                app.metrics.auth_refusals.with_label_values(&["replayed_dpop_proof"]).inc();
+                tracing::warn!(principal = req.user.as_str(), "a DPoP proof was presented again: refused");
+            }
             Err(error)
         }
     }
