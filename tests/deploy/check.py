@@ -332,6 +332,7 @@ def install_rules(objects: list[dict], values: dict, api_versions: tuple[str, ..
             if mounts != want or volumes != (wanted_volume if want else []):
                 problems.append(f"{where}: container {c['name']} connects to PostgreSQL: database.caSecret must be mounted at /etc/mcpfleet/database-ca exactly when set")
     problems += downstreams_rules(objects, merged)
+    problems += dpop_and_skills_rules(objects, merged)
     for job in find(objects, "Job"):
         if job["metadata"]["labels"].get("app.kubernetes.io/component") == "policy":
             problems += policy_job_rules(job, objects, merged)
@@ -429,6 +430,35 @@ def downstreams_rules(objects: list[dict], merged: dict) -> list[str]:
         values = [m["path"]["value"] for r in route["spec"]["rules"] for m in r["matches"]]
         if ("/downstream/" in values) != bool(want):
             problems.append("the HTTPRoute must route /downstream/ exactly when URL mode is on (downstreams.keySecret)")
+    return problems
+
+
+def dpop_and_skills_rules(objects: list[dict], merged: dict) -> list[str]:
+    """DPoP (docs/IDENTITY.md#dpop) and skills (docs/SKILLS.md): auth.dpop's flags exactly when its mode is not off,
+    the nonce keys from their Secret (never inline) exactly when one is named; skills.dir, its page size and its
+    digest as flags exactly when a directory is set."""
+    problems = []
+    c = find(objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    args = c["args"]
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in c.get("env", [])}
+    d = merged["auth"]["dpop"]
+    on = d["mode"] != "off"
+    want = [f"--dpop={d['mode']}", f"--dpop-max-age={d['maxAge']}"] if on else []
+    if [a for a in args if a.startswith("--dpop=") or a.startswith("--dpop-max-age=")] != want:
+        problems.append("--dpop and --dpop-max-age must follow auth.dpop, and be absent when its mode is off")
+    secret = d["nonceKeySecret"]
+    nonce = {"name": secret["existingSecret"], "key": secret["key"]} if on and secret["existingSecret"] else None
+    if env.get("MCPFLEET_DPOP_NONCE_KEYS") != nonce:
+        problems.append("MCPFLEET_DPOP_NONCE_KEYS must come from auth.dpop.nonceKeySecret exactly when it is set")
+    if (f"--dpop-nonce-period={d['noncePeriod']}" in args) != bool(nonce):
+        problems.append("--dpop-nonce-period must be passed exactly with the nonce keys")
+    s = merged["skills"]
+    want = []
+    if s["dir"]:
+        want = [f"--skills={s['dir']}", f"--skills-page-size={s['pageSize']}"]
+        want += [f"--skills-digest={s['digest']}"] if s["digest"] else []
+    if [a for a in args if a.startswith("--skills")] != want:
+        problems.append("--skills, --skills-page-size and --skills-digest must follow skills, and be absent without skills.dir")
     return problems
 
 

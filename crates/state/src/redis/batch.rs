@@ -169,9 +169,10 @@ impl RedisStore {
         for a in &shared.args {
             inv.arg(a);
         }
-        // The count of admissions, and (`<count>:<ms>`) how long to remember the DPoP proof of a lone one.
+        // The count of admissions, or, for a lone admission with a DPoP proof (which never joins a lane),
+        // `1:<ms>`: how long to remember the proof.
         match shared.proof_ttl {
-            Some(ttl) => inv.arg(format!("{}:{ttl}", entries.len())),
+            Some(ttl) => inv.arg(format!("1:{ttl}")),
             None => inv.arg(entries.len()),
         };
         for e in entries {

@@ -82,15 +82,16 @@ impl LimitStore for RedisStore {
         let session_key = session_keys.as_ref().map(|[k, ..]| k.clone());
         let releases = a.release.map_or_else(Vec::new, |(_, t)| t.to_vec());
         let entry = Entry { op, sid, token, keys: session_keys, create, releases };
-        // A task poll pipelines the record's read with its admission, and a create goes alone (it is rare, and
-        // its index key is its own): every other admission rides in its lane with the principal's others.
+        // A task poll pipelines the record's read with its admission; a create goes alone (it is rare, and its
+        // index key is its own), and so does an admission with a DPoP proof (its key is its own, and two arrivals of
+        // one proof must be two decisions): every other admission rides in its lane with the principal's others.
         let (reply, task) = match a.read_task {
             Some(key) => {
                 let inv = self.admissions(&shared, &[&entry]);
                 let (reply, record) = self.run_with_read(&inv, &self.task_record_key(key)).await?;
                 (one(split(reply, 1)?)?, Some(tasks::view_of(record)?))
             }
-            None if op == "create" => (self.send_one(&shared, &entry).await?, None),
+            None if op == "create" || a.proof.is_some() => (self.send_one(&shared, &entry).await?, None),
             None => (self.admit_in_lane(shared, entry).await?, None),
         };
         // Nine values, or six without the three that are empty then (admit.lua).

@@ -21,6 +21,7 @@
 //! | `<p>{fleet}:dl:<fact>` / `:dv:<fact>` | zset / hash | the replicas' declarations of a fact the fleet compares (`skills`: the skill set's digest): each declarer's id scored by its declaration's expiry (ms), and its value; renewed every 10 s by `declare.lua`, which drops the expired |
 //! | `<p>{fleet}:policy` | hash | the policy version in force ([`crate::PolicyStore`]): `v` (its number), `doc` (the document), `by`, `at` (ms), `sum` (what it changed); written by `policy.lua`, which also rings the notice channel; never expires |
 //! | `<p>{fleet}:nb` | channel | the fleet's notice channel: `policy:<version>` when a version is stored, `revoke:<user>` when a revocation is made or lifted |
+//! | `<p>{u:<user>}:dp:<proof id>` | string | a DPoP proof seen, set `PX … NX` by `admit.lua` in the admission of the request that carried it, for as long as the proof could be accepted: the same proof again is refused on any replica |
 //! | `<p>{u:<user>}:rv` | hash | the principal's revocations, read by `admit.lua`: `*` (every token) and `j:<jti>` (one token), each when it ends (ms); lives as long as its longest (`revoke.lua`) |
 //! | `<p>{t:<tenant hash>}:tq:<tool>` | string | a tenant's shared fixed window: the uses leased to replicas (`lease.lua`); expires when its window ends |
 //! | `<p>{fleet}:revoked` | hash | the fleet's registry of revocations (`<user>:<field>` → the record `revoke --list` shows), which each replica keeps in memory for when the store is away (`revoked.lua`, which also rings the notice channel) |
