@@ -11,6 +11,7 @@ with a policy of three plans (and revocations in force) against the same replica
     python3 tests/cost-report.py --ladder ROWS.jsonl
     python3 tests/cost-report.py --policy ROWS.jsonl
     python3 tests/cost-report.py --downstreams ROWS.jsonl
+    python3 tests/cost-report.py --dpop ROWS.jsonl
 """
 import json
 import statistics
@@ -221,6 +222,8 @@ if __name__ == "__main__":
         policy(sys.argv[2])
     elif len(sys.argv) == 3 and sys.argv[1] == "--downstreams":
         policy(sys.argv[2], "1 replica, downstreams")
+    elif len(sys.argv) == 3 and sys.argv[1] == "--dpop":
+        policy(sys.argv[2], "1 replica, DPoP")
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

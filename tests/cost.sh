@@ -10,6 +10,7 @@
 #   SET=ladder tests/cost.sh            # where the replica's CPU per call goes, part by part (below)
 #   SET=policy tests/cost.sh            # a policy of three plans against the flags alone (issue 34; below)
 #   SET=downstreams tests/cost.sh       # --downstreams configured, calls that never ask, against none (issue 35)
+#   SET=dpop tests/cost.sh              # DPoP-bound tokens with a proof per call, against bearer tokens (issue 36)
 #
 # Each pair runs every setup once, in turn; the order flips from one pair to the next, so that a drift of the
 # machine during the run falls on both sides. The setups, all on the trivial tool (test_simple_text):
@@ -62,6 +63,11 @@
 # SET=downstreams (issue 35): the same replica with `--downstreams` (an exchange downstream and a URL-mode one, the
 # caller's token carried to every call's context) against none, for calls whose tool never asks for a downstream
 # token: what configuring downstreams costs the calls that do not use them. BASE_BIN does not apply to this set.
+#
+# SET=dpop (issue 36): the same replica with `--dpop require`, the load generator signing a fresh ES256 proof per
+# call (the committed test key crates/testkit/keys/ec-1) for a token bound to it, against bearer tokens: what a
+# proof costs the replica (one signature check per call; the token's verdict stays cached) and Redis (its replay
+# record in the same admission). BASE_BIN does not apply to this set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-5}"
@@ -69,8 +75,9 @@ SECS="${SECS:-8}"
 SESSIONS="${SESSIONS:-16}"
 LOG="${LOG:-info}"
 SET="${SET:-trivial}"
-[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder || "$SET" == policy || "$SET" == downstreams ]] ||
-  { echo "SET is trivial, realistic, ladder, policy or downstreams, not $SET" >&2; exit 64; }
+[[ "$SET" == trivial || "$SET" == realistic || "$SET" == ladder || "$SET" == policy || "$SET" == downstreams ||
+  "$SET" == dpop ]] ||
+  { echo "SET is trivial, realistic, ladder, policy, downstreams or dpop, not $SET" >&2; exit 64; }
 
 . tests/bench-lib.sh
 bench_setup
@@ -81,6 +88,13 @@ KEY="$TMP/dev-key.pem"
 export MCPFLEET_REQUEST_STATE_KEYS="bench:$(head -c 32 /dev/urandom | base64 -w0)"
 TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h)"
 LIMITS=(--auth dev --dev-key-file "$KEY" --max-inflight-per-user 100000 --quota test_simple_text=1000000000/1h)
+# SET=dpop: a token bound to the committed P-256 test key, whose proofs the load generator signs.
+DPOP_KEY=crates/testkit/keys/ec-1.pem
+DPOP_JWK=crates/testkit/keys/ec-1.jwk.json
+if [[ "$SET" == dpop ]]; then
+  JKT="$(python3 -c 'import base64,hashlib,json,sys; j=json.load(open(sys.argv[1])); c=json.dumps({k: j[k] for k in ("crv","kty","x","y")}, separators=(",",":"), sort_keys=True); print(base64.urlsafe_b64encode(hashlib.sha256(c.encode()).digest()).decode().rstrip("="))' "$DPOP_JWK")"
+  DPOP_TOKEN="$("$BIN" token --dev-key-file "$KEY" --sub bench --scope mcp:access --ttl 1h --dpop-jkt "$JKT")"
+fi
 FULL=(--redis-url "$REDIS_URL" "${LIMITS[@]}")
 ROWS="${ROWS:-$TMP/rows.jsonl}"
 : >"$ROWS"
@@ -180,6 +194,7 @@ measure() {
       args=(--url "$RMCP_URL" --pid "$RMCP_PID") ;;
     "1 replica, 3-plan policy") start_replica "${FULL[@]}" --redis-prefix pol: ;;
     "1 replica, downstreams") start_replica "${FULL[@]}" "${DOWNSTREAMS[@]}" ;;
+    "1 replica, DPoP") start_replica "${FULL[@]}" --dpop require ;;
     "1 replica"*) start_replica "${FULL[@]}" ;;
     "in-memory, no auth") start_replica ;;
     "in-memory, JWT and limits") start_replica "${LIMITS[@]}" ;;
@@ -190,7 +205,11 @@ measure() {
   if [[ "$setup" != rmcp ]]; then
     for u in "${URLS[@]}"; do args+=(--url "$u"); done
     for p in "${PIDS[@]}"; do args+=(--pid "$p"); done
-    [[ "$setup" != "in-memory, no auth" ]] && args+=(--token "$TOKEN")
+    if [[ "$setup" == "1 replica, DPoP" ]]; then
+      args+=(--token "$DPOP_TOKEN" --dpop-key "$DPOP_KEY" --dpop-jwk "$DPOP_JWK")
+    elif [[ "$setup" != "in-memory, no auth" ]]; then
+      args+=(--token "$TOKEN")
+    fi
     [[ "$setup" != in-memory* ]] && args+=(--redis-url "$REDIS_URL")
   fi
   SERVER_BIN=""
@@ -220,11 +239,13 @@ fi
 [[ "$SET" == ladder ]] && SETUPS=("rmcp" "in-memory, no auth" "in-memory, JWT and limits" "1 replica")
 [[ "$SET" == policy ]] && SETUPS=("1 replica, flags" "1 replica, 3-plan policy")
 [[ "$SET" == downstreams ]] && SETUPS=("1 replica, flags" "1 replica, downstreams")
+[[ "$SET" == dpop ]] && SETUPS=("1 replica, flags" "1 replica, DPoP")
 what=test_simple_text
 [[ "$SET" == realistic ]] && what="the realistic set (${WORKLOADS[*]})"
 [[ "$SET" == ladder ]] && what="test_simple_text, the full stack part by part"
 [[ "$SET" == policy ]] && what="test_simple_text, the flags against a policy of three plans"
 [[ "$SET" == downstreams ]] && what="test_simple_text, without and with --downstreams (never asked)"
+[[ "$SET" == dpop ]] && what="test_simple_text, bearer tokens against DPoP-bound ones with a proof per call"
 echo "cost per call: $PAIRS pairs, ${SECS} s per setup, $SESSIONS sessions, $what, log level $LOG, $(nproc) cores" >&2
 for pair in $(seq "$PAIRS"); do
   order=("${SETUPS[@]}")
@@ -242,5 +263,6 @@ case "$SET" in
   ladder) python3 tests/cost-report.py --ladder "$ROWS" ;;
   policy) python3 tests/cost-report.py --policy "$ROWS" ;;
   downstreams) python3 tests/cost-report.py --downstreams "$ROWS" ;;
+  dpop) python3 tests/cost-report.py --dpop "$ROWS" ;;
   *) python3 tests/cost-report.py "$ROWS" ;;
 esac

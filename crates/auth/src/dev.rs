@@ -143,12 +143,30 @@ impl DevIssuer {
     /// # Errors
     /// Signing failed.
     pub fn mint(&self, sub: &str, scope: &str, client_id: Option<&str>, ttl: Duration) -> Result<String, AuthError> {
+        self.mint_bound(sub, scope, client_id, ttl, None)
+    }
+
+    /// [`mint`](Self::mint), bound to the DPoP key whose thumbprint is `jkt` (`cnf.jkt`, RFC 9449) when given.
+    ///
+    /// # Errors
+    /// Signing failed.
+    pub fn mint_bound(
+        &self,
+        sub: &str,
+        scope: &str,
+        client_id: Option<&str>,
+        ttl: Duration,
+        jkt: Option<&str>,
+    ) -> Result<String, AuthError> {
         let now = epoch_secs();
-        let claims = json!({
+        let mut claims = json!({
             "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "sub": sub, "scope": scope,
             "client_id": client_id.unwrap_or("mcpfleet-dev"),
             "iat": now, "exp": now + ttl.as_secs(),
         });
+        if let Some(j) = jkt {
+            claims["cnf"] = json!({ "jkt": j });
+        }
         self.sign(claims)
     }
 

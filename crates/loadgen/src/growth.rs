@@ -57,7 +57,7 @@ async fn open_one(
     n: usize,
     stream: bool,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, BenchError> {
-    let s = Session::open(http.clone(), urls.clone(), a.token(n), n, false).await?;
+    let s = Session::open(http.clone(), urls.clone(), a.token(n), a.prover(), n, false).await?;
     if !stream {
         return Ok(None);
     }

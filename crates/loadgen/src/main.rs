@@ -13,6 +13,7 @@
 //!
 //! It is a client: it must not depend on any mcpfleet crate, so that it measures the server from the outside.
 
+mod dpop;
 mod growth;
 mod realistic;
 
@@ -96,6 +97,16 @@ struct Args {
     /// n-th token, round-robin (e.g. `--idle-sessions` under a per-user session cap).
     #[arg(long = "token")]
     tokens: Vec<String>,
+    /// Send every token as `DPoP` with a fresh proof per request, signed with this ES256 key (PKCS#8 PEM); the token
+    /// must be bound to it (`mcpfleet token --dpop-jkt`).
+    #[arg(long, requires = "dpop_jwk")]
+    dpop_key: Option<std::path::PathBuf>,
+    /// The public JWK of `--dpop-key` (a JSON file), for the proofs' header.
+    #[arg(long)]
+    dpop_jwk: Option<std::path::PathBuf>,
+    /// The `htu` of the proofs, when not the URL requested (the server's `--resource-url`).
+    #[arg(long)]
+    dpop_htu: Option<String>,
     /// The `Host` header to send instead of the URL's, e.g. a Kubernetes Service's name reached through a
     /// port-forward or a proxy (the server answers only the hosts of `--allowed-hosts`).
     #[arg(long)]
@@ -153,6 +164,28 @@ struct Args {
 }
 
 impl Args {
+    /// The DPoP prover of `--dpop-key`, if any (made once).
+    fn prover(&self) -> Option<Arc<dpop::Prover>> {
+        static PROVER: std::sync::OnceLock<Option<Arc<dpop::Prover>>> = std::sync::OnceLock::new();
+        PROVER
+            .get_or_init(|| {
+                let (key, jwk) = (self.dpop_key.as_ref()?, self.dpop_jwk.as_ref()?);
+                let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+                let made = read(key).and_then(|pem| {
+                    let jwk = String::from_utf8(read(jwk)?).map_err(|e| e.to_string())?;
+                    dpop::Prover::new(&pem, &jwk, self.dpop_htu.clone())
+                });
+                match made {
+                    Ok(p) => Some(Arc::new(p)),
+                    Err(e) => {
+                        eprintln!("mcpfleet-bench: {e}");
+                        std::process::exit(64);
+                    }
+                }
+            })
+            .clone()
+    }
+
     /// The token of session `n`: the tokens given, round-robin.
     fn token(&self, n: usize) -> Option<String> {
         (!self.tokens.is_empty()).then(|| self.tokens[n % self.tokens.len()].clone())
@@ -210,6 +243,8 @@ struct Session {
     http: reqwest::Client,
     urls: Arc<Vec<String>>,
     token: Option<String>,
+    /// Signs a DPoP proof per request (`--dpop-key`).
+    prover: Option<Arc<dpop::Prover>>,
     id: String,
     /// Speaks 2026-07-28: no session, the version and method in headers.
     stateless: bool,
@@ -236,8 +271,12 @@ impl Session {
         if !self.id.is_empty() {
             rb = rb.header("mcp-session-id", &self.id);
         }
-        if let Some(t) = &self.token {
-            rb = rb.header("authorization", format!("Bearer {t}"));
+        match (&self.token, &self.prover) {
+            (Some(t), Some(p)) => {
+                rb = rb.header("authorization", format!("DPoP {t}")).header("dpop", p.proof(url, t));
+            }
+            (Some(t), None) => rb = rb.header("authorization", format!("Bearer {t}")),
+            _ => {}
         }
         rb
     }
@@ -246,10 +285,11 @@ impl Session {
         http: reqwest::Client,
         urls: Arc<Vec<String>>,
         token: Option<String>,
+        prover: Option<Arc<dpop::Prover>>,
         n: usize,
         stateless: bool,
     ) -> Result<Self, BenchError> {
-        let mut s = Self { http, urls, token, id: String::new(), stateless };
+        let mut s = Self { http, urls, token, prover, id: String::new(), stateless };
         if stateless {
             return Ok(s);
         }
@@ -468,7 +508,7 @@ async fn run(a: Args) -> Result<(), BenchError> {
     };
     let mut sessions = Vec::new();
     for n in 0..a.sessions {
-        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token(n), n, stateless).await?));
+        sessions.push(Arc::new(Session::open(http.clone(), urls.clone(), a.token(n), a.prover(), n, stateless).await?));
     }
     let mut call =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": tool, "arguments": args } });
@@ -519,7 +559,7 @@ async fn idle_memory(a: &Args, http: reqwest::Client, urls: Arc<Vec<String>>) ->
     };
     let before = used(&mut conn).await?;
     let opened: Vec<Result<Session, BenchError>> = futures::stream::iter(0..a.idle_sessions)
-        .map(|n| Session::open(http.clone(), urls.clone(), a.token(n), n, false))
+        .map(|n| Session::open(http.clone(), urls.clone(), a.token(n), a.prover(), n, false))
         .buffer_unordered(16)
         .collect()
         .await;

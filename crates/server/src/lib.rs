@@ -393,7 +393,7 @@ fn run_command(name: &str, parsed: Parsed) -> i32 {
                 eprintln!("{name}: warning: {w}");
             }
             match DevIssuer::load_or_create(&t.key_file)
-                .and_then(|i| i.mint(&t.sub, &t.scope, t.client_id.as_deref(), t.ttl))
+                .and_then(|i| i.mint_bound(&t.sub, &t.scope, t.client_id.as_deref(), t.ttl, t.dpop_jkt.as_deref()))
             {
                 Ok(token) => {
                     println!("{token}");

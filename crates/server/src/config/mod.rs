@@ -108,6 +108,10 @@ struct TokenArgs {
     /// The dev issuer's key file (created if missing), shared with `serve --auth dev`.
     #[arg(long, env = "MCPFLEET_DEV_KEY_FILE")]
     dev_key_file: Option<PathBuf>,
+    /// Bind the token to this DPoP key (its RFC 7638 thumbprint, `cnf.jkt`): it is then usable only with proofs
+    /// signed by that key (`serve --dpop allow|require`).
+    #[arg(long)]
+    dpop_jkt: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -258,6 +262,8 @@ pub struct TokenRequest {
     pub client_id: Option<String>,
     pub ttl: Duration,
     pub key_file: PathBuf,
+    /// The DPoP key to bind the token to (`cnf.jkt`).
+    pub dpop_jkt: Option<String>,
     /// Deprecated flags that were used, for stderr.
     pub warnings: Vec<String>,
 }
@@ -420,6 +426,7 @@ impl TokenArgs {
             client_id: self.client_id,
             ttl,
             key_file: self.dev_key_file.unwrap_or_else(auth::default_dev_key_file),
+            dpop_jkt: self.dpop_jkt,
             warnings,
         })
     }
