@@ -194,9 +194,11 @@ pub fn verify_proof(
         }
     }
     let id = mcpfleet_core::hex(&Sha256::digest(format!("{jkt}:{jti}").as_bytes()));
-    // Accepted until its iat is `max_age` behind the clock; remembered that long, and a little more.
-    let left = Duration::from_secs((iat + window).saturating_sub(now)) + REPLAY_MARGIN;
-    Ok(VerifiedProof { jkt, proof: mcpfleet_core::Proof { id, ttl: left } })
+    // A proof accepted now (its iat at most `max_age` ahead) is accepted until at most twice `max_age` from now:
+    // remembered that long, and a little more. One span for every proof, so that one principal's admissions with
+    // proofs ride together.
+    let ttl = settings.max_age * 2 + REPLAY_MARGIN;
+    Ok(VerifiedProof { jkt, proof: mcpfleet_core::Proof { id, ttl } })
 }
 
 fn allowed(alg: &str) -> Option<Algorithm> {

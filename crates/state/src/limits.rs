@@ -89,8 +89,8 @@ pub struct Admission<'a> {
     /// it ([`crate::RevocationStore`]).
     pub token_id: Option<&'a str>,
     /// The DPoP proof the request came with (its id, and how long to remember it): recorded in this round trip
-    /// under the user's hash tag, and refused ([`Refusal::Replayed`]) if any replica recorded it before. An
-    /// admission with a proof is never batched with another.
+    /// under the user's hash tag, and refused ([`Refusal::Replayed`]) if any replica recorded it before. Admissions
+    /// with proofs are batched only with others with proofs (remembered as long).
     pub proof: Option<(&'a str, Duration)>,
 }
 

@@ -2429,6 +2429,18 @@ async fn dpop_proofs_are_admitted_once_on_any_replica(kind: Kind) {
     assert_eq!(touched.refused, None);
     assert!(touched.session.is_some(), "the session is touched in the same round trip");
     assert_eq!(admit(s, &touch).await.refused, Some(Refusal::Replayed));
+    // Admissions with proofs that arrive together (they may ride in one batch, each proof its own key, the session
+    // touches among them): one of two arrivals of one proof is admitted, the other refused; the rest admitted.
+    let t = SessionOp::Touch(&key.id);
+    let at = |id| Admission { bucket: Some(&spec), session: t, proof: Some((id, ttl)), ..admission(&alice) };
+    let (a1, a2, a3, a4) = (at("p-10"), at("p-11"), at("p-10"), at("p-12"));
+    let (r1, r2, r3, r4) = tokio::join!(s.admit(&a1), s.admit(&a2), s.admit(&a3), s.admit(&a4));
+    let decided: Vec<Option<Refusal>> = [r1, r2, r3, r4].into_iter().map(|r| r.expect("admit").refused).collect();
+    assert_eq!(decided[1], None);
+    assert_eq!(decided[3], None);
+    let mut same = vec![decided[0].clone(), decided[2].clone()];
+    same.sort_by_key(Option::is_some);
+    assert_eq!(same, vec![None, Some(Refusal::Replayed)], "one proof, arriving twice together: {decided:?}");
     // Remembered as long as it could be accepted, no longer.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(admit(&*b, &with("p-1")).await.refused, None, "forgotten after its time");

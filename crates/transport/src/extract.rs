@@ -57,7 +57,9 @@ impl FromRequestParts<AppState> for Subject {
         }
         let raw = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
             let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            // A DPoP-bound token is the caller's token too: the exchange's authorization server decides whether it
+            // takes it as a subject token.
+            (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("dpop")).then(|| token.trim())
         });
         Ok(Self(raw.filter(|t| !t.is_empty()).map(mcpfleet_downstream::SubjectToken::new)))
     }

@@ -5,14 +5,14 @@
 -- hash tag, so a batch is one slot on Redis Cluster. A batch's admissions share one bucket, slot set, window and
 -- their parameters (the replica batches only admissions that do), and each gets the decision it would get alone,
 -- one after the other: the bucket, the slot count and the window are read once and carried from one to the next.
--- KEYS: bucket, slot set, window, the user's revocations, then a DPoP proof's replay key for a lone admission that
---       came with a proof, then the user's session index only when the user's sessions are counted for a cap (with
---       no session cap, nothing keeps the index), then session, events, leases for each admission that touches or
---       creates a session, in order (a request without a session, as every 2026-07-28 one, has none).
+-- KEYS: bucket, slot set, window, the user's revocations, then the user's session index only when the user's
+--       sessions are counted for a cap (with no session cap, nothing keeps the index), then for each admission in
+--       order: session, events, leases when it touches or creates a session (a request without a session, as every
+--       2026-07-28 one, has none), and its DPoP proof's replay key in a batch of admissions with proofs.
 -- ARGV: 1 capacity ('' = no bucket), 2 per_second, 3 slot cap ('' = no slot), 4 slot ttl ms, 5 window limit
 --       ('' = no window), 6 window ms, 7 the token's revocation field ('j:<jti>', or '-' for a token without an
---       id), 8 how many admissions (with a proof: '1:<ms to remember the proof>'); then each admission's: op ('' |
---       'touch' | 'tap' |
+--       id), 8 how many admissions (a batch whose admissions each came with a DPoP proof: '<count>:<ms to remember
+--       each proof>'); then each admission's: op ('' | 'touch' | 'tap' |
 --       'create'), session id, slot token, and on 'create' only: max sessions (0 = no cap), idle ttl ms, protocol
 --       version, capabilities; then the slot tokens to release (earlier calls' ends, riding on this round trip).
 -- A 'tap' is a touch by a replica that keeps the session's fixed fields (pv, caps) itself: it reads and returns
@@ -40,34 +40,36 @@ local t = call('TIME')
 local us = t[2] + 0
 local now = t[1] * 1000 + (us - us % 1000) / 1000
 local nows = string.format('%d', now)
--- The count is at most 32 (two characters); a longer ARGV[8] is a lone admission's '1:<ms>' with a DPoP proof. (An
--- operator, not a function call, decides it: the hot path without a proof pays nothing for it.)
+-- The count is at most 32 (two characters); a longer ARGV[8] is '<count>:<ms>', a batch with DPoP proofs. (An
+-- operator, not a function call, decides it: the hot path without proofs pays nothing for them.)
 local m, proof = nil, nil
 if #ARGV[8] > 2 then
-  m, proof = 1, string.sub(ARGV[8], 3)
+  local c = string.find(ARGV[8], ':', 1, true)
+  m, proof = string.sub(ARGV[8], 1, c - 1) + 0, string.sub(ARGV[8], c + 1)
 else
   m = ARGV[8] + 0
 end
--- The index, when there is one, follows the revocations (and the proof's key): the session keys come in threes
--- after it.
+-- The index, when there is one, is the fifth key: without proofs the session keys come in threes after it.
 local idx, sk = nil, 5
-if proof then
-  sk = 6
-  if #KEYS % 3 == 0 then idx, sk = KEYS[6], 7 end
-elseif #KEYS % 3 == 2 then
-  idx, sk = KEYS[5], 6
-end
+if not proof and #KEYS % 3 == 2 then idx, sk = KEYS[5], 6 end
 -- Where the releases start: after every admission's arguments (a create carries four more).
 local first, n = 9, #ARGV
 -- A revocation of the principal or of this token refuses every admission of the batch (one read: a key that is
 -- almost always absent).
 local rv = call('HMGET', KEYS[4], '*', ARGV[7])
 local revoked = (rv[1] and rv[1] + 0 > now) or (rv[2] and rv[2] + 0 > now)
--- A DPoP proof is recorded whatever the decision (one seen once is never accepted again), for as long as it could
--- be accepted: the key is there already if any replica recorded it.
-local replayed = proof and not call('SET', KEYS[5], '1', 'PX', proof, 'NX')
-for _ = 1, m do
-  if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
+if proof then
+  -- Each admission has its proof's key after its session's: the index is there when the keys outnumber those.
+  local sessions = 0
+  for _ = 1, m do
+    if ARGV[first] ~= '' then sessions = sessions + 1 end
+    if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
+  end
+  if #KEYS > 4 + 3 * sessions + m then idx, sk = KEYS[5], 6 end
+else
+  for _ = 1, m do
+    if ARGV[first] == 'create' then first = first + 7 else first = first + 3 end
+  end
 end
 local rel = first <= n
 -- The replies, one table each; a lone admission's is returned as it is (a table less for Redis to make and send).
@@ -108,9 +110,10 @@ for j = 1, m do
   local op, sid, token = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local tok, wait, slots, wused, wend = '', 0, '', '', ''
   local pv, caps, lvl = '', '', ''
-  -- This admission's session keys, if it names a session.
-  local ks = sk
+  -- This admission's session keys, if it names a session, and its proof's key, in a batch with proofs.
+  local ks, pk = sk, nil
   if op ~= '' then sk = sk + 3 end
+  if proof then pk, sk = sk, sk + 1 end
   local code = 0
   -- One pass (repeat ... until true, not indented): a refusal sets the code and leaves with break.
   repeat
@@ -118,7 +121,9 @@ for j = 1, m do
     code = 7
     break
   end
-  if replayed then
+  -- A DPoP proof is recorded whatever comes next (one seen once is never accepted again), for as long as it could
+  -- be accepted: its key is there already if any replica recorded it, or an admission before in this batch.
+  if pk and not call('SET', KEYS[pk], '1', 'PX', proof, 'NX') then
     code = 8
     break
   end

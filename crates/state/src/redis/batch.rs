@@ -165,14 +165,16 @@ impl RedisStore {
             for k in e.keys.iter().flatten() {
                 inv.key(k);
             }
+            if let Some(k) = &e.proof {
+                inv.key(k);
+            }
         }
         for a in &shared.args {
             inv.arg(a);
         }
-        // The count of admissions, or, for a lone admission with a DPoP proof (which never joins a lane),
-        // `1:<ms>`: how long to remember the proof.
+        // The count of admissions, and (`<count>:<ms>`) how long to remember their DPoP proofs in a lane of them.
         match shared.proof_ttl {
-            Some(ttl) => inv.arg(format!("1:{ttl}")),
+            Some(ttl) => inv.arg(format!("{}:{ttl}", entries.len())),
             None => inv.arg(entries.len()),
         };
         for e in entries {

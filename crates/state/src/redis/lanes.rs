@@ -27,21 +27,26 @@ pub(super) struct Shared {
     /// Capacity, per second, slot cap, slot ttl (ms), window limit, window (ms) (`''` for what is off), and the
     /// token's revocation field (`j:<jti>`, or `-`).
     pub(super) args: [String; 7],
-    /// How long to remember the DPoP proof whose replay key follows the revocations (ms), if there is one.
+    /// How long to remember the DPoP proofs of the lane's admissions (ms): set for a lane of admissions that each
+    /// carry one (one principal's, with the same `--dpop-max-age`), none for the others.
     pub(super) proof_ttl: Option<u64>,
 }
 
 impl Shared {
-    pub(super) fn new(keys: Vec<String>, args: [String; 7]) -> Self {
+    pub(super) fn new(keys: Vec<String>, args: [String; 7], proof_ttl: Option<u64>) -> Self {
         let mut lane = String::with_capacity(
-            keys.iter().map(|k| k.len() + 1).sum::<usize>() + args.iter().map(|a| a.len() + 1).sum::<usize>(),
+            keys.iter().map(|k| k.len() + 1).sum::<usize>() + args.iter().map(|a| a.len() + 1).sum::<usize>() + 24,
         );
         for part in keys.iter().chain(args.iter()) {
             lane.push_str(part);
             // Neither a key nor an argument holds a NUL: the parts cannot run into each other.
             lane.push('\0');
         }
-        Self { lane, keys, args, proof_ttl: None }
+        // Admissions with proofs ride together, apart from those without.
+        if let Some(ttl) = proof_ttl {
+            lane.push_str(&ttl.to_string());
+        }
+        Self { lane, keys, args, proof_ttl }
     }
 }
 
@@ -54,6 +59,8 @@ pub(super) struct Entry {
     pub(super) token: String,
     /// The session's keys (session, events, leases) for a touch or a create.
     pub(super) keys: Option<[String; 3]>,
+    /// The replay key of the DPoP proof the request came with (its lane's `proof_ttl` says how long to keep it).
+    pub(super) proof: Option<String>,
     /// A create's max sessions, idle ttl (ms), protocol version and capabilities.
     pub(super) create: Option<(u64, u64, String, String)>,
     pub(super) releases: Vec<String>,

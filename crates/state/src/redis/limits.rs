@@ -28,10 +28,6 @@ impl LimitStore for RedisStore {
         let slot_key = cat(&[&base, ":", set.suffix()]);
         let window_key = cat(&[&base, ":q:", a.window.map_or("-", |w| w.name.as_str())]);
         let mut keys = vec![bucket_key, slot_key, window_key, cat(&[&base, ":rv"])];
-        // A DPoP proof's replay key: its own admission's (its lane is its own, so it is never batched).
-        if let Some((id, _)) = a.proof {
-            keys.push(cat(&[&base, ":dp:", id]));
-        }
         // The index only when the sessions are counted: with no cap, nothing reads it (issue 32: an idle session's
         // bytes). Each key costs Redis about 1k instructions.
         let counted = match a.session {
@@ -56,9 +52,8 @@ impl LimitStore for RedisStore {
             None => (String::new(), String::new()),
         };
         let revocation = a.token_id.map_or_else(|| "-".to_owned(), |j| cat(&["j:", j]));
-        let mut shared =
-            Shared::new(keys, [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation]);
-        shared.proof_ttl = a.proof.map(|(_, ttl)| ms(ttl));
+        let args = [capacity, per_second, slot_cap, slot_ttl, window_limit, window_ms, revocation];
+        let shared = Shared::new(keys, args, a.proof.map(|(_, ttl)| ms(ttl)));
         let (sid, session_keys) = match a.session {
             SessionOp::None => (String::new(), None),
             SessionOp::Touch(id) | SessionOp::Create { id, .. } => {
@@ -81,17 +76,18 @@ impl LimitStore for RedisStore {
         };
         let session_key = session_keys.as_ref().map(|[k, ..]| k.clone());
         let releases = a.release.map_or_else(Vec::new, |(_, t)| t.to_vec());
-        let entry = Entry { op, sid, token, keys: session_keys, create, releases };
-        // A task poll pipelines the record's read with its admission; a create goes alone (it is rare, and its
-        // index key is its own), and so does an admission with a DPoP proof (its key is its own, and two arrivals of
-        // one proof must be two decisions): every other admission rides in its lane with the principal's others.
+        let proof = a.proof.map(|(id, _)| cat(&[&base, ":dp:", id]));
+        let entry = Entry { op, sid, token, keys: session_keys, proof, create, releases };
+        // A task poll pipelines the record's read with its admission, and a create goes alone (it is rare, and its
+        // index key is its own): every other admission rides in its lane with the principal's others (those with a
+        // DPoP proof in a lane of their own, each proof its own key, decided one after the other).
         let (reply, task) = match a.read_task {
             Some(key) => {
                 let inv = self.admissions(&shared, &[&entry]);
                 let (reply, record) = self.run_with_read(&inv, &self.task_record_key(key)).await?;
                 (one(split(reply, 1)?)?, Some(tasks::view_of(record)?))
             }
-            None if op == "create" || a.proof.is_some() => (self.send_one(&shared, &entry).await?, None),
+            None if op == "create" => (self.send_one(&shared, &entry).await?, None),
             None => (self.admit_in_lane(shared, entry).await?, None),
         };
         // Nine values, or six without the three that are empty then (admit.lua).
