@@ -2438,7 +2438,7 @@ async fn dpop_proofs_are_admitted_once_on_any_replica(kind: Kind) {
     let decided: Vec<Option<Refusal>> = [r1, r2, r3, r4].into_iter().map(|r| r.expect("admit").refused).collect();
     assert_eq!(decided[1], None);
     assert_eq!(decided[3], None);
-    let mut same = vec![decided[0].clone(), decided[2].clone()];
+    let mut same = vec![decided[0], decided[2]];
     same.sort_by_key(Option::is_some);
     assert_eq!(same, vec![None, Some(Refusal::Replayed)], "one proof, arriving twice together: {decided:?}");
     // Remembered as long as it could be accepted, no longer.
