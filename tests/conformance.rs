@@ -212,7 +212,7 @@ async fn pull_request_scenarios_through_three_replicas() {
     let bundle = tools_dir().join("conformance-prs/conformance.mjs");
     assert!(bundle.exists(), "run tests/conformance-prs/assemble.sh first");
     let redis = RedisServer::start();
-    let fleet = Fleet::builder().replicas(3).redis(redis.url()).start().await;
+    let fleet = Fleet::builder().replicas(3).redis(redis.url()).args(["--fixtures", "conformance-draft"]).start().await;
     let proxy = RoundRobinProxy::start(fleet.bases()).await;
     let url = proxy.url();
     let none: &[&str] = &[];

@@ -20,7 +20,9 @@ pub(crate) fn catalog(
 ) -> Result<Arc<dyn Catalog>, ServerError> {
     Ok(match fixtures {
         #[cfg(feature = "fixtures")]
-        Fixtures::Conformance => Arc::new(mcpfleet_fixtures::ConformanceCatalog),
+        Fixtures::Conformance => Arc::new(mcpfleet_fixtures::ConformanceCatalog::default()),
+        #[cfg(feature = "fixtures")]
+        Fixtures::ConformanceDraft => Arc::new(mcpfleet_fixtures::ConformanceCatalog::with_draft()),
         #[cfg(feature = "fixtures")]
         Fixtures::Open => Arc::new(mcpfleet_fixtures::OpenCatalog),
         #[cfg(feature = "reference")]

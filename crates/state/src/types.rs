@@ -44,11 +44,9 @@ pub struct NewSession {
     pub idle_ttl: Duration,
 }
 
-/// A session DELETE ended: how long it lasted (`None` for one a build that did not record its start created) and
-/// the protocol version it was opened with.
+/// A session DELETE ended: the protocol version it was opened with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndedSession {
-    pub lasted: Option<Duration>,
     pub protocol_version: String,
 }
 

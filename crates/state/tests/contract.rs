@@ -514,10 +514,7 @@ async fn sessions_delete(kind: Kind) {
     assert!(s.delete_session(&bob).await.expect("delete as bob").is_none());
     assert!(s.touch_session(&key).await.expect("touch").is_some(), "bob's delete must not end alice's session");
 
-    tokio::time::sleep(Duration::from_millis(30)).await;
     let ended = s.delete_session(&key).await.expect("delete").expect("it existed");
-    let lasted = ended.lasted.expect("its start is recorded");
-    assert!(lasted >= Duration::from_millis(25) && lasted < Duration::from_secs(10), "lasted {lasted:?}");
     assert_eq!(ended.protocol_version, new_session(LONG).protocol_version, "the version it was opened with");
     wait_for(&mut sub, &Ring::Closed).await;
     assert!(s.delete_session(&key).await.expect("delete twice").is_none());

@@ -286,12 +286,34 @@ pub(crate) fn random_token() -> String {
     random_base64::<24>()
 }
 
-/// A new session id: 128 random bits, base64url (22 characters). Unguessable, and it is not the session's only
-/// guard (its owner's key is part of every key it names), so 128 bits are plenty; each idle session keeps its id
-/// in Redis in its key (and in the owner's index while the session cap is on), so the shorter id is part of an
-/// idle session's bytes (issue 32).
+/// A session id: 22 base64url characters of 16 bytes, a tag (`1`), 11 random bytes (88 bits: with the owner
+/// check by key name, far beyond guessing) and the Unix second it was made, big-endian, so that the `DELETE` that
+/// ends it can say how long it lasted without a byte of it in Redis (`mcp_server_session_duration_seconds`).
 pub(crate) fn new_session_id() -> String {
-    random_base64::<16>()
+    use base64::Engine as _;
+    let mut bytes = [0u8; 16];
+    bytes[0] = SESSION_ID_TAG;
+    bytes[1..12].copy_from_slice(&rand::random::<[u8; 11]>());
+    let now = u32::try_from(mcpfleet_core::time::epoch_secs()).unwrap_or(u32::MAX);
+    bytes[12..].copy_from_slice(&now.to_be_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The first byte of a session id that carries its start ([`new_session_id`]).
+const SESSION_ID_TAG: u8 = 1;
+
+/// How long the session `id` has lasted, if its id says when it began (one made by [`new_session_id`]; an id of
+/// a build before it, 16 random bytes, is believed only when it reads as a start in the past year: rarely).
+pub(crate) fn session_age(id: &str) -> Option<std::time::Duration> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(id).ok()?;
+    let bytes: [u8; 16] = bytes.try_into().ok()?;
+    if bytes[0] != SESSION_ID_TAG {
+        return None;
+    }
+    let began = u64::from(u32::from_be_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]));
+    let age = mcpfleet_core::time::epoch_secs().checked_sub(began)?;
+    (age <= 366 * 24 * 3600).then(|| std::time::Duration::from_secs(age))
 }
 
 /// Serves `/mcp` on `listener` until `shutdown` fires, then waits for the open connections to close (every SSE
@@ -350,4 +372,22 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_id_says_when_it_began_and_nothing_else_does() {
+        let id = new_session_id();
+        assert_eq!(id.len(), 22);
+        assert!(mcpfleet_state::SessionId::parse(&id).is_some(), "a valid session id: {id}");
+        assert!(session_age(&id).is_some_and(|a| a.as_secs() <= 1));
+        assert_ne!(new_session_id(), id, "88 random bits");
+        // An id of a build before it (16 random bytes, whose first is not the tag), and ids that are not ours.
+        assert_eq!(session_age("AAAAAAAAAAAAAAAAAAAAAA"), None);
+        assert_eq!(session_age("not base64!"), None);
+        assert_eq!(session_age("AQ"), None);
+    }
 }

@@ -312,12 +312,10 @@ impl TransportMetrics {
         self.operation_duration.with_label_values(&labels).observe(op.started.elapsed().as_secs_f64());
     }
 
-    /// A session ended by DELETE, if its start was recorded.
-    pub(crate) fn observe_session(&self, ended: &mcpfleet_state::EndedSession) {
-        if let Some(lasted) = ended.lasted {
-            let v = ProtocolVersion::parse(&ended.protocol_version).map_or("", ProtocolVersion::as_str);
-            self.session_duration.with_label_values(&[v]).observe(lasted.as_secs_f64());
-        }
+    /// A session ended by DELETE after `lasted`.
+    pub(crate) fn observe_session(&self, ended: &mcpfleet_state::EndedSession, lasted: std::time::Duration) {
+        let v = ProtocolVersion::parse(&ended.protocol_version).map_or("", ProtocolVersion::as_str);
+        self.session_duration.with_label_values(&[v]).observe(lasted.as_secs_f64());
     }
 
     /// Exports the series of the catalog's tools at 0: `mcp_tool_calls_total` for every outcome and

@@ -200,6 +200,10 @@ pub enum Fixtures {
     /// The tools, resources, prompts and completion the MCP conformance suite expects.
     #[cfg(feature = "fixtures")]
     Conformance,
+    /// The conformance set, and the tools of scenarios the conformance repository is still adding whose definitions
+    /// today's SDKs refuse (SEP-2106's array and number output schemas): for those scenarios only.
+    #[cfg(feature = "fixtures")]
+    ConformanceDraft,
     /// The reference tools (search_docs, get_customer_summary, create_refund_draft, confirm_refund_draft,
     /// export_report, get_ticket): on PostgreSQL with --database-url (any number of replicas), else over in-process
     /// demo data (one replica only).

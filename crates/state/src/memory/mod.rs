@@ -88,7 +88,6 @@ struct Session {
     info: SessionInfo,
     ttl: Duration,
     expires: Instant,
-    began: Instant,
     streams: u64,
     holder: Option<String>,
     request_ids: HashMap<u64, String>,
@@ -112,7 +111,6 @@ impl Session {
             },
             ttl: s.idle_ttl,
             expires: Instant::now() + s.idle_ttl,
-            began: Instant::now(),
             streams: 0,
             holder: None,
             request_ids: HashMap::new(),
@@ -254,10 +252,7 @@ impl SessionStore for MemoryStore {
 
     async fn delete_session(&self, key: &SessionKey) -> Result<Option<EndedSession>> {
         let mut g = self.lock();
-        let ended = g.live(key).map(|s| EndedSession {
-            lasted: Some(s.began.elapsed()),
-            protocol_version: s.info.protocol_version.clone(),
-        });
+        let ended = g.live(key).map(|s| EndedSession { protocol_version: s.info.protocol_version.clone() });
         if ended.is_some() {
             g.sessions.remove(key);
             g.ring(key, Ring::Closed);

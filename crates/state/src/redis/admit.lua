@@ -185,9 +185,8 @@ for j = 1, m do
     local ttl = ARGV[a + 4] + 0
     local life = ttl + (ttl - ttl % 16) / 16
     -- Only what a request reads: the idle TTL, the protocol version and the capabilities (an idle session's
-    -- bytes are mostly this hash: issue 32), and when it began (`at`, ms: DELETE measures its duration). `n` starts
-    -- at 0 by being absent (open.lua's HINCRBY).
-    call('HSET', KEYS[ks], 'ttl', ARGV[a + 4], 'pv', ARGV[a + 5], 'caps', ARGV[a + 6], 'at', nows)
+    -- bytes are mostly this hash: issue 32). `n` starts at 0 by being absent (open.lua's HINCRBY).
+    call('HSET', KEYS[ks], 'ttl', ARGV[a + 4], 'pv', ARGV[a + 5], 'caps', ARGV[a + 6])
     call('PEXPIRE', KEYS[ks], string.format('%d', life))
     indexed = life
   end

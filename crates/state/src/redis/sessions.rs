@@ -35,10 +35,7 @@ impl SessionStore for RedisStore {
         inv.key(&k.events).key(&k.leases).key(&k.cancellations).key(&k.doorbell).key(&k.index).arg(key.id.as_str());
         match self.run_pooled("delete", inv).await? {
             Value::Array(v) => match v.as_slice() {
-                [lasted, pv] => Ok(Some(EndedSession {
-                    lasted: u64::try_from(int(lasted)?).ok().map(Duration::from_millis),
-                    protocol_version: string(pv)?,
-                })),
+                [_, pv] => Ok(Some(EndedSession { protocol_version: string(pv)? })),
                 _ => Err(StateError::Protocol("bad delete reply")),
             },
             other if int(&other)? == 0 => Ok(None),

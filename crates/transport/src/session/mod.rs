@@ -304,7 +304,10 @@ pub(crate) async fn delete(
         match app.store.delete_session(&key).await? {
             Some(ended) => {
                 app.metrics.sessions_deleted.inc();
-                app.metrics.observe_session(&ended);
+                // The id says when the session began (one of a build before it does not).
+                if let Some(lasted) = crate::session_age(key.id.as_str()) {
+                    app.metrics.observe_session(&ended, lasted);
+                }
                 Ok(StatusCode::OK.into_response())
             }
             None => Err(TransportError::SessionNotFound),
