@@ -12,7 +12,7 @@
 #![expect(clippy::expect_used, reason = "test helpers fail loudly")]
 
 use mcpfleet_fleetkit::{Fleet, RedisCluster, RedisSentinel, RedisServer, RedisTopology, RoundRobinProxy};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tools_dir() -> PathBuf {
@@ -219,21 +219,7 @@ async fn pull_request_scenarios_through_three_replicas() {
     for (scenario, extra) in
         [("cancellation", none), ("http-stream-cancellation", none), ("sep-2106-structured-content", none)]
     {
-        let (bundle, url) = (bundle.clone(), url.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(tools_dir().join("node_modules/.bin/node"))
-                .arg(&bundle)
-                .args(["server", "--url", &url, "--scenario", scenario])
-                .args(extra)
-                .output()
-                .expect("run")
-        })
-        .await
-        .expect("ran");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default();
-        println!("[pull requests] {scenario}: {result}");
-        assert!(out.status.success() && result.contains(" 0 failed"), "{scenario}:\n{stdout}");
+        run_pull_request_scenario(&bundle, &url, scenario, extra, &[]).await;
     }
     drop(proxy);
 }
@@ -285,24 +271,24 @@ async fn pull_request_dpop_scenario_through_three_replicas() {
     let private_jwk = std::fs::read_to_string(&private).expect("private jwk");
     let none: &[&str] = &[];
     for flags in [none, &["--spec-version", "2025-11-25", "--force"][..]] {
-        let (bundle, url, jwk) = (bundle.clone(), url.clone(), private_jwk.clone());
-        let extra: Vec<String> = flags.iter().map(|s| (*s).to_owned()).collect();
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(tools_dir().join("node_modules/.bin/node"))
-                .arg(&bundle)
-                .args(["server", "--url", &url, "--scenario", "auth/dpop-server-validation"])
-                .args(&extra)
-                .env("DPOP_ISSUER_PRIVATE_JWK", jwk)
-                .env("DPOP_ISSUER", issuer)
-                .output()
-                .expect("run")
-        })
-        .await
-        .expect("ran");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default();
-        println!("[pull requests] auth/dpop-server-validation {flags:?}: {result}");
-        assert!(out.status.success() && result.contains(" 0 failed"), "{stdout}");
+        let env = [("DPOP_ISSUER_PRIVATE_JWK", private_jwk.as_str()), ("DPOP_ISSUER", issuer)];
+        run_pull_request_scenario(&bundle, &url, "auth/dpop-server-validation", flags, &env).await;
     }
     drop(proxy);
+}
+
+/// Runs `scenario` of the pull requests' bundle against `url` with `extra` flags and `env`; panics unless every
+/// check passed.
+async fn run_pull_request_scenario(bundle: &Path, url: &str, scenario: &str, extra: &[&str], env: &[(&str, &str)]) {
+    let mut cmd = Command::new(tools_dir().join("node_modules/.bin/node"));
+    cmd.arg(bundle).args(["server", "--url", url, "--scenario", scenario]).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("run")).await.expect("ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = stdout.lines().find(|l| l.starts_with("Passed: ")).unwrap_or_default();
+    println!("[pull requests] {scenario} {extra:?}: {result}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && result.contains(" 0 failed"), "{scenario}:\n{stdout}\n{stderr}");
 }

@@ -245,12 +245,7 @@ async fn dpop_proofs_are_checked_on_every_replica_and_accepted_once_across_the_f
     assert_eq!(r.status(), 200);
 
     // The metadata says what is accepted.
-    let meta: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource/mcp", t.proxy.origin()))
-        .await
-        .expect("metadata")
-        .json()
-        .await
-        .expect("json");
+    let meta = metadata(&t).await;
     assert_eq!(meta["dpop_signing_alg_values_supported"][0], "ES256");
     assert_eq!(meta["dpop_bound_access_tokens_required"], false);
 }
@@ -282,30 +277,24 @@ async fn require_refuses_bearer_tokens_and_the_fleets_nonce_is_accepted_by_any_r
     let forged = t.key.dpop_proof("POST", HTU, Some(&token)).claim("nonce", json!("1.definitely-not-ours")).sign();
     t.with_proof(&token, &forged).await.refused_with("use_dpop_nonce");
 
-    let meta: Value = reqwest::get(format!("{}/.well-known/oauth-protected-resource/mcp", t.proxy.origin()))
-        .await
-        .expect("metadata")
-        .json()
-        .await
-        .expect("json");
+    let meta = metadata(&t).await;
     assert_eq!(meta["dpop_bound_access_tokens_required"], true);
 }
 
 #[test]
 fn dpop_flags_that_cannot_work_refuse_the_start() {
-    let bin = mcpfleet_fleetkit::server_bin();
     for (args, says) in [
         (vec!["--auth", "none", "--dpop", "allow"], "--auth none"),
         (vec!["--auth", "none", "--dpop", "sometimes"], "invalid value"),
         (vec!["--auth", "none", "--dpop-nonce-key", "k:c2hvcnQ="], "--dpop-nonce-key"),
     ] {
-        let out = std::process::Command::new(&bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(&args)
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        let err = mcpfleet_fleetkit::refused_start(&args);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// The RFC 9728 metadata of the resource, through the proxy.
+async fn metadata(t: &Setup) -> Value {
+    let url = format!("{}/.well-known/oauth-protected-resource/mcp", t.proxy.origin());
+    reqwest::get(url).await.expect("metadata").json().await.expect("json")
 }

@@ -255,7 +255,6 @@ async fn a_replica_with_another_skill_set_is_reported_across_the_fleet() {
 
 #[test]
 fn a_skill_that_breaks_a_rule_or_a_digest_that_differs_refuses_the_start() {
-    let bin = mcpfleet_fleetkit::server_bin();
     let bad = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(bad.path().join("billing")).expect("mkdir");
     std::fs::write(bad.path().join("billing/SKILL.md"), "---\nname: refunds\ndescription: d\n---\n").expect("write");
@@ -267,14 +266,7 @@ fn a_skill_that_breaks_a_rule_or_a_digest_that_differs_refuses_the_start() {
         (vec!["--skills".to_owned(), dir.clone(), "--skills-digest".to_owned(), zeros], "--skills-digest"),
         (vec!["--skills".to_owned(), dir, "--skills-digest".to_owned(), "md5:x".to_owned()], "64 lowercase hex"),
     ] {
-        let out = std::process::Command::new(&bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(&args)
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        let err = mcpfleet_fleetkit::refused_start(&args);
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }

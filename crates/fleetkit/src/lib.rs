@@ -160,6 +160,24 @@ pub fn server_bin() -> PathBuf {
     bin
 }
 
+/// Runs `mcpfleet serve` on loopback with `args`, which must refuse to start: asserts exit 64 and one line on
+/// stderr, and returns that line.
+///
+/// # Panics
+/// The server cannot be run, or it did not refuse as a configuration error in one line.
+#[must_use]
+pub fn refused_start<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let out = Command::new(server_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .expect("run the server");
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "one line for {args:?}: {err}");
+    err
+}
+
 /// The newest release's `mcpfleet` binary (releases.toml), for [`FleetBuilder::release`]: built by
 /// `tests/release-bin.sh` from the release's commit the first time on a machine, then taken from its cache.
 ///
