@@ -683,8 +683,8 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
         subject_audience: "unused",
         audience: FORGE,
         scope: "repo",
-        // Its access tokens live 3 s (kept 2 s, with the 1 s skew below): the retries refresh them.
-        ttl: Duration::from_secs(3),
+        // Its access tokens live 5 s (kept 3 s, with the 2 s skew below): the retries refresh them.
+        ttl: Duration::from_secs(5),
         secret: SECRET,
         client_jwk: TestKey::load("ec-1", "k", jsonwebtoken::Algorithm::ES256).jwk(true),
     })
@@ -697,7 +697,7 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
         format!(
             "downstreams:\n  forge:\n    base_url: {api}/\n    authorization_code:\n      authorization_endpoint: \
              {base}/auth\n      token_endpoint: {base}/token\n      client: {{ id: fleet-post, auth: \
-             client_secret_post, secret: {{ file: {dir}/secret }} }}\n      scope: [repo]\n    skew_seconds: 1\n",
+             client_secret_post, secret: {{ file: {dir}/secret }} }}\n      scope: [repo]\n    skew_seconds: 2\n",
             api = forge_api.url(),
             base = forge_auth.issuer(),
             dir = dir.path().display(),
@@ -775,7 +775,7 @@ async fn a_user_authorizes_a_third_party_in_a_browser_across_replicas_and_the_re
 
     // Once the access token is within its skew of expiry, calls on all three replicas at once refresh it once:
     // one replica spends the refresh token under the grant's lock, the others use what it stored.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let refreshes_before = forge_auth.0.stats().await["refreshes"].as_u64().unwrap_or(0);
     let calls = (0..3).map(|i| carol.request(&urls[i], 10 + i as i64, "tools/call", args.clone()));
     for r in futures::future::join_all(calls).await {

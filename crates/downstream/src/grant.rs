@@ -43,6 +43,14 @@ pub(crate) struct Grant {
     pub(crate) r: Option<String>,
 }
 
+/// A grant read within its skew of expiry: its refresh token, its sealed bytes (to tell whether another replica
+/// has stored a newer one since), and the skew.
+pub(crate) struct Stale {
+    refresh: String,
+    sealed: Vec<u8>,
+    skew: u64,
+}
+
 /// An authorization in progress, as stored under its id: whose it is (the verified principal that asked, and its
 /// client), for which downstream, and the 2025 session to tell when it completes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,7 +171,7 @@ impl crate::Downstreams {
             return Ok(Had { token: DownstreamToken::new(grant.a), forget: Forget::Grant(sealed) });
         }
         match grant.r {
-            Some(refresh) => self.refresh(t, u, url, who, refresh, sealed).await,
+            Some(refresh) => self.refresh(t, u, url, who, Stale { refresh, sealed, skew }).await,
             None => {
                 let _ = url.store.drop_grant(&who.principal.user, &t.name, Some(&sealed)).await;
                 self.grant_event(t, who, "expired", None);
@@ -184,15 +192,16 @@ impl crate::Downstreams {
     }
 
     /// Refreshes the grant under its lock: one replica spends a (possibly rotating) refresh token; the others wait
-    /// for what it stores.
+    /// for what it stores. A caller that takes the lock after another has refreshed (it read the grant before the
+    /// other stored its refresh, and locked after the other let go) reads the grant again under the lock and uses
+    /// the fresh one: a refresh token is never spent twice.
     async fn refresh(
         &self,
         t: &Target,
         u: &UrlTarget,
         url: &UrlMode,
         who: Caller<'_>,
-        refresh: String,
-        sealed: Vec<u8>,
+        stale: Stale,
     ) -> Result<Had, DownstreamError> {
         let user = &who.principal.user;
         let name = t.name.as_str();
@@ -206,13 +215,30 @@ impl crate::Downstreams {
             while tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if let Some((g, s)) = url.stored(name, who).await?
-                    && s != sealed
+                    && s != stale.sealed
                 {
                     return Ok(Had { token: DownstreamToken::new(g.a), forget: Forget::Grant(s) });
                 }
             }
             return Err(unavailable());
         }
+        let (refresh, sealed) = match url.stored(name, who).await {
+            Ok(Some((g, s))) if s == stale.sealed => (g.r.unwrap_or(stale.refresh), s),
+            Ok(Some((g, s))) if g.e > now_ms().saturating_add(stale.skew) => {
+                let _ = url.store.unlock_grant(user, name, &holder).await;
+                return Ok(Had { token: DownstreamToken::new(g.a), forget: Forget::Grant(s) });
+            }
+            Ok(Some((Grant { r: Some(r), .. }, s))) => (r, s),
+            Ok(_) => {
+                // Dropped (or stored without a refresh token) since it was read: asked for again.
+                let _ = url.store.unlock_grant(user, name, &holder).await;
+                return Err(self.ask(t, url, who).await);
+            }
+            Err(e) => {
+                let _ = url.store.unlock_grant(user, name, &holder).await;
+                return Err(e);
+            }
+        };
         let started = std::time::Instant::now();
         let form = vec![("grant_type", "refresh_token".to_owned()), ("refresh_token", refresh.clone())];
         let result = token_grant(&self.http, &t.token_endpoint, &t.client, t.timeout, form, Some(refresh)).await;
