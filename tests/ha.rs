@@ -655,11 +655,15 @@ async fn replica_cut_from_a_cluster_longer_than_its_lease() {
     warm(&load, 3).await;
     let fault = Instant::now();
     lab.cut(0);
-    tokio::time::sleep(LONG_CUT / 2).await;
-    // Readiness says it: the cut replica cannot reach its masters, the others can.
-    assert_eq!(ready(&fleet, 0).await, 503, "the cut replica is not ready");
+    // Readiness says it: the cut replica cannot reach its masters (its probe ticks every second, with a 1 s
+    // deadline: it sees the cut within about 2 s), the others can.
+    let deadline = fault + LONG_CUT - Duration::from_millis(500);
+    while ready(&fleet, 0).await != 503 {
+        assert!(Instant::now() < deadline, "the cut replica is still ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(ready(&fleet, 1).await, 200, "the others are");
-    tokio::time::sleep(LONG_CUT - LONG_CUT / 2).await;
+    tokio::time::sleep_until((fault + LONG_CUT).into()).await;
     let healed = Instant::now();
     lab.heal(0);
     load.until_all_serve_after(3, healed, Duration::from_secs(2), Duration::from_secs(30)).await;

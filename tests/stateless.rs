@@ -243,7 +243,8 @@ async fn an_input_round_trip_continues_on_other_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_expired_and_foreign_states_are_refused() {
-    let s = setup(2, &["--request-state-ttl", "1s"]).await;
+    // 4 s: the four calls before the genuine one must land while the state lives, or they read "expired".
+    let s = setup(2, &["--request-state-ttl", "4s"]).await;
     let alice = s.stateless("alice");
     let tool = "test_input_required_result_request_state";
     let r1 = alice.call(&s.url(0), 1, tool, json!({}), json!({})).await;
@@ -271,7 +272,7 @@ async fn forged_expired_and_foreign_states_are_refused() {
     // The genuine state works on the other replica, until it expires.
     let ok = alice.call(&s.url(1), 5, tool, json!({}), retry(&state)).await;
     assert_eq!(text_of(&ok), "state-ok: confirmed");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(4300)).await;
     let v = alice.call(&s.url(0), 6, tool, json!({}), retry(&state)).await;
     refused(&v, "expired");
     let reasons = ["bad_signature", "wrong_principal", "wrong_request", "expired"];

@@ -402,7 +402,9 @@ impl Limiter {
             Err(e) => {
                 self.leases.put_back(req.user, release_set, ended);
                 self.metrics.store_failure(if e.is_timeout() { "timeout" } else { "error" });
-                self.breaker.failure(now, &self.cfg);
+                // The cooldown runs from the failure, not from the admission's start: a missed deadline
+                // (`--redis-timeout`, 2 s by default) is longer than the cooldown (1 s).
+                self.breaker.failure(Instant::now(), &self.cfg);
                 self.store_down(req, bucket.as_ref(), now, Some(e))
             }
         }
