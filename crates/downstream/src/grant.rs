@@ -214,10 +214,13 @@ impl crate::Downstreams {
             let deadline = tokio::time::Instant::now() + lock_ttl;
             while tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                if let Some((g, s)) = url.stored(name, who).await?
-                    && s != stale.sealed
-                {
-                    return Ok(Had { token: DownstreamToken::new(g.a), forget: Forget::Grant(s) });
+                match url.stored(name, who).await? {
+                    Some((g, s)) if s != stale.sealed => {
+                        return Ok(Had { token: DownstreamToken::new(g.a), forget: Forget::Grant(s) });
+                    }
+                    Some(_) => {}
+                    // The other's refresh was refused and the grant dropped: asked for again, at once.
+                    None => return Err(self.ask(t, url, who).await),
                 }
             }
             return Err(unavailable());
